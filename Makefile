@@ -1,0 +1,35 @@
+# Every target creates .venv from scratch when it is missing, so a fresh clone needs only Python 3.10+.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+
+.PHONY: demo test bench lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.train-installed: $(PY) pyproject.toml
+	$(PIP) install -q -e '.[train]'
+	touch $@
+
+$(VENV)/.test-installed: $(PY) pyproject.toml
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.train-installed
+	$(PY) -m anekit demo
+
+test: $(VENV)/.test-installed
+	$(PY) -m ruff check anekit tests benchmarks
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.test-installed
+	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+lint: $(VENV)/.test-installed
+	$(PY) -m ruff check anekit tests benchmarks
+	$(PY) -m ruff format --check anekit tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,7 @@
+"""``python -m anekit``: the command line."""
+
+import sys
+
+from anekit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,175 @@
+"""Every exception anekit raises, in one place.
+
+Each error carries the fields that locate it (file, line, column, op, input
+name, offset) and a message that says what was expected, what was found and
+where. All derive from :class:`AnekitError`, so ``except AnekitError`` catches
+everything the toolkit raises on bad input.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnekitError",
+    "MilSyntaxError",
+    "MilTypeError",
+    "WeightFileError",
+    "BackendUnavailable",
+    "CompileError",
+    "EvaluationError",
+    "CompileBudgetExhausted",
+    "CheckpointError",
+    "InspectError",
+]
+
+
+class AnekitError(Exception):
+    """Base class of every anekit error."""
+
+
+class MilSyntaxError(AnekitError):
+    """MIL text that does not parse: carries file, line, column and the offending line."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        line: int,
+        column: int,
+        source_line: str = "",
+        file: str | None = None,
+    ) -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source_line = source_line
+        self.file = file
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = f"{self.file or '<mil>'}:{self.line}:{self.column}"
+        text = f"{where}: {self.message}"
+        if self.source_line:
+            caret = " " * max(self.column - 1, 0) + "^"
+            text += f"\n    {self.source_line}\n    {caret}"
+        return text
+
+
+class MilTypeError(AnekitError):
+    """A well-formed program whose types, shapes or names are inconsistent."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        op: str | None = None,
+        param: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        file: str | None = None,
+    ) -> None:
+        self.message = message
+        self.op = op
+        self.param = param
+        self.line = line
+        self.column = column
+        self.file = file
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = []
+        if self.line is not None:
+            loc = f"{self.file or '<mil>'}:{self.line}"
+            if self.column is not None:
+                loc += f":{self.column}"
+            parts.append(loc)
+        if self.op is not None:
+            parts.append(f"op {self.op!r}" + (f" parameter {self.param!r}" if self.param else ""))
+        elif self.param is not None:
+            parts.append(f"parameter {self.param!r}")
+        prefix = ": ".join(parts)
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+
+class WeightFileError(AnekitError):
+    """A weight.bin (MILBlob) file or BLOBFILE reference that is wrong: names file and offset."""
+
+    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None) -> None:
+        self.message = message
+        self.file = file
+        self.offset = offset
+        where = file or "<weights>"
+        if offset is not None:
+            where += f" @ offset {offset}"
+        super().__init__(f"{where}: {message}")
+
+
+class BackendUnavailable(AnekitError):
+    """The requested backend does not exist or cannot run on this machine."""
+
+    def __init__(self, message: str, *, backend: str | None = None, available: tuple[str, ...] = ()) -> None:
+        self.backend = backend
+        self.available = tuple(available)
+        if available:
+            message += f" (available here: {', '.join(available)})"
+        super().__init__(message)
+
+
+class CompileError(AnekitError):
+    """The backend's compiler rejected a program; carries the framework's error domain and code."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        line: int | None = None,
+        domain: str | None = None,
+        code: int | None = None,
+    ) -> None:
+        self.line = line
+        self.domain = domain
+        self.code = code
+        prefix = f"MIL line {line}: " if line is not None else ""
+        suffix = f" [{domain} {code}]" if domain is not None else ""
+        super().__init__(f"{prefix}{message}{suffix}")
+
+
+class EvaluationError(AnekitError):
+    """Running a compiled kernel failed (framework error, worker crash, bad output)."""
+
+    def __init__(self, message: str, *, domain: str | None = None, code: int | None = None) -> None:
+        self.domain = domain
+        self.code = code
+        suffix = f" [{domain} {code}]" if domain is not None else ""
+        super().__init__(f"{message}{suffix}")
+
+
+class CompileBudgetExhausted(CompileError):
+    """This process is about to exceed the ANE's per-process compile limit."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        self.used = used
+        self.limit = limit
+        super().__init__(
+            f"compile budget exhausted: {used} compiles in this process, limit {limit}; "
+            "use anekit.compile(..., isolate=True) to host kernels in a recycled worker"
+        )
+
+
+class CheckpointError(AnekitError):
+    """A training checkpoint that is missing, corrupt or does not match the model."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class InspectError(AnekitError):
+    """A compiled binary (hwx, E5, FlatBuffer) that cannot be read: names the offset."""
+
+    def __init__(self, message: str, *, offset: int | None = None, file: str | None = None) -> None:
+        self.offset = offset
+        self.file = file
+        where = file or "<binary>"
+        if offset is not None:
+            where += f" @ 0x{offset:x}"
+        super().__init__(f"{where}: {message}")
