@@ -15,6 +15,9 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "mil": "anekit.mil",
     "errors": "anekit.errors",
+    "compile": "anekit.backends",
+    "Kernel": "anekit.backends",
+    "available_backends": "anekit.backends",
 }
 
 

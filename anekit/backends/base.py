@@ -1,0 +1,186 @@
+"""What every backend provides: a compiled :class:`Kernel` with one calling convention."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import AnekitError
+from anekit.mil.program import Program, Value
+from anekit.mil.types import DType
+
+QUEUE_DEPTH = 127  # evaluations the ANE accepts in flight (ANE_NOTES section 1)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape and dtype of one kernel input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype}{list(self.shape)}"
+
+    @classmethod
+    def of(cls, v: Value) -> TensorSpec:
+        if not v.type.is_static:
+            raise AnekitError(f"{v.name!r} has a dynamic shape {v.type}; kernels need static shapes")
+        return cls(v.name, tuple(int(d) for d in v.type.shape), v.type.dtype)
+
+
+class Kernel(ABC):
+    """A compiled program, ready to run.
+
+    Call it with arrays (``k(x=a) -> {"y": ...}``), or fill ``input_buffer(name)``
+    in place and call ``run()`` to avoid copies, or ``submit(**inputs)`` for many
+    evaluations in flight. Close it (or use ``with``) to release the backend's
+    resources.
+    """
+
+    backend: str = ""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.inputs = tuple(TensorSpec.of(v) for v in program.main.inputs)
+        self.outputs = tuple(TensorSpec.of(v) for v in program.main.outputs)
+        self._input_specs = {s.name: s for s in self.inputs}
+        self._output_specs = {s.name: s for s in self.outputs}
+        self._closed = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # -- what a backend implements -------------------------------------------------------------
+    @abstractmethod
+    def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once on validated inputs; return fresh output arrays. Must be thread-safe."""
+
+    @abstractmethod
+    def run(self) -> None:
+        """Run once reading ``input_buffer``s and writing ``output_buffer``s in place."""
+
+    @abstractmethod
+    def input_buffer(self, name: str) -> np.ndarray:
+        """The array the backend reads input ``name`` from (zero-copy on the ANE)."""
+
+    @abstractmethod
+    def output_buffer(self, name: str) -> np.ndarray:
+        """The array the backend writes output ``name`` to (zero-copy on the ANE)."""
+
+    def _release(self) -> None:
+        """Free backend resources (called once by ``close``)."""
+
+    def last_stats(self) -> dict[str, float] | None:
+        """Hardware timing of the last evaluation where the backend can measure it, else None."""
+        return None
+
+    # -- shared behaviour ---------------------------------------------------------------------
+    def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
+        self._check_open()
+        return self.evaluate(self.validate(inputs))
+
+    def submit(self, **inputs: Any) -> Future[dict[str, np.ndarray]]:
+        """Queue one evaluation; returns a Future of its outputs."""
+        self._check_open()
+        arrays = self.validate(inputs)
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.max_in_flight())
+        return self._pool.submit(self.evaluate, arrays)
+
+    def max_in_flight(self) -> int:
+        """How many evaluations ``submit`` runs at once."""
+        return 4
+
+    def validate(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Check names, shapes and dtypes; convert floats to the declared float dtype."""
+        unknown = sorted(set(inputs) - set(self._input_specs))
+        missing = sorted(set(self._input_specs) - set(inputs))
+        if unknown or missing:
+            expected = ", ".join(str(s) for s in self.inputs)
+            raise ValueError(
+                f"inputs do not match the kernel: unknown {unknown}, missing {missing}; "
+                f"expected {expected}"
+            )
+        return {name: convert_input(self._input_specs[name], value) for name, value in inputs.items()}
+
+    def spec(self, name: str, *, output: bool = False) -> TensorSpec:
+        """The spec of an input (or output) by name; KeyError lists the names there are."""
+        specs = self._output_specs if output else self._input_specs
+        try:
+            return specs[name]
+        except KeyError:
+            kind = "output" if output else "input"
+            raise KeyError(f"no {kind} {name!r}; {kind}s: {sorted(specs)}") from None
+
+    def close(self) -> None:
+        """Release the kernel; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self._release()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AnekitError("kernel is closed")
+
+    def __enter__(self) -> Kernel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(s) for s in self.inputs)
+        outs = ", ".join(str(s) for s in self.outputs)
+        return f"<{type(self).__name__} backend={self.backend!r} ({ins}) -> ({outs})>"
+
+
+def convert_input(spec: TensorSpec, value: Any) -> np.ndarray:
+    """Return ``value`` as an array of the spec's dtype; ValueError for anything lossy."""
+    arr = np.asarray(value)
+    if arr.shape != spec.shape:
+        raise ValueError(
+            f"input {spec.name!r}: expected shape {list(spec.shape)} (rank {len(spec.shape)}), "
+            f"found {list(arr.shape)} (rank {arr.ndim})"
+        )
+    target = spec.dtype.numpy
+    if arr.dtype == target:
+        return arr
+    kind = arr.dtype.kind
+    if spec.dtype.is_float and kind == "f":
+        with np.errstate(over="ignore"):
+            return arr.astype(target)
+    if spec.dtype.is_float and kind in "iu":
+        converted = arr.astype(target)
+        if not np.array_equal(converted.astype(arr.dtype), arr):
+            raise ValueError(f"input {spec.name!r}: integers not exactly representable in {spec.dtype}")
+        return converted
+    if spec.dtype.is_int and kind in "iu":
+        info = np.iinfo(target)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise ValueError(
+                f"input {spec.name!r}: values outside {spec.dtype} range [{info.min}, {info.max}]"
+            )
+        return arr.astype(target)
+    if spec.dtype is DType.bool and kind == "b":
+        return arr
+    raise ValueError(
+        f"input {spec.name!r}: expected {spec.dtype}, found {arr.dtype} (conversion would lose data)"
+    )

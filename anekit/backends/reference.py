@@ -1,0 +1,177 @@
+"""The reference backend: runs any verified Program with NumPy, numerically modelling the ANE.
+
+Storage model: each op's output is rounded to its declared dtype (fp16 on the
+ANE, so overflow gives inf and NaN propagates); ops compute in fp32. fp16
+values are held as float32 arrays that are exactly fp16-representable, so a
+consumer never converts them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from anekit.backends.base import Kernel
+from anekit.errors import EvaluationError
+from anekit.mil.program import Operation, Program, Value
+from anekit.mil.types import DType
+
+NAME = "reference"
+
+
+def available() -> tuple[bool, str]:
+    """The reference backend runs everywhere."""
+    return True, "NumPy reference backend"
+
+
+def compile(program: Program, **options: Any) -> ReferenceKernel:
+    """Prepare a program for execution."""
+    if options:
+        raise TypeError(f"reference backend takes no options, found {sorted(options)}")
+    return ReferenceKernel(program)
+
+
+def _storage(dtype: DType) -> Callable[[Any], np.ndarray]:
+    """Return the function that rounds a result to ``dtype`` and holds it for compute."""
+    if dtype is DType.fp16:
+
+        def to_fp16(r: Any) -> np.ndarray:
+            with np.errstate(over="ignore", invalid="ignore"):
+                return np.asarray(r, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+        return to_fp16
+    if dtype is DType.string:
+        return lambda r: r
+    target = dtype.numpy
+
+    def exact(r: Any) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(r).astype(target, copy=False)
+
+    return exact
+
+
+def _held(v: Value) -> Any:
+    """A constant as an op receives it: fp16 upcast to float32, strings as str."""
+    c = v.const
+    if isinstance(c, str):
+        return c
+    arr = np.asarray(c)
+    return arr.astype(np.float32) if arr.dtype == np.float16 else arr
+
+
+class _Step:
+    """One prepared op: its NumPy function, constant arguments and value slots."""
+
+    __slots__ = ("op", "fn", "consts", "runtime", "variadic", "outs", "rounders")
+
+    def __init__(self, op: Operation, slot_of: dict[int, int]) -> None:
+        if op.opdef.reference is None:
+            raise EvaluationError(f"op {op.op_type!r} has no reference implementation")
+        self.op = op
+        self.fn = op.opdef.reference
+        self.consts: dict[str, Any] = {}
+        self.runtime: list[tuple[str, int]] = []
+        self.variadic: list[tuple[str, list[tuple[int, Any]]]] = []
+        args = op.args()
+        for p in op.opdef.params:
+            v = op.inputs.get(p.name)
+            if v is None:
+                v = getattr(args, p.name)  # declared default, or None
+                if v is None:
+                    continue
+            if isinstance(v, tuple):
+                items = [(slot_of.get(id(x), -1), None if id(x) in slot_of else _held(x)) for x in v]
+                if all(s < 0 for s, _ in items):
+                    self.consts[p.name] = tuple(c for _, c in items)
+                else:
+                    self.variadic.append((p.name, items))
+            elif id(v) in slot_of:
+                self.runtime.append((p.name, slot_of[id(v)]))
+            else:
+                self.consts[p.name] = _held(v)
+        self.outs: list[int] = []
+        self.rounders = [_storage(v.type.dtype) for v in op.outputs]
+
+
+class ReferenceKernel(Kernel):
+    """A Program prepared as a flat list of steps over a slot array."""
+
+    backend = NAME
+
+    def __init__(self, program: Program) -> None:
+        super().__init__(program)
+        fn = program.main
+        slot_of: dict[int, int] = {}
+        self._input_slots = []
+        for v in fn.inputs:
+            slot_of[id(v)] = len(slot_of)
+            self._input_slots.append((v.name, slot_of[id(v)], _storage(v.type.dtype)))
+        self._steps: list[_Step] = []
+        constants: dict[int, Any] = {}
+        for op in fn.ops:
+            if "const" in op.opdef.traits:
+                continue  # consumers take constants directly (see _held)
+            step = _Step(op, slot_of)
+            for v in op.outputs:
+                slot_of[id(v)] = len(slot_of)
+                step.outs.append(slot_of[id(v)])
+            self._steps.append(step)
+        for v in fn.outputs:
+            if id(v) not in slot_of:  # an output that is a constant
+                slot_of[id(v)] = len(slot_of)
+                constants[slot_of[id(v)]] = _storage(v.type.dtype)(_held(v))
+        self._constants = constants
+        self._nslots = len(slot_of)
+        self._out_slots = [(v.name, slot_of[id(v)], v.type.dtype.numpy) for v in fn.outputs]
+        self._in_buffers = {s.name: np.zeros(s.shape, s.dtype.numpy) for s in self.inputs}
+        self._out_buffers = {s.name: np.zeros(s.shape, s.dtype.numpy) for s in self.outputs}
+
+    def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env = self._execute(inputs)
+        result = {}
+        for name, slot, dtype in self._out_slots:
+            value = env[slot]
+            result[name] = value.astype(dtype) if value.dtype != dtype else value.copy()
+        return result
+
+    def run(self) -> None:
+        env = self._execute(self._in_buffers)
+        for name, slot, _ in self._out_slots:
+            np.copyto(self._out_buffers[name], env[slot], casting="unsafe")
+
+    def input_buffer(self, name: str) -> np.ndarray:
+        self.spec(name)
+        return self._in_buffers[name]
+
+    def output_buffer(self, name: str) -> np.ndarray:
+        self.spec(name, output=True)
+        return self._out_buffers[name]
+
+    def _execute(self, inputs: dict[str, np.ndarray]) -> list[Any]:
+        env: list[Any] = [None] * self._nslots
+        for name, slot, store in self._input_slots:
+            env[slot] = store(inputs[name])
+        for slot, value in self._constants.items():
+            env[slot] = value
+        for step in self._steps:
+            kwargs = dict(step.consts)
+            for name, slot in step.runtime:
+                kwargs[name] = env[slot]
+            for name, items in step.variadic:
+                kwargs[name] = tuple(env[s] if s >= 0 else c for s, c in items)
+            try:
+                with np.errstate(all="ignore"):
+                    result = step.fn(**kwargs)
+            except Exception as e:  # a NumPy failure inside an op: report which op
+                op = step.op
+                where = f" (MIL line {op.line})" if op.line else ""
+                raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
+            if len(step.outs) == 1:
+                env[step.outs[0]] = step.rounders[0](result)
+            else:
+                for slot, rounder, r in zip(step.outs, step.rounders, result):
+                    env[slot] = rounder(r)
+        return env

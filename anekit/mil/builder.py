@@ -1,0 +1,221 @@
+"""The Builder: write MIL programs in Python, one method per registered op."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import MilTypeError
+from anekit.mil.ops import registry
+from anekit.mil.ops.registry import Args, OpDef
+from anekit.mil.program import (
+    WEIGHTS_PREFIX,
+    BlobRef,
+    Function,
+    Operation,
+    Program,
+    Value,
+    literal_value,
+)
+from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.verify import check_function, check_op
+
+_CONST = "const"
+
+
+class Builder:
+    """Build one MIL function (``main`` by default) op by op, then ``build()`` a verified Program.
+
+    Ops are methods named after the MIL op, with MIL parameter names as
+    keywords; Python scalars, lists and arrays become named consts::
+
+        b = Builder()
+        x = b.input("x", (1, 64, 1, 32), "fp16")
+        y = b.conv(x=x, weight=b.weight("w", w))
+        b.output(y, "y")
+        prog = b.build()
+    """
+
+    def __init__(self, opset: str = "ios18", function: str = "main") -> None:
+        if opset not in registry.OPSETS:
+            raise ValueError(f"unknown opset {opset!r}; expected one of {registry.OPSETS}")
+        self.opset = opset
+        self.function = function
+        self._inputs: list[Value] = []
+        self._ops: list[Operation] = []
+        self._outputs: list[Value] = []
+        self._names: set[str] = set()
+
+    # -- values ---------------------------------------------------------------------------
+    def input(self, name: str, shape: Sequence[int], dtype: str | DType = "fp16") -> Value:
+        """Declare a function input of the given shape and dtype."""
+        v = Value(self._claim(name), TensorType(DType(dtype), tuple(int(d) for d in shape)))
+        self._inputs.append(v)
+        return v
+
+    def const(self, value: Any, name: str | None = None, dtype: str | DType | None = None) -> Value:
+        """Add an inline constant (small tensors, scalars, strings)."""
+        arr = value if isinstance(value, str) else _as_array(value, dtype)
+        inline = literal_value(arr, registry.get(_CONST).by_name["val"])
+        return self._const_op(inline, name or "c")
+
+    def weight(self, name: str, array: Any, dtype: str | DType | None = None) -> Value:
+        """Add a constant stored in its own weight file (``BLOBFILE``), as the ANE compiler prefers."""
+        arr = _as_array(array, dtype)
+        file = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "weight"
+        inline = Value("", TensorType(dtype_of(arr), tuple(arr.shape)), None, arr)
+        inline.blob = BlobRef(f"{WEIGHTS_PREFIX}{self._claim_file(file)}.bin", 64)
+        return self._const_op(inline, name)
+
+    def output(self, value: Value, name: str | None = None) -> Value:
+        """Mark a value as a function output, renaming it to ``name``."""
+        if name is not None and name != value.name:
+            if name in self._names:
+                raise ValueError(f"output name {name!r} is already used by another value")
+            self._names.discard(value.name)
+            self._names.add(name)
+            producer = value.producer
+            if producer is not None and producer.attrs.get("name") == value.name:
+                producer.attrs["name"] = name
+            value.name = name
+        self._outputs.append(value)
+        return value
+
+    def build(self) -> Program:
+        """Return the verified Program; the builder can keep adding ops afterwards."""
+        if not self._outputs:
+            raise MilTypeError(f"function {self.function!r} has no outputs; call output() first")
+        fn = Function(
+            self.function, tuple(self._inputs), tuple(self._ops), tuple(self._outputs), self.opset
+        )
+        check_function(fn)
+        return Program({self.function: fn})
+
+    # -- ops ------------------------------------------------------------------------------
+    def add_op(self, op_type: str, params: dict[str, Any], name: str | None = None) -> Any:
+        """Append an op; returns its output Value (or a tuple for multi-output ops)."""
+        opdef = registry.get(op_type, self.opset)
+        base = self._unique(name or op_type)
+        given = {k: v for k, v in params.items() if v is not None}
+        values = {k: v for k, v in given.items() if _is_values(v)}
+        partial = Args(opdef, {k: _tuple(v) if opdef.by_name.get(k) and opdef.by_name[k].variadic else v for k, v in values.items()})
+        inputs: dict[str, Any] = {}
+        for key, raw in given.items():
+            p = opdef.by_name.get(key)
+            if p is None:
+                inputs[key] = raw  # let the verifier name the unknown parameter
+                continue
+            if p.variadic:
+                inputs[key] = tuple(self._materialize(literal_value(r, p, partial), f"{base}_{key}_{i}") for i, r in enumerate(raw))
+            else:
+                inputs[key] = self._materialize(literal_value(raw, p, partial), f"{base}_{key}")
+        args = Args(opdef, inputs)
+        for p in opdef.params:
+            if p.name not in inputs and p.has_default:
+                default = getattr(args, p.name)
+                if default is not None:
+                    inputs[p.name] = self._materialize(default, f"{base}_{p.name}")
+        types = check_op(opdef, inputs)
+        return self._append(opdef, inputs, types, base)
+
+    def __getattr__(self, op_type: str) -> Any:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+        try:
+            registry.get(op_type, self.opset)
+        except MilTypeError as e:
+            raise AttributeError(f"Builder has no op {op_type!r}: {e}") from None
+
+        def add(name: str | None = None, **params: Any) -> Any:
+            return self.add_op(op_type, params, name)
+
+        add.__name__ = op_type
+        add.__doc__ = registry.get(op_type, self.opset).doc
+        return add
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(registry.names()))
+
+    # -- internals ------------------------------------------------------------------------
+    def _append(self, opdef: OpDef, inputs: dict, types: tuple[TensorType, ...], base: str) -> Any:
+        self._names.add(base)
+        names = [base] if len(types) == 1 else [self._unique(f"{base}_{i}") for i in range(len(types))]
+        outs = tuple(Value(n, t) for n, t in zip(names, types))
+        self._names.update(names)
+        op = Operation(opdef, inputs, outs, {"name": base})
+        for v in outs:
+            v.producer = op
+        if "const" in opdef.traits:
+            outs[0].const = inputs["val"].const
+        self._ops.append(op)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _const_op(self, inline: Value, name: str) -> Value:
+        opdef = registry.get(_CONST, self.opset)
+        base = self._unique(name)
+        return self._append(opdef, {"val": inline}, check_op(opdef, {"val": inline}), base)
+
+    def _materialize(self, v: Value, name: str) -> Value:
+        return self._const_op(v, name) if v.is_inline else v
+
+    def _claim(self, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"invalid MIL name {name!r}: use letters, digits and underscores")
+        if name in self._names:
+            raise ValueError(f"name {name!r} is already used in this function")
+        self._names.add(name)
+        return name
+
+    def _unique(self, name: str) -> str:
+        name = re.sub(r"[^A-Za-z0-9_]", "_", name)
+        if not re.match(r"[A-Za-z_]", name):
+            name = "v_" + name
+        if name not in self._names:
+            return name
+        i = 1
+        while f"{name}_{i}" in self._names:
+            i += 1
+        return f"{name}_{i}"
+
+    def _claim_file(self, stem: str) -> str:
+        used = {
+            v.blob.path for op in self._ops for v in op.input_values() if v.blob is not None
+        }
+        candidate, i = stem, 1
+        while f"{WEIGHTS_PREFIX}{candidate}.bin" in used:
+            candidate, i = f"{stem}_{i}", i + 1
+        return candidate
+
+
+def _is_values(v: Any) -> bool:
+    if isinstance(v, Value):
+        return True
+    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, Value) for x in v)
+
+
+def _tuple(v: Any) -> Any:
+    return tuple(v) if isinstance(v, (list, tuple)) else v
+
+
+def _as_array(value: Any, dtype: str | DType | None) -> np.ndarray:
+    arr = np.asarray(value)
+    if dtype is not None:
+        target = DType(dtype).numpy
+        converted = arr.astype(target)
+        if arr.dtype.kind in "iu" and not np.array_equal(converted, arr):
+            raise ValueError(f"values do not fit in {dtype}")
+        return converted
+    if arr.dtype == np.float64:
+        raise TypeError(
+            "float64 arrays have no MIL type: pass dtype='fp16' or 'fp32' (or convert first)"
+        )
+    if arr.dtype == np.int64:
+        converted = arr.astype(np.int32)
+        if not np.array_equal(converted, arr):
+            raise ValueError("int64 values do not fit in int32")
+        return converted
+    dtype_of(arr)  # raises for dtypes MIL cannot hold
+    return arr

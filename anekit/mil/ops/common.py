@@ -1,0 +1,70 @@
+"""Shape and dtype helpers shared by op declarations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import MilTypeError
+from anekit.mil.types import ALL, FLOATS, INTS, NUMERIC, DType, TensorType
+
+FP = FLOATS
+INT = INTS
+NUM = NUMERIC
+ANY = ALL
+INT32 = frozenset({DType.int32})
+BOOL = frozenset({DType.bool})
+STRING = frozenset({DType.string})
+INDEX = frozenset({DType.int32, DType.int16, DType.uint16, DType.int8, DType.uint8})
+
+
+def broadcast(op: str, a: TensorType, b: TensorType, names: tuple[str, str] = ("x", "y")) -> tuple:
+    """NumPy broadcasting of two shapes; symbolic dims broadcast only with 1 or themselves."""
+    ra, rb = len(a.shape), len(b.shape)
+    out: list[Any] = []
+    for i in range(max(ra, rb)):
+        da = a.shape[ra - 1 - i] if i < ra else 1
+        db = b.shape[rb - 1 - i] if i < rb else 1
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        else:
+            raise MilTypeError(
+                f"shapes {list(a.shape)} ({names[0]}) and {list(b.shape)} ({names[1]}) "
+                "do not broadcast",
+                op=op,
+            )
+    return tuple(reversed(out))
+
+
+def axis_index(op: str, param: str, axis: int, rank: int) -> int:
+    """Normalise a possibly negative axis; MilTypeError if out of range."""
+    if not -rank <= axis < max(rank, 1):
+        raise MilTypeError(f"axis {axis} out of range for rank {rank}", op=op, param=param)
+    return axis % rank if rank else 0
+
+
+def axes_indices(op: str, param: str, axes: Any, rank: int) -> list[int]:
+    """Normalise a list of axes; rejects duplicates."""
+    result = [axis_index(op, param, int(a), rank) for a in np.atleast_1d(np.asarray(axes)).ravel()]
+    if len(set(result)) != len(result):
+        raise MilTypeError(f"axes {list(result)} repeat an axis", op=op, param=param)
+    return result
+
+
+def require(cond: bool, op: str, param: str | None, message: str) -> None:
+    """Raise MilTypeError(message) unless ``cond`` holds."""
+    if not cond:
+        raise MilTypeError(message, op=op, param=param)
+
+
+def numel(shape: tuple) -> int:
+    """Element count of a static shape (0 for symbolic, which costs nothing we can know)."""
+    n = 1
+    for d in shape:
+        if not isinstance(d, int):
+            return 0
+        n *= d
+    return n

@@ -1,0 +1,239 @@
+"""The op registry: every MIL op is declared here once, as an :class:`OpDef`.
+
+A declaration carries everything the generic tools need: the parameter spec
+(the verifier and the Builder), type inference (the verifier, the parser),
+the NumPy reference semantics (the reference backend), cost terms (the cost
+model) and traits (the checker and the cost model ask for a trait, never for
+an op name). Later opsets override only what changed, with ``since``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import MilTypeError
+from anekit.mil.types import DType, TensorType
+
+OPSETS: tuple[str, ...] = ("ios15", "ios16", "ios17", "ios18")
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One parameter of an op: the types it accepts and how it may be given.
+
+    Attributes:
+        name: the MIL parameter name (a keyword of the Builder method).
+        dtypes: accepted element types, or None for any.
+        ranks: accepted ranks, or None for any.
+        const: the value must be known at compile time.
+        optional: the parameter may be omitted.
+        default: value used when omitted: a Python value, or a callable of the
+            op's :class:`Args` (e.g. strides that depend on the input rank).
+        variadic: a tuple of values, as in ``concat(values = (a, b))``.
+        domain: parameters sharing a domain name must share their dtype.
+    """
+
+    name: str
+    dtypes: frozenset[DType] | None = None
+    ranks: tuple[int, ...] | None = None
+    const: bool = False
+    optional: bool = False
+    default: Any = _NO_DEFAULT
+    variadic: bool = False
+    domain: str | None = None
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _NO_DEFAULT
+
+
+def param(
+    name: str,
+    dtypes: Iterable[DType | str] | None = None,
+    *,
+    ranks: Iterable[int] | None = None,
+    const: bool = False,
+    optional: bool = False,
+    default: Any = _NO_DEFAULT,
+    variadic: bool = False,
+    domain: str | None = None,
+) -> Param:
+    """Declare a parameter; a default makes it optional."""
+    return Param(
+        name=name,
+        dtypes=None if dtypes is None else frozenset(DType(d) for d in dtypes),
+        ranks=None if ranks is None else tuple(ranks),
+        const=const,
+        optional=optional or default is not _NO_DEFAULT,
+        default=default,
+        variadic=variadic,
+        domain=domain,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Work of one op: floating-point (or integer) operations and bytes moved."""
+
+    flops: float
+    bytes_read: float
+    bytes_written: float
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+
+InferFn = Callable[["Args"], "TensorType | tuple[TensorType, ...]"]
+CostFn = Callable[["Args", "tuple[TensorType, ...]"], Cost]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The single declaration of a MIL op (see module docstring)."""
+
+    name: str
+    params: tuple[Param, ...]
+    infer: InferFn
+    reference: Callable[..., Any] | None = None
+    cost: CostFn | None = None
+    traits: frozenset[str] = frozenset()
+    since: str = "ios15"
+    doc: str = ""
+    flops_per_element: float = 1.0
+    by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {p.name: p for p in self.params})
+
+    def evolve(self, **changes: Any) -> OpDef:
+        """Return this declaration with some fields replaced (for a later opset)."""
+        return dataclasses.replace(self, **changes)
+
+    def op_cost(self, args: Args, outs: tuple[TensorType, ...]) -> Cost:
+        """Return this op's cost for concrete argument and output types."""
+        if self.cost is not None:
+            return self.cost(args, outs)
+        return elementwise_cost(args, outs, self.flops_per_element)
+
+
+def elementwise_cost(args: Args, outs: tuple[TensorType, ...], per_element: float = 1.0) -> Cost:
+    """Default cost: a fixed number of operations per output element; read all inputs once."""
+    written = sum(t.nbytes or 0 for t in outs)
+    return Cost(
+        flops=per_element * sum(t.numel or 0 for t in outs),
+        bytes_read=args.input_bytes(),
+        bytes_written=written,
+    )
+
+
+class Args:
+    """An op's arguments as seen by ``infer`` and ``cost``: ``args.x`` is a Value.
+
+    Omitted parameters resolve to their declared default (as an inline const
+    value) or to None. Variadic parameters are tuples of values.
+    """
+
+    __slots__ = ("opdef", "given", "_resolved")
+
+    def __init__(self, opdef: OpDef, given: dict[str, Any]) -> None:
+        self.opdef = opdef
+        self.given = given
+        self._resolved: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.given[name]
+        except KeyError:
+            pass
+        try:
+            return self._resolved[name]
+        except KeyError:
+            pass
+        try:
+            p = self.opdef.by_name[name]
+        except KeyError:
+            raise AttributeError(f"op {self.opdef.name!r} has no parameter {name!r}") from None
+        value = None
+        if p.has_default:
+            raw = p.default(self) if callable(p.default) else p.default
+            if raw is not None:
+                from anekit.mil.program import literal_value
+
+                value = literal_value(raw, p, self)
+        self._resolved[name] = value
+        return value
+
+    def value(self, name: str) -> Any:
+        """Return a parameter's compile-time value (None if omitted without default)."""
+        v = getattr(self, name)
+        return None if v is None else v.const
+
+    def input_bytes(self) -> int:
+        """Bytes of every tensor argument given, consts included."""
+        total = 0
+        for v in self.given.values():
+            for item in v if isinstance(v, tuple) else (v,):
+                total += item.type.nbytes or 0
+        return total
+
+
+_REGISTRY: dict[str, list[OpDef]] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    """Add a declaration; a name may be registered once per opset (``since``)."""
+    if opdef.since not in OPSETS:
+        raise ValueError(f"op {opdef.name!r}: unknown opset {opdef.since!r}; known: {OPSETS}")
+    versions = _REGISTRY.setdefault(opdef.name, [])
+    if any(v.since == opdef.since for v in versions):
+        raise ValueError(f"op {opdef.name!r} is already registered for {opdef.since}")
+    versions.append(opdef)
+    versions.sort(key=lambda d: OPSETS.index(d.since))
+    return opdef
+
+
+def get(name: str, opset: str = OPSETS[-1]) -> OpDef:
+    """Return the declaration of ``name`` in force for ``opset``; MilTypeError names what is wrong."""
+    versions = _REGISTRY.get(name)
+    if not versions:
+        raise MilTypeError(f"unknown op {name!r}", op=name)
+    level = OPSETS.index(opset) if opset in OPSETS else len(OPSETS) - 1
+    for opdef in reversed(versions):
+        if OPSETS.index(opdef.since) <= level:
+            return opdef
+    raise MilTypeError(
+        f"needs opset {versions[0].since} or later; this function is {opset}", op=name
+    )
+
+
+def all_ops() -> list[OpDef]:
+    """Return the newest declaration of every registered op, sorted by name."""
+    return [_REGISTRY[name][-1] for name in sorted(_REGISTRY)]
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def as_tuple(result: TensorType | tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    """Normalise an infer result to a tuple of output types."""
+    return result if isinstance(result, tuple) else (result,)
+
+
+def shape_error(opdef_or_name: OpDef | str, param_name: str | None, message: str) -> MilTypeError:
+    """Return a MilTypeError for a shape/type rule an op's inference found broken."""
+    name = opdef_or_name if isinstance(opdef_or_name, str) else opdef_or_name.name
+    return MilTypeError(message, op=name, param=param_name)
+
+
+def const_ints(value: Any) -> list[int]:
+    """A const int tensor or scalar as a Python list of ints."""
+    return [int(v) for v in np.atleast_1d(np.asarray(value)).ravel()]

@@ -1,0 +1,17 @@
+"""Shared test configuration: hardware tests skip, with the reason, where there is no ANE."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from anekit.backends import ane
+
+    ok, reason = ane.available()
+    if ok:
+        return
+    skip = pytest.mark.skip(reason=f"needs an Apple Neural Engine: {reason}")
+    for item in items:
+        if "ane" in item.keywords:
+            item.add_marker(skip)
