@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
-from anekit.errors import InspectError
 from anekit.inspect._reader import ByteReader
 
 __all__ = [

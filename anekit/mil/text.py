@@ -297,10 +297,11 @@ class _Parser:
             while True:
                 key = self.ident("an attribute name")
                 self.expect("=")
+                value_index = self.i
                 value = self.literal_or_dict()
                 if key == "buildInfo":
                     if not isinstance(value, dict):
-                        raise self.error("buildInfo must be a dict", self.i - 1)
+                        raise self.error("buildInfo must be a dict", value_index)
                     build_info = value
                 if not self.accept(","):
                     break

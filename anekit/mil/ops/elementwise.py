@@ -1,1 +1,546 @@
-"""(being written)"""
+"""Elementwise ops: unary math and activations, broadcasting binary ops, comparisons, select.
+
+Names, parameters, dtypes and defaults follow coremltools' iOS15 definitions
+(``ops/defs/iOS15/elementwise_unary.py``, ``elementwise_binary.py``,
+``activation.py``, ``control_flow.py`` for ``select``) and the iOS17 changes
+(``ops/defs/iOS17/elementwise_unary.py``, ``activation.py``), read at commit e0e2f42.
+
+References compute in the input's precision (fp16 arrives as float32) and
+follow NumPy where MIL says nothing more: ``maximum``/``minimum``/``relu``/
+``clip`` propagate NaN, ``round`` is half-to-even (``np.round``, as
+coremltools' value inference), ``mod`` takes the sign of ``y`` and
+``floor_div`` rounds toward -inf (``np.remainder``/``np.floor_divide``,
+coremltools folds with Python's ``%`` and ``//``). Domain errors give NaN or
+inf, never an exception. Integer results are exact: int32 arithmetic wraps as
+in NumPy, integer ``real_div`` truncates toward zero (coremltools only says the
+type stays int32), and an integer division or modulo by zero gives 0.
+
+Cost convention (``flops_per_element``, a counting rule, not a measurement):
+1 per add, multiply, divide, compare, select, min/max, abs or rounding step;
+``_T`` = 4 per transcendental (exp, log, sqrt, tanh, erf, trigonometric), which
+the ANE evaluates in a few multiply-add passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from functools import reduce
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import MilTypeError
+from anekit.mil.ops.common import BOOL, FP, INT32, STRING, broadcast, require
+from anekit.mil.ops.registry import Args, OpDef, Param, param, register
+from anekit.mil.types import DType, TensorType
+
+FP_I32 = FP | INT32
+SELECTABLE = FP_I32 | BOOL
+_T = 4.0  # flops of one transcendental function (see module docstring)
+_REQUIRED = object()
+
+
+# -- numeric helpers ----------------------------------------------------------------------
+def _quiet(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
+    """Wrap a formula: no floating-point warnings (NaN/inf are results), always an ndarray."""
+
+    def reference(**kwargs: Any) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(**kwargs))
+
+    return reference
+
+
+def _is_int(x: np.ndarray) -> bool:
+    return np.asarray(x).dtype.kind in "iu"
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # NumPy has no erf; math.erf is correctly rounded in float64 (the stdlib is allowed in mil/).
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(np.asarray(x, np.float64)), np.float64)
+
+
+def _int_trunc_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x / y rounded toward zero in integers; NumPy's floor_divide gives 0 for y == 0."""
+    q = np.floor_divide(x, y)
+    return q + ((np.remainder(x, y) != 0) & ((x < 0) != (y < 0))).astype(q.dtype)
+
+
+def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x ** y in integers: wraps like repeated mul; a negative power truncates toward zero."""
+    dtype = np.result_type(x, y)
+    x, y = np.asarray(x, dtype), np.asarray(y, dtype)
+    positive = np.power(x, np.maximum(y, 0))
+    negative = np.where(np.abs(x) == 1, np.where(y % 2 == 0, 1, x), 0)  # 1/x**|y|, truncated
+    return np.where(y < 0, negative, positive).astype(dtype)
+
+
+def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return _int_trunc_div(x, y) if _is_int(x) else np.true_divide(x, y)
+
+
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return _int_pow(x, y) if _is_int(x) else np.power(x, y)
+
+
+def _exp2(x: np.ndarray) -> np.ndarray:
+    return _int_pow(np.asarray(2, x.dtype), x) if _is_int(x) else np.exp2(x)
+
+
+def _channel_vector(alpha: np.ndarray, rank: int) -> np.ndarray:
+    """A per-channel vector shaped to broadcast over axis 1 of a rank-``rank`` tensor."""
+    return np.reshape(alpha, (1, -1) + (1,) * (rank - 2))
+
+
+_GELU: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "EXACT": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "TANH_APPROXIMATION": lambda x: (
+        0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    ),
+    "SIGMOID_APPROXIMATION": lambda x: x * _sigmoid(1.702 * x),
+}
+
+
+# -- declaration factories ----------------------------------------------------------------
+def _dtypes_text(dtypes: Iterable[DType]) -> str:
+    return ", ".join(sorted(d.value for d in dtypes))
+
+
+def _doc(summary: str, args: list[str], returns: str) -> str:
+    lines = [summary, "", "Args:", *(f"    {a}" for a in args), "Returns:", f"    {returns}"]
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(name: str, dtypes: frozenset[DType], default: Any = _REQUIRED) -> Param:
+    """A const scalar parameter in ``x``'s type domain (alpha, beta, epsilon)."""
+    if default is _REQUIRED:
+        return param(name, dtypes, ranks=(0,), const=True, domain="T")
+    return param(name, dtypes, ranks=(0,), const=True, domain="T", default=default)
+
+
+def _x_dtype_default(value: float) -> Callable[[Args], np.ndarray]:
+    """A default stored in x's dtype, as coremltools' ``nptype_from_builtin(x.dtype)(value)``."""
+    return lambda a: np.asarray(value, a.x.dtype.numpy)
+
+
+def _unary(
+    name: str,
+    fn: Callable[..., Any],
+    summary: str,
+    *,
+    dtypes: frozenset[DType] = FP,
+    attrs: tuple[tuple[str, str, Any], ...] = (),
+    flops: float = 1.0,
+    traits: tuple[str, ...] = ("unary",),
+    check: Callable[[Args], None] | None = None,
+    extra: tuple[tuple[Param, str], ...] = (),
+) -> OpDef:
+    """Declare ``y = fn(x, **attrs)`` with y of x's type.
+
+    ``attrs`` are const scalars in x's domain as (name, description, default or
+    _REQUIRED); ``extra`` are other parameters with their doc line; ``check``
+    validates const values in inference.
+    """
+    scalars = tuple((_scalar(n, dtypes, d), f"{n} (const T): {text}") for n, text, d in attrs)
+    declared = scalars + extra
+
+    def infer(a: Args) -> TensorType:
+        if check is not None:
+            check(a)
+        return a.x.type
+
+    return register(
+        OpDef(
+            name=name,
+            params=(param("x", dtypes, domain="T"), *(p for p, _ in declared)),
+            infer=infer,
+            reference=_quiet(fn),
+            traits=frozenset({"elementwise", *traits}),
+            flops_per_element=flops,
+            doc=_doc(
+                summary,
+                [
+                    f"x (tensor<T, [*]>): the input; T in ({_dtypes_text(dtypes)}).",
+                    *(d for _, d in declared),
+                ],
+                "tensor<T, [*]>: the shape of x.",
+            ),
+        )
+    )
+
+
+def _broadcast_all(op: str, a: Args, names: tuple[str, ...]) -> tuple:
+    """NumPy broadcast of several parameters; the error names the first one that does not fit."""
+
+    def step(shape_and_name: tuple[tuple, str], name: str) -> tuple[tuple, str]:
+        shape, first = shape_and_name
+        other = getattr(a, name).type
+        try:
+            return broadcast(op, TensorType(other.dtype, shape), other, (first, name)), first
+        except MilTypeError as e:
+            raise MilTypeError(e.message, op=op, param=name) from None
+
+    return reduce(step, names[1:], (getattr(a, names[0]).shape, names[0]))[0]
+
+
+def _binary(
+    name: str,
+    fn: Callable[[np.ndarray, np.ndarray], Any],
+    summary: str,
+    *,
+    dtypes: frozenset[DType] = FP_I32,
+    output: DType | None = None,
+    flops: float = 1.0,
+    traits: tuple[str, ...] = (),
+) -> OpDef:
+    """Declare ``fn(x, y)`` with NumPy broadcasting; the result has x's dtype unless ``output``."""
+    out_text = output.value if output else "T"
+
+    def infer(a: Args) -> TensorType:
+        return TensorType(output or a.x.dtype, _broadcast_all(name, a, ("x", "y")))
+
+    return register(
+        OpDef(
+            name=name,
+            params=(param("x", dtypes, domain="T"), param("y", dtypes, domain="T")),
+            infer=infer,
+            reference=_quiet(lambda x, y: fn(x, y)),
+            traits=frozenset({"elementwise", "binary", *traits}),
+            flops_per_element=flops,
+            doc=_doc(
+                summary,
+                [
+                    f"x (tensor<T, [*]>): first operand; T in ({_dtypes_text(dtypes)}).",
+                    "y (tensor<T, [*]>): second operand, broadcastable with x (NumPy rules).",
+                ],
+                f"tensor<{out_text}, [*]>: the broadcast shape of x and y.",
+            ),
+        )
+    )
+
+
+def _compare(name: str, fn: Callable[[np.ndarray, np.ndarray], Any], relation: str) -> OpDef:
+    return _binary(
+        name,
+        fn,
+        f"Return ``{relation}`` elementwise, with broadcasting.",
+        output=DType.bool,
+        traits=("comparison",),
+    )
+
+
+def _logical(name: str, fn: Callable[[np.ndarray, np.ndarray], Any], relation: str) -> OpDef:
+    return _binary(
+        name,
+        fn,
+        f"Return ``{relation}`` elementwise, with broadcasting.",
+        dtypes=BOOL,
+        output=DType.bool,
+        traits=("logical",),
+    )
+
+
+def _ios17_own_domain(opdef: OpDef, names: tuple[str, ...]) -> OpDef:
+    """iOS17: the named const parameters may have a float dtype other than x's (domain U)."""
+    params = tuple(
+        dataclasses.replace(p, domain="U", dtypes=FP) if p.name in names else p
+        for p in opdef.params
+    )
+    doc = opdef.doc.replace("(const T)", "(const U; U in fp16, fp32)")
+    return register(opdef.evolve(since="ios17", params=params, doc=doc))
+
+
+# -- checks of const values -----------------------------------------------------------------
+def _check_gelu_mode(a: Args) -> None:
+    mode = a.value("mode")
+    require(mode in _GELU, "gelu", "mode", f"expected one of {sorted(_GELU)}, found {mode!r}")
+
+
+def _check_clip_order(a: Args) -> None:
+    alpha, beta = float(a.value("alpha")), float(a.value("beta"))
+    require(alpha < beta, "clip", "beta", f"expected alpha < beta (iOS17), found {alpha} >= {beta}")
+
+
+def _check_prelu(a: Args) -> None:
+    x, alpha = a.x, np.asarray(a.value("alpha"))
+    require(x.rank in (3, 4, 5), "prelu", "x", f"expected rank 3, 4 or 5, found rank {x.rank}")
+    channels = x.shape[1]
+    require(
+        not isinstance(channels, int) or alpha.shape == (channels,),
+        "prelu",
+        "alpha",
+        f"expected one value per channel (shape [{channels}]), found shape {list(alpha.shape)}",
+    )
+    # coremltools' prelu.type_inference: ranks 3 and 5 need a single shared slope (tolerance 1e-5).
+    require(
+        x.rank == 4 or alpha.size == 0 or bool(np.all(np.abs(alpha - alpha.flat[0]) <= 1e-5)),
+        "prelu",
+        "alpha",
+        f"rank {x.rank} inputs need equal alpha values, found {alpha.tolist()}",
+    )
+
+
+# -- unary math ---------------------------------------------------------------------------
+for _name, _fn, _summary, _flops in (
+    ("exp", np.exp, "Return e**x.", _T),
+    ("sqrt", np.sqrt, "Return the square root of x.", _T),
+    ("ceil", np.ceil, "Round x toward +inf.", 1),
+    ("floor", np.floor, "Round x toward -inf.", 1),
+    ("round", np.round, "Round x to the nearest integer, halves to even (0.5 -> 0, 1.5 -> 2).", 1),
+    ("sin", np.sin, "Return sin(x).", _T),
+    ("cos", np.cos, "Return cos(x).", _T),
+    ("tan", np.tan, "Return tan(x).", _T),
+    ("asin", np.arcsin, "Return arcsin(x); NaN outside [-1, 1].", _T),
+    ("acos", np.arccos, "Return arccos(x); NaN outside [-1, 1].", _T),
+    ("atan", np.arctan, "Return arctan(x).", _T),
+    ("sinh", np.sinh, "Return sinh(x).", _T),
+    ("cosh", np.cosh, "Return cosh(x).", _T),
+    ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T),
+    ("erf", _erf, "Return the Gauss error function erf(x).", _T),
+    ("tanh", np.tanh, "Return tanh(x).", _T),
+):
+    _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops)
+
+for _name, _fn, _summary, _flops in (
+    ("abs", np.abs, "Return |x|.", 1),
+    ("sign", np.sign, "Return -1, 0 or 1 by the sign of x (NaN stays NaN).", 1),
+    ("square", np.square, "Return x * x.", 1),
+    ("exp2", _exp2, "Return 2**x (integers: 2**x truncated toward zero, wrapping).", _T),
+):
+    _unary(_name, lambda x, f=_fn: f(x), _summary, dtypes=FP_I32, flops=_flops)
+
+_EPSILON_DOC = "added to x first, in x's dtype (an fp16 x rounds 1e-12 and 1e-45 to 0)."
+LOG = _unary(
+    "log",
+    lambda x, epsilon: np.log(x + epsilon),
+    "Return log(x + epsilon) (NaN for x < 0).",
+    attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-45.", _x_dtype_default(1e-45)),),
+    flops=1 + _T,
+)
+RSQRT = _unary(
+    "rsqrt",
+    lambda x, epsilon: 1.0 / np.sqrt(x + epsilon),
+    "Return 1 / sqrt(x + epsilon).",
+    attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-12.", _x_dtype_default(1e-12)),),
+    flops=2 + _T,
+)
+INVERSE = _unary(
+    "inverse",
+    lambda x, epsilon: 1.0 / (x + epsilon),
+    "Return 1 / (x + epsilon).",
+    attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-4.", _x_dtype_default(1e-4)),),
+    flops=2,
+)
+CLIP = _unary(
+    "clip",
+    lambda x, alpha, beta: np.minimum(np.maximum(x, alpha), beta),
+    "Return min(max(x, alpha), beta) (beta wins if alpha > beta; NaN propagates).",
+    attrs=(("alpha", "lower bound.", _REQUIRED), ("beta", "upper bound.", _REQUIRED)),
+    flops=2,
+)
+_unary(
+    "threshold",
+    lambda x, alpha: np.maximum(x, alpha),
+    "Return max(x, alpha).",
+    dtypes=FP_I32,
+    attrs=(("alpha", "lower bound.", _REQUIRED),),
+)
+_unary("logical_not", np.logical_not, "Return NOT x.", dtypes=BOOL, traits=("unary", "logical"))
+
+# -- activations ----------------------------------------------------------------------------
+_ACT = ("unary", "activation")
+_ALPHA = ("alpha", "slope, scale or multiplier (see the formula).", _REQUIRED)
+_BETA = ("beta", "offset or inner scale (see the formula).", _REQUIRED)
+
+_unary("relu", lambda x: np.maximum(x, 0), "Return max(x, 0).", traits=_ACT)
+_unary(
+    "relu6",
+    lambda x: np.minimum(np.maximum(x, 0), 6),
+    "Return min(max(x, 0), 6).",
+    traits=_ACT,
+    flops=2,
+)
+_unary("sigmoid", _sigmoid, "Return 1 / (1 + exp(-x)).", traits=_ACT, flops=2 + _T)
+_unary(
+    "silu", lambda x: x * _sigmoid(x), "Return x * sigmoid(x) (swish).", traits=_ACT, flops=3 + _T
+)
+_unary(
+    "softplus",
+    lambda x: np.logaddexp(0, x),
+    "Return log(1 + exp(x)).",
+    traits=_ACT,
+    flops=2 + 2 * _T,
+)
+_unary("softsign", lambda x: x / (1 + np.abs(x)), "Return x / (1 + |x|).", traits=_ACT, flops=3)
+GELU = _unary(
+    "gelu",
+    lambda x, mode: _GELU[mode](x),
+    "Return the GELU of x: EXACT 0.5x(1 + erf(x/sqrt 2)); TANH_APPROXIMATION "
+    "0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); SIGMOID_APPROXIMATION x sigmoid(1.702x).",
+    extra=(
+        (
+            param("mode", STRING, ranks=(0,), const=True, default="EXACT"),
+            "mode (const string): EXACT, TANH_APPROXIMATION or SIGMOID_APPROXIMATION. "
+            "Default: EXACT.",
+        ),
+    ),
+    check=_check_gelu_mode,
+    traits=_ACT,
+    flops=4 + _T,
+)
+LEAKY_RELU = _unary(
+    "leaky_relu",
+    lambda x, alpha: np.where(x < 0, alpha * x, x),
+    "Return x if x >= 0, else alpha * x.",
+    attrs=(_ALPHA,),
+    traits=_ACT,
+    flops=2,
+)
+ELU = _unary(
+    "elu",
+    lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(x)),
+    "Return x if x > 0, else alpha * (exp(x) - 1).",
+    attrs=(_ALPHA,),
+    traits=_ACT,
+    flops=2 + _T,
+)
+SIGMOID_HARD = _unary(
+    "sigmoid_hard",
+    lambda x, alpha, beta: np.minimum(np.maximum(alpha * x + beta, 0), 1),
+    "Return min(max(alpha * x + beta, 0), 1).",
+    attrs=(_ALPHA, _BETA),
+    traits=_ACT,
+    flops=4,
+)
+SCALED_TANH = _unary(
+    "scaled_tanh",
+    lambda x, alpha, beta: alpha * np.tanh(beta * x),
+    "Return alpha * tanh(beta * x).",
+    attrs=(_ALPHA, _BETA),
+    traits=_ACT,
+    flops=2 + _T,
+)
+LINEAR_ACTIVATION = _unary(
+    "linear_activation",
+    lambda x, alpha, beta: alpha * x + beta,
+    "Return alpha * x + beta.",
+    attrs=(_ALPHA, _BETA),
+    traits=_ACT,
+    flops=2,
+)
+PRELU = _unary(
+    "prelu",
+    lambda x, alpha: np.where(x > 0, x, _channel_vector(alpha, x.ndim) * x),
+    "Return x if x > 0, else alpha[c] * x, with one slope per channel (axis 1).",
+    extra=(
+        (
+            param("alpha", FP, ranks=(1,), const=True, domain="T"),
+            "alpha (const tensor<T, [C]>): one slope per channel; ranks 3 and 5 need equal "
+            "values (coremltools).",
+        ),
+    ),
+    check=_check_prelu,
+    traits=_ACT,
+    flops=2,
+)
+
+# -- binary arithmetic ----------------------------------------------------------------------
+_binary("add", np.add, "Return x + y elementwise, with broadcasting.")
+_binary("sub", np.subtract, "Return x - y elementwise, with broadcasting.")
+_binary("mul", np.multiply, "Return x * y elementwise, with broadcasting.")
+_binary(
+    "real_div",
+    _real_div,
+    "Return x / y elementwise, with broadcasting (integers: truncated toward zero).",
+)
+_binary(
+    "floor_div",
+    np.floor_divide,
+    "Return floor(x / y) elementwise, with broadcasting (NumPy floor_divide).",
+    flops=2,
+)
+_binary(
+    "mod",
+    np.remainder,
+    "Return x - floor(x / y) * y elementwise (sign of y, as NumPy remainder).",
+    flops=4,
+)
+_binary(
+    "pow",
+    _pow,
+    "Return x ** y elementwise, with broadcasting (NaN for x < 0 and fractional y).",
+    flops=1 + 2 * _T,
+)
+_binary("maximum", np.maximum, "Return max(x, y) elementwise; NaN propagates (NumPy).")
+_binary("minimum", np.minimum, "Return min(x, y) elementwise; NaN propagates (NumPy).")
+
+_compare("equal", np.equal, "x == y")
+_compare("not_equal", np.not_equal, "x != y")
+_compare("less", np.less, "x < y")
+_compare("less_equal", np.less_equal, "x <= y")
+_compare("greater", np.greater, "x > y")
+_compare("greater_equal", np.greater_equal, "x >= y")
+_logical("logical_and", np.logical_and, "x AND y")
+_logical("logical_or", np.logical_or, "x OR y")
+_logical("logical_xor", np.logical_xor, "x XOR y")
+
+register(
+    OpDef(
+        name="select",
+        params=(
+            param("cond", BOOL),
+            param("a", SELECTABLE, domain="T"),
+            param("b", SELECTABLE, domain="T"),
+        ),
+        infer=lambda a: TensorType(a.a.dtype, _broadcast_all("select", a, ("cond", "a", "b"))),
+        reference=_quiet(lambda cond, a, b: np.where(cond, a, b)),
+        traits=frozenset({"elementwise"}),
+        doc=_doc(
+            "Return a where cond is true, else b, broadcasting all three (np.where).",
+            [
+                "cond (tensor<bool, [*]>): the choice.",
+                f"a (tensor<T, [*]>): values where cond holds; T in ({_dtypes_text(SELECTABLE)}).",
+                "b (tensor<T, [*]>): values elsewhere.",
+            ],
+            "tensor<T, [*]>: the broadcast shape of cond, a and b.",
+        ),
+    )
+)
+
+# -- iOS17 ----------------------------------------------------------------------------------
+# epsilon, alpha and beta may have a float dtype other than x's (type domain U).
+for _opdef, _names in (
+    (LOG, ("epsilon",)),
+    (RSQRT, ("epsilon",)),
+    (INVERSE, ("epsilon",)),
+    (LEAKY_RELU, ("alpha",)),
+    (ELU, ("alpha",)),
+    (PRELU, ("alpha",)),
+    (SIGMOID_HARD, ("alpha", "beta")),
+    (SCALED_TANH, ("alpha", "beta")),
+    (LINEAR_ACTIVATION, ("alpha", "beta")),
+):
+    _ios17_own_domain(_opdef, _names)
+
+
+def _clip_strict_infer(a: Args) -> TensorType:
+    _check_clip_order(a)
+    return a.x.type
+
+
+register(
+    CLIP.evolve(
+        since="ios17",
+        infer=_clip_strict_infer,
+        doc=CLIP.doc.replace(
+            "(beta wins if alpha > beta; NaN propagates)",
+            "(iOS17: alpha < beta is required; NaN propagates)",
+        ),
+    )
+)

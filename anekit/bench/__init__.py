@@ -1,0 +1,1 @@
+"""The benchmark suite and the programs it measures."""

@@ -1,0 +1,161 @@
+"""The MIL text printer and parser: dialects, literals, procedures, comments, weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anekit import mil
+from anekit.errors import MilTypeError
+from anekit.mil import blob
+
+
+def small_program() -> mil.Program:
+    b = mil.Builder()
+    x = b.input("x", (1, 4), "fp16")
+    w = b.weight("w", np.arange(8, dtype=np.float16).reshape(2, 4))
+    b.output(b.identity(x=x), "y")
+    b.output(w, "w")
+    return b.build()
+
+
+def test_printer_matches_the_documented_dialect() -> None:
+    text = small_program().to_text()
+    lines = text.splitlines()
+    assert lines[0] == "program(1.3)"
+    assert lines[1].startswith('[buildInfo = dict<string, string>({{"coremlc-component-MIL", ')
+    assert lines[3] == "    func main<ios18>(tensor<fp16, [1, 4]> x) {"
+    assert lines[4] == (
+        '        tensor<fp16, [2, 4]> w = const()[name = string("w"), val = tensor<fp16, [2, 4]>'
+        '(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(64)))];'
+    )
+    assert lines[5] == '        tensor<fp16, [1, 4]> y = identity(x = x)[name = string("y")];'
+    assert lines[6] == "    } -> (y, w);"
+    assert lines[7] == "}"
+
+
+def test_legacy_dialect_spells_scalars_as_rank0_tensors() -> None:
+    text = small_program().to_text("legacy")
+    assert text.startswith("program(1.0)\n[buildInfo = dict<tensor<string, []>, tensor<string, []>>(")
+    assert "func main<ios16>(" in text
+    assert 'name = tensor<string, []>("y")' in text
+    assert "offset = tensor<uint64, []>(64)" in text
+    program = mil.parse(text, small_program().weight_files())
+    assert program.version == "1.0" and program.main.opset == "ios16"
+    assert program.to_text("legacy") == text
+
+
+def test_weight_file_is_a_correct_milblob() -> None:
+    files = small_program().weight_files()
+    assert list(files) == ["@model_path/weights/w.bin"]
+    records = blob.read_records(files["@model_path/weights/w.bin"])
+    assert [(r.offset, r.data_offset, r.size) for r in records] == [(64, 128, 16)]
+
+
+def test_literals_hex_floats_inf_nan_and_nested_build_info() -> None:
+    text = """program(1.3)
+[buildInfo = dict<string, dict<string, string>>({{"outer", {{"k", "v"}, {"k2", "v2"}}}})]
+{
+    // a comment line
+
+    func main<ios18>(tensor<fp32, [3]> x) {
+        tensor<fp32, [3]> c = const()[name = string("c"), val = tensor<fp32, [3]>([0x1.8p+1, -inf, nan])];  # trailing
+        tensor<fp32, [2, 2]> m = const()[name = string("m"), val = tensor<fp32, [2, 2]>([[1, 2.5], [3e-1, -4]])];
+        tensor<fp32, [3]> y = identity(x = x)[name = string("y")];
+    } -> (y, c, m);
+}
+"""
+    program = mil.parse(text)
+    assert program.build_info == {"outer": {"k": "v", "k2": "v2"}}
+    c = program.ops[0].outputs[0].const
+    assert c[0] == 3.0 and np.isneginf(c[1]) and np.isnan(c[2])
+    np.testing.assert_array_equal(program.ops[1].outputs[0].const, np.float32([[1, 2.5], [0.3, -4]]))
+    printed = program.to_text()
+    assert "[0x1.8p+1, -inf, nan]" in printed
+    assert mil.parse(printed).to_text() == printed
+
+
+def test_procedures_are_kept_and_main_is_the_default() -> None:
+    text = """program(1.3)
+{
+    func main<ios18>(tensor<fp16, [2]> x) {
+        tensor<fp16, [2]> y = identity(x = x)[name = string("y")];
+    } -> (y);
+    func second<ios17>(tensor<int32, [3]> a) {
+        tensor<int32, [3]> b = identity(x = a)[name = string("b")];
+    } -> (b);
+}
+"""
+    program = mil.parse(text)
+    assert list(program.functions) == ["main", "second"]
+    assert program.functions["second"].opset == "ios17"
+    assert program.main.outputs[0].name == "y"
+    assert mil.parse(program.to_text()).to_text() == program.to_text()
+
+
+def test_multi_blob_file_and_loose_offsets_normalise(tmp_path) -> None:
+    a = np.arange(4, dtype=np.float16)
+    c = np.arange(6, dtype=np.int8)
+    data = blob.write_blob_file([a, c])
+    offsets = blob.layout([a, c])
+    text = f"""program(1.3)
+{{
+    func main<ios18>(tensor<fp16, [4]> x) {{
+        tensor<fp16, [4]> a = const()[name = string("a"), val = tensor<fp16, [4]>(BLOBFILE(path = string("@model_path/weights/weight.bin"), offset = uint64({offsets[0]})))];
+        tensor<int8, [6]> c = const()[name = string("c"), val = tensor<int8, [6]>(BLOBFILE(path = string("@model_path/weights/weight.bin"), offset = uint64({offsets[1]})))];
+        tensor<fp16, [4]> y = identity(x = x)[name = string("y")];
+    }} -> (y, a, c);
+}}
+"""
+    (tmp_path / "weight.bin").write_bytes(data)
+    program = mil.parse(text, tmp_path)
+    assert program.weight_files() == {"@model_path/weights/weight.bin": data}
+    assert program.to_text() == text
+    np.testing.assert_array_equal(program.ops[1].outputs[0].const, c)
+
+
+def test_builder_turns_python_values_into_named_consts() -> None:
+    b = mil.Builder()
+    x = b.input("x", (2, 2), "fp16")
+    k = b.const([1, 2, 3])
+    s = b.const("same")
+    f = b.const(np.float16(0.5))
+    b.output(b.identity(x=x), "y")
+    for v in (k, s, f):
+        b.output(v)
+    program = b.build()
+    assert [v.type for v in program.outputs[1:]] == [
+        mil.TensorType(mil.DType.int32, (3,)),
+        mil.TensorType(mil.DType.string, ()),
+        mil.TensorType(mil.DType.fp16, ()),
+    ]
+
+
+def test_builder_rejects_lossy_and_unknown_values() -> None:
+    b = mil.Builder()
+    with pytest.raises(TypeError, match="float64"):
+        b.weight("w", np.zeros(3))
+    with pytest.raises(ValueError, match="int32"):
+        b.const(np.array([2**40]))
+    with pytest.raises(AttributeError, match="no op 'frobnicate'"):
+        b.frobnicate
+    with pytest.raises(ValueError, match="already used"):
+        b.input("x", (1,))
+        b.input("x", (1,))
+    x = b.program_input = b.input("z", (2,))
+    with pytest.raises(MilTypeError, match="unknown parameter"):
+        b.identity(x=x, bogus=x)
+    with pytest.raises(MilTypeError, match="required parameter is missing"):
+        b.identity()
+
+
+def test_builder_methods_are_listed_for_completion() -> None:
+    assert "identity" in dir(mil.Builder())
+
+
+def test_save_writes_atomically_and_load_round_trips(tmp_path) -> None:
+    program = small_program()
+    out = program.save(tmp_path / "model")
+    assert sorted(p.name for p in out.iterdir()) == ["model.mil", "weights"]
+    assert not [p for p in (out / "weights").iterdir() if p.name.startswith(".")]
+    assert mil.load(out) == program
