@@ -46,6 +46,7 @@ __all__ = [
     "looks_like_flatbuffer",
     "to_plain",
     "render",
+    "walk",
 ]
 
 MAX_DEPTH = 64
@@ -296,6 +297,20 @@ class _Walker:
             raw = self.r.raw(data, count * vec.width, "vector elements")
             w = vec.width
             vec.items = [int.from_bytes(raw[i * w : (i + 1) * w], "little") for i in range(count)]
+
+
+def walk(node, path: str = "root"):
+    """Yield (path, node) for ``node`` and everything under it, paths like root.f2[0].f1."""
+    if isinstance(node, FlatBuffer):
+        yield from walk(node.root, path)
+        return
+    yield path, node
+    if isinstance(node, FbTable):
+        for slot, child in node.fields.items():
+            yield from walk(child, f"{path}.f{slot}")
+    elif isinstance(node, FbVector) and node.kind in ("tables", "strings"):
+        for i, child in enumerate(node.items):
+            yield from walk(child, f"{path}[{i}]")
 
 
 def to_plain(node) -> object:

@@ -38,6 +38,7 @@ __all__ = [
     "parse_tasks",
     "decode_task",
     "encode_task",
+    "fields_at",
 ]
 
 HEADER_WORDS = 10
@@ -126,6 +127,18 @@ class TaskDescriptor:
             words.append(block.header_word)
             words.extend(block.words)
         return b"".join(w.to_bytes(4, "little") for w in words) + bytes(self.padding)
+
+    def locate(self, offset: int) -> tuple[int | str, int] | None:
+        """(block key, data word) of the byte at ``offset`` from this descriptor's start."""
+        if offset < 4 * len(self.header):
+            return HEADER, offset // 4
+        pos = 4 * len(self.header)
+        for block in self.blocks:
+            start = pos + 4
+            if start <= offset < start + 4 * len(block.words):
+                return block.address, (offset - start) // 4
+            pos = start + 4 * len(block.words)
+        return None
 
     def word_groups(self) -> dict[int | str, tuple[int, ...]]:
         """Words by block key ("header" or register address); a repeated block keeps its first."""
@@ -258,3 +271,12 @@ def _with_groups(task: TaskDescriptor, groups: dict[int | str, list[int]]) -> Ta
         seen.add(block.address)
         blocks.append(RegisterBlock(block.header_word, tuple(groups[block.address])))
     return replace(task, header=tuple(groups[HEADER]), blocks=tuple(blocks))
+
+
+def fields_at(
+    task: TaskDescriptor, offset: int, fields: tuple[Field, ...] | None = None
+) -> list[str]:
+    """Names of the fields in the word at ``offset`` from the descriptor's start."""
+    where = task.locate(offset)
+    fields = h13_fields() if fields is None else fields
+    return [f.name for f in fields if where is not None and (f.block, f.word) == where]

@@ -161,7 +161,8 @@ def _float(x: float) -> str:
 # parser
 
 _TOKEN = re.compile(
-    r'"(?:[^"\\\n]|\\.)*"'  # string
+    r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
+    r'|"(?:[^"\\\n]|\\.)*"'  # string
     r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # decimal
     r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
@@ -170,6 +171,9 @@ _TOKEN = re.compile(
     r"|\S"  # any other single character (punctuation, or an error)
 )
 _IDENT = re.compile(r"[A-Za-z_][\w]*\Z")
+_TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>")
+# type token -> type; scalar type names are tokens too
+_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
 _SCALAR_NAMES = {d.value for d in DType}
 
 
@@ -421,7 +425,7 @@ class _Parser:
                 MilTypeError(f"declares {len(declared)} outputs, the op produces {len(types)}", op=op_type),
                 start,
             )
-        line = self.where(start)[0]
+        line = bisect_right(self.line_starts, start)
         outs = []
         for (declared_type, name, index), inferred in zip(declared, types):
             if declared_type != inferred:
@@ -459,6 +463,10 @@ class _Parser:
             if not isinstance(value, Value):
                 raise self.error("a dict cannot be an op argument", self.i - 1)
             return value
+        known = self.env.get(tok)
+        if known is not None:
+            self.i += 1
+            return known
         index = self.i
         return self.use(self.ident("a value name or literal"), index)
 
@@ -477,8 +485,11 @@ class _Parser:
     def type(self) -> TensorType:
         index = self.i
         tok = self.next()
-        if tok in _SCALAR_NAMES:
-            return TensorType(DType(tok), ())
+        cached = _TYPES.get(tok)
+        if cached is not None:
+            return cached
+        if tok.startswith("tensor<"):
+            return self.type_token(tok, index)
         if tok != "tensor":
             raise self.error(f"expected a type, found {tok!r}", index)
         self.expect("<")
@@ -501,6 +512,38 @@ class _Parser:
         self.expect(">")
         return TensorType(dtype, tuple(dims))
 
+    def type_token(self, tok: str, index: int) -> TensorType:
+        """Parse a whole ``tensor<dtype, [dims]>`` token; errors point inside it."""
+        m = _TYPE_PARTS.match(tok)
+        assert m is not None  # the tokenizer only emits tokens of this shape
+        name = m.group("dtype")
+        if name not in _SCALAR_NAMES:
+            raise self.error_in(index, m.start("dtype"), f"unknown dtype {name!r}; expected one of {', '.join(sorted(_SCALAR_NAMES))}")
+        dims: list[int | str] = []
+        body_start = m.start("dims")
+        for d in re.finditer(r"[^\s,]+", m.group("dims")):
+            text = d.group()
+            if _IDENT.match(text):
+                dims.append(text)
+                continue
+            try:
+                value = int(text)
+            except ValueError:
+                raise self.error_in(index, body_start + d.start(), f"expected a dimension (an integer), found {text!r}") from None
+            if value < 0:
+                raise self.error_in(index, body_start + d.start(), f"dimension must be >= 0, found {value}")
+            dims.append(value)
+        t = TensorType(DType(name), tuple(dims))
+        _TYPES[tok] = t
+        return t
+
+    def error_in(self, index: int, offset: int, message: str) -> MilSyntaxError:
+        """A syntax error ``offset`` characters into token ``index``."""
+        line, col = self.where(index)
+        return MilSyntaxError(
+            message, line=line, column=col + offset, source_line=self.lines[line - 1], file=self.file
+        )
+
     def dtype(self) -> DType:
         index = self.i
         tok = self.next()
@@ -522,7 +565,9 @@ class _Parser:
             raise self.error("uint64 literal outside BLOBFILE", index)
         t = self.type()
         self.expect("(")
-        if self.peek() == "BLOBFILE":
+        if t.dtype is DType.string and not t.shape and self.toks[self.i + 1] == ")":
+            value = Value("", t, None, self.element(DType.string))  # names: the common case
+        elif self.peek() == "BLOBFILE":
             value = self.blobfile(t, index)
         else:
             value = self.values(t, index)
@@ -574,7 +619,7 @@ class _Parser:
         index = self.i
         tok = self.next()
         if dtype is DType.string:
-            if not tok.startswith('"'):
+            if len(tok) < 2 or tok[0] != '"' or tok[-1] != '"':
                 raise self.error(f"expected a string literal, found {tok!r}", index)
             return _unquote(tok)
         if dtype is DType.bool:
@@ -626,13 +671,9 @@ class _Parser:
 
     def uint64(self) -> int:
         index = self.i
-        if self.accept("tensor"):
-            self.expect("<")
-            self.expect("uint64")
-            self.expect(",")
-            self.expect("[")
-            self.expect("]")
-            self.expect(">")
+        m = _TYPE_PARTS.match(self.peek())
+        if m and m.group("dtype") == "uint64" and not m.group("dims").strip():
+            self.i += 1  # the legacy spelling tensor<uint64, []>
         else:
             self.expect("uint64")
         self.expect("(")

@@ -1,0 +1,113 @@
+"""Reference-backend runtime: per-call overhead, and a 12-layer transformer forward vs PyTorch.
+
+Targets (issue 3): under 30 us per call for a 3-op program; transformer forward at
+most 1.5x the time of PyTorch CPU fp32 running the same math.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import anekit
+from anekit import mil
+from anekit.bench.programs import TransformerShape, transformer, transformer_weights
+
+
+def per_call_us(kernel, inputs: dict, calls: int = 5000) -> float:
+    """Median over 5 batches of the time per call, in microseconds."""
+    for _ in range(100):
+        kernel(**inputs)
+    batches = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            kernel(**inputs)
+        batches.append((time.perf_counter() - t0) / calls)
+    return float(np.median(batches)) * 1e6
+
+
+def three_op_program() -> mil.Program:
+    b = mil.Builder()
+    x = b.input("x", (1, 16, 1, 16), "fp16")
+    y = b.relu(x=b.mul(x=b.add(x=x, y=1.0), y=0.5))
+    b.output(y, "y")
+    return b.build()
+
+
+def run_buffers_us(kernel, calls: int = 5000) -> float:
+    for _ in range(100):
+        kernel.run()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        kernel.run()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def torch_forward(shape: TransformerShape, weights, x: np.ndarray):
+    """The same decoder stack in PyTorch fp32 (seq-major layout, the natural one for torch)."""
+    import torch
+
+    tw = [{k: torch.from_numpy(v.astype(np.float32)) for k, v in w.items()} for w in weights]
+    h0 = torch.from_numpy(x.astype(np.float32)).reshape(shape.dim, shape.seq).T.contiguous()
+    mask = torch.triu(torch.full((shape.seq, shape.seq), -1e4), diagonal=1)
+
+    def rms(h, g):
+        return h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5) * g
+
+    def heads(t):
+        return t.reshape(shape.seq, shape.heads, shape.head_dim).transpose(0, 1)
+
+    def forward():
+        h = h0
+        for w in tw:
+            n = rms(h, w["g1"])
+            q, k, v = heads(n @ w["wq"].T), heads(n @ w["wk"].T), heads(n @ w["wv"].T)
+            s = q @ k.transpose(-1, -2) / shape.head_dim**0.5 + mask
+            o = (torch.softmax(s, -1) @ v).transpose(0, 1).reshape(shape.seq, shape.dim)
+            h = h + o @ w["wo"].T
+            n = rms(h, w["g2"])
+            h = h + (torch.nn.functional.silu(n @ w["w1"].T) * (n @ w["w3"].T)) @ w["w2"].T
+        return h
+
+    return torch, forward
+
+
+def median_time(fn, repeat: int = 20) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def main() -> None:
+    x16 = np.random.default_rng(0).standard_normal((1, 16, 1, 16)).astype(np.float16)
+    with anekit.compile(three_op_program(), backend="reference") as k:
+        print(f"3-op program, k(**inputs):       {per_call_us(k, {'x': x16}):7.1f} us per call")
+        k.input_buffer("x")[:] = x16
+        print(f"3-op program, buffers + k.run(): {run_buffers_us(k):7.1f} us per call")
+
+    shape = TransformerShape()
+    x = np.random.default_rng(1).standard_normal((1, shape.dim, 1, shape.seq)).astype(np.float16)
+    with anekit.compile(transformer(shape), backend="reference") as k:
+        ours = median_time(lambda: k(x=x))
+        ours_out = k(x=x)["y"]
+    torch, forward = torch_forward(shape, transformer_weights(shape), x)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    with torch.no_grad():
+        theirs = median_time(forward)
+        ref = forward().T.reshape(1, shape.dim, 1, shape.seq).numpy()
+    err = float(np.max(np.abs(ours_out.astype(np.float32) - ref)) / np.max(np.abs(ref)))
+    print(
+        f"12-layer transformer (dim {shape.dim}, seq {shape.seq}): anekit reference {ours * 1e3:.2f} ms, "
+        f"PyTorch fp32 {theirs * 1e3:.2f} ms, ratio {ours / theirs:.2f}x (target <= 1.5x); "
+        f"max relative difference {err:.2e} (fp16 storage vs fp32)"
+    )
+
+
+if __name__ == "__main__":
+    main()
