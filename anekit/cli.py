@@ -16,7 +16,10 @@ from anekit.errors import AnekitError
 COMMANDS: dict[str, tuple[str, str]] = {
     "fmt": ("anekit.mil.command", "parse MIL text and print it normalised"),
     "demo": ("anekit.demo", "run the main demo on the best available backend"),
-    "inspect": ("anekit.inspect.command", "read compiled ANE binaries (hwx, E5), weight.bin and the compile cache"),
+    "inspect": (
+        "anekit.inspect.command",
+        "read compiled ANE binaries (hwx, E5), weight.bin and the compile cache",
+    ),
     "run": ("anekit.backends.command", "run a MIL program on a backend and summarise its outputs"),
 }
 

@@ -185,7 +185,7 @@ def test_missing_weight_file_is_a_weight_error(tmp_path) -> None:
     program = mil.parse(text, {"@model_path/weights/w.bin": good})
     assert program.ops[0].outputs[0].const.tolist() == [4, 1]
     wrong = blob.write_blob_file([np.array([4, 1, 7], dtype=np.int32)])
-    with pytest.raises(WeightFileError, match="MIL line 5"):
+    with pytest.raises(WeightFileError, match="BLOBFILE at <mil>:5"):
         mil.parse(text, {"@model_path/weights/w.bin": wrong})
 
 

@@ -39,7 +39,8 @@ def _storage(dtype: DType) -> Callable[[Any], np.ndarray]:
 
         def to_fp16(r: Any) -> np.ndarray:
             with np.errstate(over="ignore", invalid="ignore"):
-                return np.asarray(r, dtype=np.float32).astype(np.float16).astype(np.float32)
+                # straight to fp16: a float64 result rounded via fp32 would round twice
+                return np.asarray(r).astype(np.float16).astype(np.float32)
 
         return to_fp16
     if dtype is DType.string:

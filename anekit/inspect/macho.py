@@ -59,6 +59,7 @@ class Section:
     nreloc: int
     flags: int
     index: int  # 1-based, as symbols' n_sect count
+    header: int  # file offset of this section's header
 
     @property
     def kind(self) -> int:
@@ -231,6 +232,7 @@ def _segment(r: ByteReader, c: LoadCommand, first_index: int) -> Segment:
                 nreloc=r.u32(at + 60),
                 flags=r.u32(at + 64),
                 index=first_index + i,
+                header=at,
             )
         )
     return Segment(
@@ -242,7 +244,10 @@ def find_section(r: ByteReader, sections: list[Section], segment: str, name: str
     for section in sections:
         if section.segment == segment and section.name == name:
             if not section.offset and section.size:
-                raise r.error(f"section {segment},{name} has no bytes in the file", 0)
+                raise r.error(
+                    f"section {segment},{name} has no bytes in the file (offset 0)",
+                    section.header + 48,
+                )
             return section
     raise r.error(f"expected a {segment},{name} section; found none", HEADER_SIZE)
 

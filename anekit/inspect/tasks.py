@@ -116,10 +116,6 @@ class TaskDescriptor:
         """Bytes up to the end of the last block (without padding)."""
         return 4 * (len(self.header) + sum(1 + len(b.words) for b in self.blocks))
 
-    @property
-    def next_pointer(self) -> int:
-        return self.header[NEXT_POINTER_WORD]
-
     def to_bytes(self) -> bytes:
         """Serialise exactly as stored, padding included."""
         words = list(self.header)
@@ -133,10 +129,13 @@ class TaskDescriptor:
         if offset < 4 * len(self.header):
             return HEADER, offset // 4
         pos = 4 * len(self.header)
+        seen: set[int] = set()
         for block in self.blocks:
             start = pos + 4
             if start <= offset < start + 4 * len(block.words):
-                return block.address, (offset - start) // 4
+                # Fields decode from the first block of an address; a repeat has none.
+                return None if block.address in seen else (block.address, (offset - start) // 4)
+            seen.add(block.address)
             pos = start + 4 * len(block.words)
         return None
 

@@ -100,8 +100,9 @@ class Builder:
         opdef = registry.get(op_type, self.opset)
         base = self._unique(name or op_type)
         given = {k: v for k, v in params.items() if v is not None}
-        values = {k: v for k, v in given.items() if _is_values(v)}
-        partial = Args(opdef, {k: _tuple(v) if opdef.by_name.get(k) and opdef.by_name[k].variadic else v for k, v in values.items()})
+        # Arguments already typed (Values, typed NumPy arrays) fix the dtype of the
+        # Python numbers that share their type domain.
+        partial = Args(opdef, {k: _tuple(v) for k, v in given.items()})
         inputs: dict[str, Any] = {}
         for key, raw in given.items():
             p = opdef.by_name.get(key)
@@ -188,12 +189,6 @@ class Builder:
         while f"{WEIGHTS_PREFIX}{candidate}.bin" in used:
             candidate, i = f"{stem}_{i}", i + 1
         return candidate
-
-
-def _is_values(v: Any) -> bool:
-    if isinstance(v, Value):
-        return True
-    return isinstance(v, (list, tuple)) and bool(v) and all(isinstance(x, Value) for x in v)
 
 
 def _tuple(v: Any) -> Any:

@@ -231,6 +231,8 @@ def literal_value(raw: Any, p: Param, args: Args | None = None) -> Value:
     if isinstance(raw, str):
         return Value("", TensorType(DType.string, ()), None, raw)
     arr = np.asarray(raw)
+    if _is_typed(raw):
+        return Value("", TensorType(dtype_of(arr.dtype), tuple(arr.shape)), None, arr)
     dtype = _choose_dtype(arr, p, args)
     converted = arr.astype(dtype.numpy)
     if arr.dtype.kind in "iub" and dtype.is_int and not np.array_equal(converted, arr):
@@ -238,6 +240,15 @@ def literal_value(raw: Any, p: Param, args: Args | None = None) -> Value:
     if arr.dtype.kind == "f" and dtype.is_int:
         raise MilTypeError(f"expected an integer value, found {raw!r}", param=p.name)
     return Value("", TensorType(dtype, tuple(arr.shape)), None, converted)
+
+
+def _is_typed(raw: Any) -> bool:
+    """A NumPy value whose dtype MIL can hold keeps it: converting it could lose data."""
+    return (
+        isinstance(raw, (np.ndarray, np.generic))
+        and raw.dtype not in (np.float64, np.int64)
+        and raw.dtype.kind in "fiub"
+    )
 
 
 def _choose_dtype(arr: np.ndarray, p: Param, args: Args | None) -> DType:
@@ -258,7 +269,7 @@ def _choose_dtype(arr: np.ndarray, p: Param, args: Args | None) -> DType:
     if arr.dtype.kind in "iu":
         if arr.dtype.itemsize < 8 and (allowed is None or dtype_of(arr.dtype) in allowed):
             return dtype_of(arr.dtype)
-        for candidate in (DType.int32, DType.int16, DType.uint8, DType.int8, DType.fp16):
+        for candidate in (DType.int32, DType.uint32, DType.int16, DType.uint8, DType.int8, DType.fp16):
             if allowed is None or candidate in allowed:
                 return candidate
     raise MilTypeError(
@@ -275,7 +286,9 @@ def _domain_dtype(p: Param, args: Args | None) -> DType | None:
         if other.domain != p.domain or other.name == p.name:
             continue
         given = args.given.get(other.name)
-        first = given[0] if isinstance(given, tuple) and given else given
+        first = given[0] if isinstance(given, (tuple, list)) and given else given
         if isinstance(first, Value) and first.type.dtype is not DType.string:
             return first.type.dtype
+        if _is_typed(first):
+            return dtype_of(first.dtype)
     return None

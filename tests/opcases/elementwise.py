@@ -254,6 +254,13 @@ ACTIVATIONS = [
         torch64(lambda t, x: t.nn.functional.leaky_relu(x, 0.1)),
         params={"alpha": 0.1},
     ),
+    unary(
+        "leaky_relu",
+        torch64(lambda t, x: t.nn.functional.leaky_relu(x, 0.375)),
+        "fp32",
+        dtype="fp32",
+        params={"alpha": 0.375},
+    ),
     unary("elu", torch64(lambda t, x: t.nn.functional.elu(x, 1.0)), params={"alpha": 1.0}),
     unary(
         "elu",

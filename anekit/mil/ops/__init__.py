@@ -5,6 +5,7 @@ from anekit.mil.ops import (  # noqa: F401  (each module registers its ops on im
     conv,
     core,
     elementwise,
+    indexing,
     linear,
     norm,
     pool,
@@ -12,6 +13,7 @@ from anekit.mil.ops import (  # noqa: F401  (each module registers its ops on im
     reduction,
     registry,
     shape,
+    spatial,
 )
 
 __all__ = ["registry"]

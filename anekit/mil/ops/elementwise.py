@@ -119,9 +119,8 @@ def _doc(summary: str, args: list[str], returns: str) -> str:
 
 def _scalar(name: str, dtypes: frozenset[DType], default: Any = _REQUIRED) -> Param:
     """A const scalar parameter in ``x``'s type domain (alpha, beta, epsilon)."""
-    if default is _REQUIRED:
-        return param(name, dtypes, ranks=(0,), const=True, domain="T")
-    return param(name, dtypes, ranks=(0,), const=True, domain="T", default=default)
+    optional = {} if default is _REQUIRED else {"default": default}
+    return param(name, dtypes, ranks=(0,), const=True, domain="T", **optional)
 
 
 def _x_dtype_default(value: float) -> Callable[[Args], np.ndarray]:
@@ -178,13 +177,14 @@ def _unary(
 def _broadcast_all(op: str, a: Args, names: tuple[str, ...]) -> tuple:
     """NumPy broadcast of several parameters; the error names the first one that does not fit."""
 
-    def step(shape_and_name: tuple[tuple, str], name: str) -> tuple[tuple, str]:
-        shape, first = shape_and_name
+    def step(so_far: tuple[tuple, str], name: str) -> tuple[tuple, str]:
+        shape, names_so_far = so_far
         other = getattr(a, name).type
         try:
-            return broadcast(op, TensorType(other.dtype, shape), other, (first, name)), first
+            joint = broadcast(op, TensorType(other.dtype, shape), other, (names_so_far, name))
         except MilTypeError as e:
             raise MilTypeError(e.message, op=op, param=name) from None
+        return joint, f"{names_so_far}, {name}"
 
     return reduce(step, names[1:], (getattr(a, names[0]).shape, names[0]))[0]
 
@@ -210,7 +210,7 @@ def _binary(
             name=name,
             params=(param("x", dtypes, domain="T"), param("y", dtypes, domain="T")),
             infer=infer,
-            reference=_quiet(lambda x, y: fn(x, y)),
+            reference=_quiet(lambda x, y: fn(x, y)),  # ufuncs take no x=/y= keywords
             traits=frozenset({"elementwise", "binary", *traits}),
             flops_per_element=flops,
             doc=_doc(
@@ -252,7 +252,8 @@ def _ios17_own_domain(opdef: OpDef, names: tuple[str, ...]) -> OpDef:
         dataclasses.replace(p, domain="U", dtypes=FP) if p.name in names else p
         for p in opdef.params
     )
-    doc = opdef.doc.replace("(const T)", "(const U; U in fp16, fp32)")
+    note = f"iOS17: {', '.join(names)} may be fp16 or fp32 whatever x's dtype (type domain U)."
+    doc = opdef.doc.replace("\n\nArgs:", f"\n\n{note}\n\nArgs:", 1)
     return register(opdef.evolve(since="ios17", params=params, doc=doc))
 
 
@@ -304,7 +305,7 @@ for _name, _fn, _summary, _flops in (
     ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T),
     ("erf", _erf, "Return the Gauss error function erf(x).", _T),
     ("tanh", np.tanh, "Return tanh(x).", _T),
-):
+):  # the lambda passes x positionally: ufuncs take no x= keyword
     _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops)
 
 for _name, _fn, _summary, _flops in (
@@ -351,7 +352,13 @@ _unary(
     dtypes=FP_I32,
     attrs=(("alpha", "lower bound.", _REQUIRED),),
 )
-_unary("logical_not", np.logical_not, "Return NOT x.", dtypes=BOOL, traits=("unary", "logical"))
+_unary(
+    "logical_not",
+    lambda x: np.logical_not(x),
+    "Return NOT x.",
+    dtypes=BOOL,
+    traits=("unary", "logical"),
+)
 
 # -- activations ----------------------------------------------------------------------------
 _ACT = ("unary", "activation")

@@ -1,5 +1,4 @@
-"""Normalisations: ``layer_norm``, ``batch_norm``, ``instance_norm``, ``l2_norm``,
-``local_response_norm``.
+"""Normalisations: layer_norm, batch_norm, instance_norm, l2_norm, local_response_norm.
 
 Parameter names, defaults, dtype domains and shape rules follow coremltools'
 op definitions (coremltools/converters/mil/mil/ops/defs/iOS15/normalization.py;
@@ -11,11 +10,22 @@ variance inside the square root.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
-from anekit.mil.ops.common import FP, INT32, axes_indices, numel, require
-from anekit.mil.ops.registry import Args, Cost, CostFn, OpDef, Param, param, register
+from anekit.mil.ops.common import FP, INT32, axes_indices, require
+from anekit.mil.ops.registry import (
+    Args,
+    Cost,
+    CostFn,
+    InferFn,
+    OpDef,
+    Param,
+    elementwise_cost,
+    param,
+    register,
+)
 from anekit.mil.types import TensorType
 
 # -- shared helpers --------------------------------------------------------------------------
@@ -25,7 +35,7 @@ def _x_param(ranks: tuple[int, ...] | None = None) -> Param:
     return param("x", FP, ranks=ranks, domain="T")
 
 
-def _const_param(name: str, *, ranks: tuple[int, ...] | None = (1,), **kw) -> Param:
+def _const_param(name: str, *, ranks: tuple[int, ...] | None = (1,), **kw: Any) -> Param:
     """A const float parameter sharing x's dtype (domain T; its own domain U from iOS17)."""
     return param(name, FP, ranks=ranks, const=True, domain="T", **kw)
 
@@ -35,13 +45,8 @@ def _epsilon(default: float) -> Param:
 
 
 def _per_element(flops: float) -> CostFn:
-    """Cost of ``flops`` operations per element of ``x``; every argument read once."""
-
-    def cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
-        written = sum(t.nbytes or 0 for t in outs)
-        return Cost(flops * numel(a.x.shape), a.input_bytes(), written)
-
-    return cost
+    """Cost of ``flops`` operations per element (the output has as many as ``x``)."""
+    return lambda a, outs: elementwise_cost(a, outs, flops)
 
 
 def _register_with_ios17_domain(opdef: OpDef) -> None:
@@ -78,7 +83,7 @@ def _require_rank_at_least(a: Args, rank: int) -> None:
     )
 
 
-def _infer_channel_params(names: tuple[str, ...]):
+def _infer_channel_params(names: tuple[str, ...]) -> InferFn:
     """Infer for ops whose ``names`` parameters are per-channel vectors of length x.shape[1]."""
 
     def infer(a: Args) -> TensorType:
@@ -122,7 +127,13 @@ def _infer_layer_norm(a: Args) -> TensorType:
     return a.x.type
 
 
-def _layer_norm(x, axes, epsilon, gamma=None, beta=None) -> np.ndarray:
+def _layer_norm(
+    x: np.ndarray,
+    axes: np.ndarray,
+    epsilon: np.ndarray,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+) -> np.ndarray:
     ax = tuple(sorted(int(v) % x.ndim for v in np.ravel(axes)))
     shape = [d if i in ax else 1 for i, d in enumerate(x.shape)]
     return _scale_shift(_normalize(x, ax, epsilon), shape, gamma, beta)
@@ -169,7 +180,14 @@ _register_with_ios17_domain(
 # -- batch_norm ----------------------------------------------------------------------------------
 
 
-def _batch_norm(x, mean, variance, epsilon, gamma=None, beta=None) -> np.ndarray:
+def _batch_norm(
+    x: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    epsilon: np.ndarray,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+) -> np.ndarray:
     shape = _channel_shape(x)
     y = (x - np.reshape(mean, shape)) / np.sqrt(np.reshape(variance, shape) + epsilon)
     return _scale_shift(y, shape, gamma, beta)
@@ -210,7 +228,12 @@ _register_with_ios17_domain(
 # -- instance_norm -------------------------------------------------------------------------------
 
 
-def _instance_norm(x, epsilon, gamma=None, beta=None) -> np.ndarray:
+def _instance_norm(
+    x: np.ndarray,
+    epsilon: np.ndarray,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+) -> np.ndarray:
     y = _normalize(x, tuple(range(2, x.ndim)), epsilon)
     return _scale_shift(y, _channel_shape(x), gamma, beta)
 
@@ -254,7 +277,7 @@ def _infer_l2_norm(a: Args) -> TensorType:
     return a.x.type
 
 
-def _l2_norm(x, epsilon) -> np.ndarray:
+def _l2_norm(x: np.ndarray, epsilon: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.sum(np.square(x), axis=(-3, -2, -1), keepdims=True) + epsilon)
 
 
@@ -290,14 +313,17 @@ def _infer_local_response_norm(a: Args) -> TensorType:
     return a.x.type
 
 
-def _local_response_norm(x, size, alpha, beta, k) -> np.ndarray:
-    # Channel c sums squares over channels [c - size // 2, c + (size - 1) // 2], zero padded;
-    # the same window as torch.nn.LocalResponseNorm, which coremltools tests this op against.
-    n, channels = int(size), x.shape[1]
+def _local_response_norm(
+    x: np.ndarray, size: np.ndarray, alpha: np.ndarray, beta: np.ndarray, k: np.ndarray
+) -> np.ndarray:
+    # Channels are axis -3 (the NeuralNetwork LRN layer's convention; coremltools' rank-3 smoke
+    # test values agree). Channel c sums squares over channels [c - size // 2, c + (size - 1) // 2],
+    # zero padded: the window Apple documents for MPSCNNCrossChannelNormalization.
+    n, channels = int(size), x.shape[-3]
     pad = [(0, 0)] * x.ndim
-    pad[1] = (n // 2, (n - 1) // 2)
+    pad[-3] = (n // 2, (n - 1) // 2)
     padded = np.pad(np.square(x), pad)
-    window = sum(padded[:, i : i + channels] for i in range(n))
+    window = sum(padded[..., i : i + channels, :, :] for i in range(n))
     return x / np.power(k + alpha / n * window, beta)
 
 
@@ -324,17 +350,17 @@ _register_with_ios17_domain(
         traits=frozenset({"norm"}),
         doc="""``x / (k + alpha / size * sum(x**2 over neighbouring channels)) ** beta``.
 
-        Channel c sums over channels ``c - size // 2`` to ``c + (size - 1) // 2`` (axis 1),
-        missing channels counting as zero.
+        Channels are axis -3; axes before it are batch axes. Channel c sums over channels
+        ``c - size // 2`` to ``c + (size - 1) // 2``, missing channels counting as zero.
 
         Args:
-            x (tensor<T, [n, C, *D]>): rank 3 to 5; T is fp16 or fp32.
+            x (tensor<T, [*B, C, H, W]>): rank 3 to 5; T is fp16 or fp32.
             size (const int32): the number of channels in the window, >= 1.
             alpha (const T): scale. Default: 1e-4.
             beta (const T): exponent. Default: 0.75.
             k (const T): additive term. Default: 1.0.
         Returns:
-            tensor<T, [n, C, *D]>: same shape as ``x``.
+            tensor<T, [*B, C, H, W]>: same shape as ``x``.
         """,
     )
 )

@@ -1,1 +1,336 @@
-"""(being written)"""
+"""Pooling (avg_pool, max_pool, l2_pool) and upsampling (nearest neighbor, bilinear).
+
+Parameter names, defaults and shape rules follow coremltools' ``iOS15/pool.py``,
+``iOS15/image_resizing.py`` and ``iOS16/image_resizing.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from anekit.mil.ops.common import BOOL, FP, INT32, STRING, numel, require
+from anekit.mil.ops.conv import (
+    PAD_TYPES,
+    PAD_TYPES_IOS15,
+    flops_cost,
+    int_vector,
+    per_spatial_dim,
+    spatial_out,
+    spatial_pads,
+    window_out,
+    window_view,
+)
+from anekit.mil.ops.registry import Args, OpDef, Param, const_ints, param, register
+from anekit.mil.types import DType, TensorType
+
+SCALE_DTYPES = frozenset({DType.fp32, DType.int32})
+# bilinear: two 1-D interpolations a + t * (b - a) per output element
+BILINEAR_FLOPS_PER_ELEMENT = 6.0
+
+
+# -- pooling -------------------------------------------------------------------------------
+def _pool_infer(
+    op: str, pad_types: Sequence[str], max_spatial: int
+) -> Callable[[Args], TensorType]:
+    def infer(a: Args) -> TensorType:
+        x = a.x
+        nsp = x.rank - 2
+        require(
+            nsp <= max_spatial,
+            op,
+            "x",
+            f"expected at most {max_spatial} spatial dims (rank {max_spatial + 2}), "
+            f"found {list(x.shape)}",
+        )
+        kernel = int_vector(op, a, "kernel_sizes", nsp, 1)
+        ceil_mode = bool(a.value("ceil_mode"))
+        if ceil_mode:  # coremltools' restrictions (iOS15/pool.py)
+            require(nsp <= 2, op, "ceil_mode", f"needs 1 or 2 spatial dims, found {nsp}")
+            require(
+                a.value("pad_type") != "same", op, "ceil_mode", "must be false with pad_type same"
+            )
+            pad = const_ints(a.value("pad"))
+            require(
+                pad[0::2] == pad[1::2],
+                op,
+                "pad",
+                f"ceil_mode needs symmetric padding (before == after), found {pad}",
+            )
+        out = window_out(op, a, kernel, [1] * nsp, pad_types, ceil_mode)
+        return TensorType(x.dtype, (*x.shape[:2], *out))
+
+    return infer
+
+
+def _pool_windows(
+    x: np.ndarray, kernel_sizes, pad_type: str, strides, pad, ceil_mode, fill: float
+) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
+    """Every pooling window of x ([N, C, *out, *kernel]), the pads and the output sizes."""
+    kernel, strides = const_ints(kernel_sizes), const_ints(strides)
+    unit = [1] * len(kernel)
+    pads = spatial_pads(pad_type, x.shape[2:], kernel, strides, unit, const_ints(pad))
+    out = spatial_out(x.shape[2:], pads, kernel, strides, unit, bool(ceil_mode))
+    return window_view(x, pads, out, kernel, strides, unit, fill), pads, out
+
+
+def _taps(kernel_sizes) -> tuple[int, ...]:
+    """The trailing window axes of a [N, C, *out, *kernel] view."""
+    return tuple(range(-len(const_ints(kernel_sizes)), 0))
+
+
+def _avg_pool_reference(
+    x, kernel_sizes, pad_type, strides, pad, ceil_mode=False, exclude_padding_from_average=False
+):
+    windows, pads, out = _pool_windows(x, kernel_sizes, pad_type, strides, pad, ceil_mode, 0.0)
+    total = windows.sum(axis=_taps(kernel_sizes), dtype=np.float32)
+    # The divisor counts the window positions inside the input, plus its padding unless
+    # excluded; positions of the ceil_mode overhang never count (as torch's avg_pool2d).
+    region = np.ones((1, 1, *x.shape[2:]), dtype=np.float32)
+    if not bool(exclude_padding_from_average):
+        region = np.pad(region, [(0, 0), (0, 0), *pads], constant_values=1.0)
+        pads = [(0, 0)] * len(pads)
+    kernel, strides = const_ints(kernel_sizes), const_ints(strides)
+    counted = window_view(region, pads, out, kernel, strides, [1] * len(kernel), 0.0)
+    return total / counted.sum(axis=_taps(kernel_sizes))
+
+
+def _max_pool_reference(x, kernel_sizes, pad_type, strides, pad, ceil_mode=False):
+    windows, _, _ = _pool_windows(x, kernel_sizes, pad_type, strides, pad, ceil_mode, -np.inf)
+    return windows.max(axis=_taps(kernel_sizes))
+
+
+def _l2_pool_reference(x, kernel_sizes, pad_type, strides, pad, ceil_mode=False):
+    squares = np.square(x, dtype=np.float32)
+    windows, _, _ = _pool_windows(squares, kernel_sizes, pad_type, strides, pad, ceil_mode, 0.0)
+    return np.sqrt(windows.sum(axis=_taps(kernel_sizes), dtype=np.float32))
+
+
+_POOL_PARAMS = (
+    param("kernel_sizes", INT32, ranks=(1,), const=True),
+    param("strides", INT32, ranks=(1,), const=True, default=per_spatial_dim(1)),
+    param("pad_type", STRING, ranks=(0,), const=True),
+    param("pad", INT32, ranks=(1,), const=True, default=per_spatial_dim(0, 2)),
+    param("ceil_mode", BOOL, ranks=(0,), const=True, default=False),
+)
+
+_POOL_ARGS_DOC = """
+    kernel_sizes (const tensor<int32, [S]>): window size per spatial dim.
+    strides (const tensor<int32, [S]>): Default: all 1.
+    pad_type (const string): valid, same (odd extra padding after), custom (use ``pad``)
+        or same_lower (odd extra before; iOS16+). Required.
+    pad (const tensor<int32, [2S]>): before/after padding per spatial dim (custom). Default: 0.
+    ceil_mode (const bool): round the output size up, as PyTorch; 1 or 2 spatial dims,
+        symmetric padding, not with pad_type same. Default: false."""
+
+_POOL_RETURNS_DOC = """
+Returns:
+    tensor<T, [N, C, *D_out]>: ``D_out[i] = floor((D_in[i] + pad_before + pad_after
+    - kernel_sizes[i]) / strides[i]) + 1``; ceil_mode rounds up, then drops a last window
+    that would start in the trailing padding.
+"""
+
+
+def _pool(
+    name: str,
+    summary: str,
+    reference: Callable[..., np.ndarray],
+    max_spatial: int,
+    extra: tuple[Param, ...] = (),
+    extra_doc: str = "",
+) -> None:
+    """Register a pooling op for iOS15 and its iOS16 version (which accepts same_lower)."""
+    ranks = tuple(range(3, max_spatial + 3))
+    doc = (
+        f"{summary}\n\nArgs:\n    x (tensor<T, [N, C, *D_in]>): rank {ranks[0]} to {ranks[-1]}."
+        f"{_POOL_ARGS_DOC}{extra_doc}\n{_POOL_RETURNS_DOC}"
+    )
+    first = register(
+        OpDef(
+            name=name,
+            params=(param("x", FP, ranks=ranks, domain="T"), *extra, *_POOL_PARAMS),
+            infer=_pool_infer(name, PAD_TYPES_IOS15, max_spatial),
+            reference=reference,
+            # one operation per window position of every output element
+            cost=flops_cost(
+                lambda a, outs: (
+                    (outs[0].numel or 0) * numel(tuple(const_ints(a.value("kernel_sizes"))))
+                )
+            ),
+            traits=frozenset({"pool"}),
+            doc=doc,
+        )
+    )
+    register(
+        first.evolve(
+            since="ios16",
+            infer=_pool_infer(name, PAD_TYPES, max_spatial),
+            doc=doc + "\niOS16: accepts pad_type same_lower.\n",
+        )
+    )
+
+
+_pool(
+    "avg_pool",
+    "Average of each window.",
+    _avg_pool_reference,
+    3,
+    (param("exclude_padding_from_average", BOOL, ranks=(0,), const=True, default=False),),
+    "\n    exclude_padding_from_average (const bool): divide by the count of input positions "
+    "only\n        (padding excluded). Default: false.",
+)
+_pool("max_pool", "Maximum of each window (padding never wins).", _max_pool_reference, 3)
+_pool("l2_pool", "Square root of the sum of squares of each window.", _l2_pool_reference, 2)
+
+
+# -- upsampling ----------------------------------------------------------------------------
+def _out_size(size: int, scale) -> int:
+    """floor(scale * size) computed in the scale's own dtype, as coremltools does."""
+    scale = np.asarray(scale)
+    return int(np.floor(scale * scale.dtype.type(size)))
+
+
+def _scaled_size(op: str, a: Args, name: str, size: int) -> int:
+    scale = a.value(name)
+    require(bool(scale > 0), op, name, f"expected a positive scale, found {scale}")
+    out = _out_size(size, scale)
+    require(out > 0, op, name, f"scale {scale} gives an empty output for size {size}")
+    return out
+
+
+def _upsample_infer(op: str) -> Callable[[Args], TensorType]:
+    def infer(a: Args) -> TensorType:
+        x = a.x
+        require(x.rank >= 3, op, "x", f"expected rank >= 3, found {list(x.shape)}")
+        height = _scaled_size(op, a, "scale_factor_height", x.shape[-2])
+        width = _scaled_size(op, a, "scale_factor_width", x.shape[-1])
+        return TensorType(x.dtype, (*x.shape[:-2], height, width))
+
+    return infer
+
+
+def _bilinear_infer_ios16(a: Args) -> TensorType:
+    half = a.value("half_pixel_centers")
+    require(
+        not (bool(a.value("align_corners")) and half is not None and bool(half)),
+        "upsample_bilinear",
+        "half_pixel_centers",
+        "align_corners and half_pixel_centers cannot both be true",
+    )
+    return _upsample_infer("upsample_bilinear")(a)
+
+
+def _nearest_reference(x, scale_factor_height, scale_factor_width):
+    # source index floor(dst / scale), as torch's nearest with a given scale factor
+    for axis, scale in ((-2, scale_factor_height), (-1, scale_factor_width)):
+        size = x.shape[axis]
+        src = np.floor(np.arange(_out_size(size, scale)) / float(scale)).astype(np.int64)
+        x = np.take(x, np.minimum(src, size - 1), axis=axis)
+    return x
+
+
+def _bilinear_sources(size: int, out: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
+    """Source coordinate of each output position (coremltools' grid, scale from the sizes)."""
+    i = np.arange(out, dtype=np.float64)
+    if align_corners:
+        src = i * ((size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+    elif half_pixel:
+        src = (i + 0.5) * (size / out) - 0.5
+    else:
+        src = i * (size / out)
+    return np.clip(src, 0, size - 1)
+
+
+def _bilinear_reference(
+    x, scale_factor_height, scale_factor_width, align_corners=True, half_pixel_centers=None
+):
+    align = bool(align_corners)
+    half = not align if half_pixel_centers is None else bool(half_pixel_centers)
+    x = np.asarray(x, dtype=np.float32)
+    for axis, scale in ((-2, scale_factor_height), (-1, scale_factor_width)):
+        size = x.shape[axis]
+        src = _bilinear_sources(size, _out_size(size, scale), align, half)
+        lo = np.floor(src).astype(np.int64)
+        hi = np.minimum(lo + 1, size - 1)
+        frac = (src - lo).astype(np.float32).reshape((-1,) + (1,) * (-axis - 1))
+        a, b = np.take(x, lo, axis=axis), np.take(x, hi, axis=axis)
+        x = a + (b - a) * frac
+    return x
+
+
+_SCALE_PARAMS = (
+    param("scale_factor_height", SCALE_DTYPES, ranks=(0,), const=True, default=1, domain="U"),
+    param("scale_factor_width", SCALE_DTYPES, ranks=(0,), const=True, default=1, domain="U"),
+)
+_SCALE_DOC = """
+    scale_factor_height (const U): scale of dim -2, int32 or fp32 (fractional). Default: 1.
+    scale_factor_width (const U): scale of dim -1, same dtype as the height's. Default: 1."""
+
+
+def _upsample_cost(per_element: float):
+    return flops_cost(lambda a, outs: per_element * (outs[0].numel or 0))
+
+
+register(
+    OpDef(
+        name="upsample_nearest_neighbor",
+        params=(param("x", FP, domain="T"), *_SCALE_PARAMS),
+        infer=_upsample_infer("upsample_nearest_neighbor"),
+        reference=_nearest_reference,
+        cost=_upsample_cost(0.0),
+        traits=frozenset({"data_movement"}),
+        doc=f"""Upsample the last two dims by repeating the nearest input element.
+
+Args:
+    x (tensor<T, [*D, H1, W1]>): rank >= 3.{_SCALE_DOC}
+Returns:
+    tensor<T, [*D, H2, W2]>: ``H2 = floor(H1 * scale_factor_height)``, likewise W2; output
+    position i reads input ``min(floor(i / scale), size - 1)``.
+""",
+    )
+)
+
+_BILINEAR_DOC = f"""Upsample the last two dims by bilinear interpolation.
+
+The sampling grid uses the ratio of the input and output sizes (torch's
+``recompute_scale_factor=True``), clamped to the input.
+
+Args:
+    x (tensor<T, [*D, H1, W1]>): rank >= 3.{_SCALE_DOC}
+    align_corners (const bool): true: ``src = i * (in - 1) / (out - 1)``; false:
+        ``src = (i + 0.5) * in / out - 0.5``. Default: true.
+Returns:
+    tensor<T, [*D, H2, W2]>: ``H2 = floor(H1 * scale_factor_height)``, likewise W2.
+"""
+
+_bilinear_ios15 = register(
+    OpDef(
+        name="upsample_bilinear",
+        params=(
+            param("x", FP, domain="T"),
+            *_SCALE_PARAMS,
+            param("align_corners", BOOL, ranks=(0,), const=True, default=True),
+        ),
+        infer=_upsample_infer("upsample_bilinear"),
+        reference=_bilinear_reference,
+        cost=_upsample_cost(BILINEAR_FLOPS_PER_ELEMENT),
+        traits=frozenset({"data_movement"}),
+        doc=_BILINEAR_DOC,
+    )
+)
+register(
+    _bilinear_ios15.evolve(
+        since="ios16",
+        params=(
+            *_bilinear_ios15.params,
+            param("half_pixel_centers", BOOL, ranks=(0,), const=True, optional=True),
+        ),
+        infer=_bilinear_infer_ios16,
+        doc=_BILINEAR_DOC
+        + """
+iOS16: half_pixel_centers (const bool, optional, default ``not align_corners``); with both
+false, ``src = i * in / out``; both true is rejected.
+""",
+    )
+)

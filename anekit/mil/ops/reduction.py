@@ -37,6 +37,7 @@ from anekit.mil.ops.registry import (
     CostFn,
     InferFn,
     OpDef,
+    Param,
     elementwise_cost,
     param,
     register,
@@ -55,15 +56,15 @@ _INDEX_DTYPES = ("int32", "uint16")
 # -- shared helpers --------------------------------------------------------------------------
 
 
-def _x_param(dtypes: frozenset[DType] = _T):
+def _x_param(dtypes: frozenset[DType] = _T) -> Param:
     return param("x", dtypes, domain="T")
 
 
-def _axis_param(default: int):
+def _axis_param(default: int) -> Param:
     return param("axis", INT32, ranks=(0,), const=True, default=default)
 
 
-def _flag_param(name: str, default: bool):
+def _flag_param(name: str, default: bool) -> Param:
     return param(name, BOOL, ranks=(0,), const=True, default=default)
 
 
@@ -147,7 +148,9 @@ def _infer_reduce_axes(a: Args) -> TensorType:
 
 
 def _reference_over_axes(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
-    def reference(x: np.ndarray, keep_dims: np.ndarray, axes: np.ndarray | None = None):
+    def reference(
+        x: np.ndarray, keep_dims: np.ndarray, axes: np.ndarray | None = None
+    ) -> np.ndarray:
         axis = None if axes is None else tuple(int(v) for v in np.ravel(axes))
         return _as_input_kind(fn(_widen(x), axis=axis, keepdims=bool(keep_dims)), x)
 
@@ -234,7 +237,9 @@ def _infer_reduce_arg(a: Args) -> TensorType:
 
 def _reference_arg(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     # np.argmax/argmin return the first occurrence of a tie, and the first NaN if any.
-    def reference(x: np.ndarray, axis: np.ndarray, keep_dims: np.ndarray, output_dtype: str = ""):
+    def reference(
+        x: np.ndarray, axis: np.ndarray, keep_dims: np.ndarray, output_dtype: str = ""
+    ) -> np.ndarray:
         return fn(x, axis=int(axis), keepdims=bool(keep_dims))
 
     return reference
@@ -484,7 +489,9 @@ def _infer_cumsum(a: Args) -> TensorType:
     return a.x.type
 
 
-def _cumsum(x: np.ndarray, axis: np.ndarray, exclusive: np.ndarray, reverse: np.ndarray):
+def _cumsum(
+    x: np.ndarray, axis: np.ndarray, exclusive: np.ndarray, reverse: np.ndarray
+) -> np.ndarray:
     ax = int(axis) % x.ndim
     data = np.flip(_widen(x), ax) if bool(reverse) else _widen(x)
     out = np.cumsum(data, axis=ax)

@@ -23,12 +23,9 @@ import numpy as np
 
 from anekit.mil.ops.common import (
     BOOL,
-    FP,
     INT32,
-    STRING,
     axes_indices,
     axis_index,
-    numel,
     require,
 )
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
@@ -370,7 +367,9 @@ def _concat_infer(a: Args) -> TensorType:
     interleave = bool(a.value("interleave"))
     for v in values[1:]:
         same = v.rank == rank and all(
-            d == e for i, (d, e) in enumerate(zip(v.shape, first.shape)) if interleave or i != axis
+            d == e
+            for i, (d, e) in enumerate(zip(v.shape, first.shape, strict=True))
+            if interleave or i != axis
         )
         rule = "equal shapes (interleave)" if interleave else f"equal shapes except on axis {axis}"
         require(
@@ -487,7 +486,9 @@ def piece_sizes(op: str, shape: tuple, axis: int, num_splits: Any, sizes: Any) -
 def _split_axis_sizes(a: Args) -> tuple[int, list[int]]:
     require(a.x.rank >= 1, "split", "x", f"expected rank >= 1, found {a.x.type}")
     axis = axis_index("split", "axis", int(a.value("axis")), a.x.rank)
-    return axis, piece_sizes("split", a.x.shape, axis, a.value("num_splits"), a.value("split_sizes"))
+    return axis, piece_sizes(
+        "split", a.x.shape, axis, a.value("num_splits"), a.value("split_sizes")
+    )
 
 
 def _split_infer(a: Args) -> tuple[TensorType, ...]:
@@ -536,7 +537,7 @@ def _tile_shape(op: str, shape: tuple, reps: Any) -> tuple:
         "reps",
         f"expected {len(shape)} positive counts (rank of x), found reps {counts}",
     )
-    return tuple(d * r for d, r in zip(shape, counts))
+    return tuple(d * r for d, r in zip(shape, counts, strict=True))
 
 
 declare(
@@ -553,5 +554,3 @@ declare(
         tensor<T, [x.shape[i] * reps[i] ...]>: the tiled tensor.
     """,
 )
-
-

@@ -1,0 +1,192 @@
+"""Apple-silicon Neural Engine profiles: what each chip is, where each number comes from.
+
+The numbers live in ``data/chips.json``; every one is a :class:`Fact` carrying its
+source and whether it is an estimate. :class:`Chip` exposes the values as typed
+fields, the cost-model parameters as :class:`CostParams`, and ``facts`` for provenance.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from types import MappingProxyType
+from typing import Any
+
+DEFAULT_CHIP = "m4"
+
+_MB = 1e6
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A published or estimated number with its provenance.
+
+    Attributes:
+        value: the number (or string); None where nothing is published.
+        source: where it comes from (a URL or a project file), resolved from the data file.
+        estimate: True when derived or assumed rather than measured or specified.
+        note: what exactly was measured, or how the estimate was made.
+        conflict: another source's different value, when the sources disagree.
+    """
+
+    value: Any
+    source: str
+    estimate: bool
+    note: str = ""
+    conflict: Fact | None = None
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Per-chip parameters of the cost model (SI units; see ``anekit.hw.cost``)."""
+
+    floor_s: float
+    peak_flops: float
+    int8_speedup: float
+    io_bw: float
+    weight_bw: float
+    dram_bw: float
+    spill_flops: float
+    vector_flops: float
+    host_cast_rate: float
+    onchip_tensor_bytes: float
+    working_set_bytes: float
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One chip profile; ``facts`` holds every field's source (cost parameters under ``cost.*``)."""
+
+    name: str
+    marketing_name: str
+    generation: str
+    ne_cores: int
+    rated_tops: float | None
+    rated_precision: str | None
+    measured_fp16_tflops: float | None
+    dram_bw_gbps: float
+    ane_dram_bw_gbps: float
+    per_call_floor_ms: float
+    compile_first_ms: float | None
+    onchip_tensor_mb: float
+    working_set_mb: float
+    dialect: str
+    max_dim_spatial: int
+    max_dim_channel: int
+    max_input_channels: int
+    weights_ceiling_gb: float
+    matmul_k_multiple: int
+    fp32_cast: bool
+    cost: CostParams
+    facts: Mapping[str, Fact]
+
+
+def chips() -> list[str]:
+    """Return the names of every chip profile, oldest generation first."""
+    return list(_load())
+
+
+def get_chip(name: str | Chip) -> Chip:
+    """Return a chip profile by name ("m4", "M4 Pro", "Apple M4 Pro"); ValueError lists valid names."""
+    if isinstance(name, Chip):
+        return name
+    key = normalize_name(name)
+    profiles = _load()
+    if key not in profiles:
+        raise ValueError(f"unknown chip {name!r}; expected one of: {', '.join(profiles)}")
+    return profiles[key]
+
+
+def normalize_name(name: str) -> str:
+    """Map a chip spelling ("Apple M4 Pro", "m4_pro", "M4-PRO") to its profile name ("m4-pro")."""
+    text = name.strip().lower()
+    text = re.sub(r"^apple\s+", "", text)
+    return re.sub(r"[\s_]+", "-", text)
+
+
+def default_chip() -> tuple[str, str]:
+    """Return the chip to assume when none is given, and a sentence saying how it was chosen."""
+    if platform.system() != "Darwin":
+        return DEFAULT_CHIP, f"not running on macOS; assuming the default chip {DEFAULT_CHIP}"
+    brand = host_brand_string()
+    if brand is None:
+        return DEFAULT_CHIP, f"could not read machdep.cpu.brand_string; assuming {DEFAULT_CHIP}"
+    detected = chip_from_brand(brand)
+    if detected is None:
+        return DEFAULT_CHIP, f"host CPU {brand!r} has no profile; assuming {DEFAULT_CHIP}"
+    return detected, f"detected from sysctl machdep.cpu.brand_string ({brand!r})"
+
+
+def host_brand_string() -> str | None:
+    """Return macOS's CPU brand string (e.g. "Apple M4 Pro"), or None if it cannot be read."""
+    try:
+        out = subprocess.run(
+            ["sysctl", "-n", "machdep.cpu.brand_string"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def chip_from_brand(brand: str) -> str | None:
+    """Map a CPU brand string ("Apple M4 Pro") to a profile name, or None if there is none."""
+    match = re.search(r"\bM(\d+)(?:\s+(Pro|Max|Ultra))?\b", brand, flags=re.IGNORECASE)
+    if match is None:
+        return None
+    name = f"m{match.group(1)}" + (f"-{match.group(2).lower()}" if match.group(2) else "")
+    return name if name in _load() else None
+
+
+@functools.cache
+def _load() -> dict[str, Chip]:
+    raw = json.loads(resources.files("anekit.hw").joinpath("data/chips.json").read_text("utf-8"))
+    sources = raw["sources"]
+    return {name: _chip(name, entry, sources) for name, entry in raw["chips"].items()}
+
+
+def _fact(raw: dict[str, Any], sources: Mapping[str, str]) -> Fact:
+    conflict = raw.get("conflict")
+    return Fact(
+        value=raw.get("value"),
+        source=sources.get(raw["source"], raw["source"]),
+        estimate=bool(raw.get("estimate", False)),
+        note=raw.get("note", ""),
+        conflict=_fact({"estimate": False, **conflict}, sources) if conflict else None,
+    )
+
+
+def _chip(name: str, entry: dict[str, Any], sources: Mapping[str, str]) -> Chip:
+    facts = {key: _fact(raw, sources) for key, raw in entry["facts"].items()}
+    facts.update({f"cost.{key}": _fact(raw, sources) for key, raw in entry["cost"].items()})
+    v = {key: fact.value for key, fact in facts.items()}
+    cost = CostParams(
+        floor_s=v["cost.floor_ms"] * 1e-3,
+        peak_flops=v["cost.peak_fp16_tflops"] * 1e12,
+        int8_speedup=v["cost.int8_speedup"],
+        io_bw=v["cost.io_bw_gbps"] * 1e9,
+        weight_bw=v["cost.weight_bw_gbps"] * 1e9,
+        dram_bw=v["ane_dram_bw_gbps"] * 1e9,
+        spill_flops=v["cost.spill_tflops"] * 1e12,
+        vector_flops=v["cost.vector_tflops"] * 1e12,
+        host_cast_rate=v["cost.host_cast_gelem_s"] * 1e9,
+        onchip_tensor_bytes=v["onchip_tensor_mb"] * _MB,
+        working_set_bytes=v["working_set_mb"] * _MB,
+    )
+    fields = {f: v[f] for f in Chip.__dataclass_fields__ if f in v}
+    return Chip(
+        name=name,
+        marketing_name=entry["marketing_name"],
+        cost=cost,
+        facts=MappingProxyType(facts),
+        **fields,
+    )

@@ -1,0 +1,172 @@
+"""The ANE cost model: how long one evaluation of a MIL program takes on a given chip.
+
+The mechanism, fit to the published measurements in ``benchmarks/published.json``
+(ANE_NOTES section 7 and others; ``benchmarks/cost_model.py`` prints the fit):
+
+* every evaluation pays a per-call floor (XPC to ``aned``, IOKit, firmware);
+* program inputs and outputs stream between DRAM and the engine at the chip's
+  activation-path bandwidth, serially with compute. This, not the MAC array, is why
+  a single large op reaches only ~30 % of peak while a deep chain, whose I/O is the
+  same, approaches peak;
+* fp32 program I/O is converted to fp16 outside the engine (the compiled E5 graph is
+  Cast -> AneInference -> Cast), at the chip's host conversion rate;
+* conv / matmul / attention ops run at the chip's fp16 MAC peak (twice that when the
+  activations between layers are int8, W8A8), overlapped with streaming their weights:
+  weights small enough to sit on chip come at the on-chip weight rate, larger ones
+  at the DRAM bandwidth the ANE reaches;
+* an op whose working set (all operands and results) exceeds the on-chip memory
+  falls off the "SRAM cliff": part of its work re-streams operands and runs at the
+  chip's much lower spill rate, a part that grows with the overflow until all of it does;
+* an intermediate tensor larger than the on-chip tensor budget round-trips DRAM;
+* pointwise ops next to a conv/matmul are fused into it; other vector ops run at the
+  chip's vector rate.
+
+Every tensor is sized as the hardware lays it out: the last axis padded to 64 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from anekit.hw.chips import Chip
+    from anekit.mil.program import Operation, Program, Value
+
+# Mechanism constants shared by every chip, fit to ANE_NOTES section 7 (see module doc).
+# Fraction of an op's work that runs at the spill rate, per working set beyond the on-chip
+# memory (M4 GEMM: none at 2048, ~40 % at 4096 = 3x the memory, all from 6144 up).
+CLIFF_SLOPE = 0.21
+LAST_AXIS_ALIGN = 64  # bytes; Apple's ml-ane-transformers guide, ANE_NOTES section 1
+
+MAC_TRAITS = frozenset({"conv", "matmul", "attention"})
+FREE_TRAITS = frozenset({"const", "constexpr"})
+POINTWISE_TRAITS = frozenset(
+    {"elementwise", "unary", "binary", "activation", "quantize", "cast", "comparison"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OpWork:
+    """The work of one op, independent of the chip.
+
+    Attributes:
+        op: MIL op type.
+        name: the op's name (its first output).
+        line: 1-based MIL text line, or None for built programs.
+        kind: "mac" (conv/matmul/attention), "vector" (other compute), "fused" (a pointwise
+            op folded into a neighbouring conv/matmul) or "free" (consts, edge casts).
+        flops: operations (multiply-add counts 2).
+        bytes: bytes the op reads and writes, as laid out on the engine.
+        weight_bytes: bytes of constant operands (weights).
+        working_set: bytes of every operand and result (the SRAM-cliff test).
+        spill_candidates: bytes of each intermediate result that must stay on chip.
+        int8: the activation input is int8 (W8A8 chains run on the int8 datapath).
+    """
+
+    op: str
+    name: str
+    line: int | None
+    kind: str
+    flops: float = 0.0
+    bytes: float = 0.0
+    weight_bytes: float = 0.0
+    working_set: float = 0.0
+    spill_candidates: tuple[float, ...] = ()
+    int8: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramWork:
+    """A program's work: per-op work, bytes crossing the program boundary, host casts."""
+
+    ops: tuple[OpWork, ...]
+    io_bytes: float
+    host_cast_elements: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpEstimate:
+    """One row of an estimate: an op (or a per-call cost) and its predicted time."""
+
+    op: str
+    name: str
+    line: int | None
+    flops: float
+    bytes: float
+    seconds: float
+    bound: str  # "compute" | "memory" | "overhead"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Predicted time of one evaluation, with the per-op breakdown."""
+
+    chip: str
+    seconds: float
+    flops: float
+    bytes: float
+    rows: tuple[OpEstimate, ...]
+
+    @property
+    def tflops(self) -> float:
+        """Achieved throughput implied by the estimate (TFLOPS, or TOPS for int8)."""
+        return self.flops / self.seconds / 1e12 if self.seconds > 0 else 0.0
+
+
+def padded_bytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes of a tensor laid out with its last axis padded to 64 bytes."""
+    if not shape:
+        return itemsize
+    rows = math.prod(shape[:-1])
+    row = shape[-1] * itemsize
+    return rows * (-(-row // LAST_AXIS_ALIGN) * LAST_AXIS_ALIGN)
+
+
+def spill_fraction(working_set: float, onchip: float) -> float:
+    """Fraction of an op's work that re-streams operands because its working set overflows."""
+    if working_set <= onchip:
+        return 0.0
+    return min(1.0, CLIFF_SLOPE * (working_set / onchip - 1.0))
+
+
+def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
+    """Cost a program's work on one chip (see the module docstring for the mechanism)."""
+    p = chip.cost
+    rows = [
+        OpEstimate("(call)", "per-call floor", None, 0.0, 0.0, p.floor_s, "overhead"),
+    ]
+    io_s = work.io_bytes / p.io_bw
+    rows.append(OpEstimate("(io)", "program inputs and outputs", None, 0.0, work.io_bytes, io_s, "memory"))
+    if work.host_cast_elements:
+        cast_s = work.host_cast_elements / p.host_cast_rate
+        rows.append(
+            OpEstimate("(host cast)", "fp32<->fp16 I/O conversion", None, 0.0, 0.0, cast_s, "overhead")
+        )
+    rows.extend(_op_row(op, chip) for op in work.ops)
+    seconds = sum(r.seconds for r in rows)
+    flops = sum(op.flops for op in work.ops if op.kind != "free")
+    moved = work.io_bytes + sum(op.bytes for op in work.ops if op.kind in ("mac", "vector"))
+    return Estimate(chip.name, seconds, flops, moved, tuple(rows))
+
+
+def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
+    p = chip.cost
+    if op.kind in ("free", "fused"):
+        return OpEstimate(op.op, op.name, op.line, op.flops, 0.0, 0.0, "compute")
+    spill = sum(b for b in op.spill_candidates if b > p.onchip_tensor_bytes)
+    spill_s = 2.0 * spill / p.io_bw  # written out, read back
+    if op.kind == "mac":
+        rate = p.peak_flops * (p.int8_speedup if op.int8 else 1.0)
+        spilled = spill_fraction(op.working_set, p.working_set_bytes)
+        compute_s = op.flops / rate + spilled * op.flops / p.spill_flops
+        weight_bw = p.weight_bw if op.weight_bytes <= p.onchip_tensor_bytes else p.dram_bw
+        memory_s = op.weight_bytes / weight_bw + spill_s
+        seconds = max(compute_s, op.weight_bytes / weight_bw) + spill_s
+    else:
+        compute_s = op.flops / p.vector_flops
+        memory_s = spill_s
+        seconds = compute_s + spill_s
+    bound = "compute" if compute_s >= memory_s else "memory"
+    return OpEstimate(op.op, op.name, op.line, op.flops, op.bytes, seconds, bound)

@@ -1,0 +1,155 @@
+"""MIL building blocks the kernel generators share: RMSNorm, RoPE, head layouts, causal attention.
+
+Activations are ``[1, C, 1, N]`` (channels, then the token axis of N = batch * seq
+tokens, ANE_NOTES section 3). Attention works on rank-4 head layouts; the GQA head
+pairing lives here, once, for the forward and the backward kernels alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from anekit.mil.builder import Builder
+from anekit.mil.program import Value
+from anekit.nn.spec import BlockShape
+
+# Added to the scores of future positions. exp() of it underflows to exactly 0 in fp32 for
+# any score range training produces (|score| < 1e3), and score + MASK_VALUE stays finite in
+# fp16 (max 65504), so a softmax that does not subtract the row max never sees inf - inf.
+MASK_VALUE = -1e4
+
+
+def matrix(b: Builder, x: Value, name: str) -> Value:
+    """``[1, C, 1, N]`` -> ``[1, C, N]``, the rank-3 form ``matmul`` takes."""
+    _, c, _, n = x.shape
+    return b.reshape(x=x, shape=[1, c, n], name=name)
+
+
+def plane(b: Builder, x: Value, name: str) -> Value:
+    """``[1, C, N]`` -> ``[1, C, 1, N]``, back to the activation layout."""
+    _, c, n = x.shape
+    return b.reshape(x=x, shape=[1, c, 1, n], name=name)
+
+
+def project(b: Builder, w: Value, x: Value, name: str, *, transpose_w: bool) -> Value:
+    """``w^T @ x`` (``transpose_w``) or ``w @ x`` for a packed ``[1, D, 1, n]`` weight and ``[1, C, 1, N]`` x."""
+    wm = matrix(b, w, f"{name}_w")
+    xm = matrix(b, x, f"{name}_x")
+    return plane(b, b.matmul(x=wm, y=xm, transpose_x=transpose_w, name=f"{name}_mm"), name)
+
+
+def channels(b: Builder, x: Value, start: int, count: int, name: str) -> Value:
+    """Channels ``start : start + count`` of a ``[1, C, 1, N]`` activation."""
+    n = x.shape[3]
+    return b.slice_by_size(x=x, begin=[0, start, 0, 0], size=[1, count, 1, n], name=name)
+
+
+def rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) -> tuple[Value, Value]:
+    """RMSNorm over channels: returns ``x * rstd * gain`` and ``rstd = (mean(x^2) + eps)^-1/2``.
+
+    ``x`` is scaled by ``1/sqrt(D)`` before squaring, so the sum of squares is the mean
+    directly and an fp16 square overflows only for ``|x| > 256 sqrt(D)``, not ``|x| > 256``.
+    """
+    d = x.shape[1]
+    xs = b.mul(x=x, y=1.0 / math.sqrt(d), name=f"{name}_xs")
+    ms = b.reduce_sum(x=b.mul(x=xs, y=xs, name=f"{name}_sq"), axes=[1], keep_dims=True, name=f"{name}_ms")
+    # pow(., -0.5), not rsqrt: the form reported to compile (ANE_NOTES section 2.4)
+    rstd = b.pow(x=b.add(x=ms, y=eps, name=f"{name}_eps"), y=-0.5, name=f"{name}_rstd")
+    xn = b.mul(x=b.mul(x=x, y=rstd, name=f"{name}_unit"), y=gain, name=name)
+    return xn, rstd
+
+
+def rope_tables(shape: BlockShape) -> tuple[np.ndarray, np.ndarray]:
+    """RoPE factors ``[1, 2, head_dim/2, N]`` (fp16) for :func:`rope`: ``(cos, cos)`` and ``(-sin, sin)``.
+
+    Channel ``i`` of a head pairs with channel ``i + head_dim/2`` (the rotate-half
+    convention of Hugging Face Llama/Qwen) and turns by ``pos * theta^(-2i/head_dim)``;
+    token ``n`` is at position ``n % seq``.
+    """
+    half = shape.head_dim // 2
+    inv_freq = shape.rope_theta ** (-np.arange(half, dtype=np.float64) * 2 / shape.head_dim)
+    pos = np.arange(shape.tokens, dtype=np.float64) % shape.seq
+    angle = inv_freq[:, None] * pos[None, :]
+    cos, sin = np.cos(angle), np.sin(angle)
+    cos2 = np.stack([cos, cos])[None].astype(np.float16)
+    sin2 = np.stack([-sin, sin])[None].astype(np.float16)
+    return cos2, sin2
+
+
+def rope(b: Builder, x: Value, heads: int, cos2: Value, sin2: Value, name: str) -> Value:
+    """Rotate each head of ``x`` ``[1, heads*head_dim, 1, N]``; pass ``-sin2`` to apply the inverse.
+
+    Per head, with halves ``lo, hi``: ``(lo cos - hi sin, hi cos + lo sin)``, computed as
+    ``x * (cos, cos) + (hi, lo) * (-sin, sin)``. The rotation is orthogonal, so its
+    transpose (the backward pass) is the same formula with the sine negated.
+    """
+    _, c, _, n = x.shape
+    half = c // heads // 2
+    x4 = b.reshape(x=x, shape=[heads, 2, half, n], name=f"{name}_pairs")
+    lo = b.slice_by_size(x=x4, begin=[0, 0, 0, 0], size=[heads, 1, half, n], name=f"{name}_lo")
+    hi = b.slice_by_size(x=x4, begin=[0, 1, 0, 0], size=[heads, 1, half, n], name=f"{name}_hi")
+    swapped = b.concat(values=(hi, lo), axis=1, interleave=False, name=f"{name}_swap")
+    turned = b.add(
+        x=b.mul(x=x4, y=cos2, name=f"{name}_cos"),
+        y=b.mul(x=swapped, y=sin2, name=f"{name}_sin"),
+        name=f"{name}_turned",
+    )
+    return b.reshape(x=turned, shape=[1, c, 1, n], name=name)
+
+
+# -- head layouts -------------------------------------------------------------------------------
+# Query head h = kv * group + j belongs to KV head kv = h // group (Hugging Face's repeat_kv
+# pairing). Queries are laid out [B, kv_heads, group * S, head_dim]: the rows of one KV head's
+# matmul are its group's queries, so no KV head is ever copied, and the backward matmuls over
+# those rows sum the group's contributions to dK and dV by construction.
+
+
+def query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
+    """``[1, heads*head_dim, 1, N]`` -> ``[B, kv_heads, group*S, head_dim]``."""
+    s = shape
+    r = b.reshape(x=x, shape=[s.heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
+    t = b.transpose(x=r, perm=[2, 0, 3, 1], name=f"{name}_bhsd")
+    return b.reshape(x=t, shape=[s.batch, s.kv_heads, s.group * s.seq, s.head_dim], name=name)
+
+
+def merge_query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
+    """Inverse of :func:`query_rows`."""
+    s = shape
+    r = b.reshape(x=x, shape=[s.batch, s.heads, s.seq, s.head_dim], name=f"{name}_bhsd")
+    t = b.transpose(x=r, perm=[1, 3, 0, 2], name=f"{name}_hdbs")
+    return b.reshape(x=t, shape=[1, s.q_dim, 1, s.tokens], name=name)
+
+
+def kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
+    """``[1, kv_heads*head_dim, 1, N]`` -> ``[B, kv_heads, head_dim, S]`` (keys/values transposed)."""
+    s = shape
+    r = b.reshape(x=x, shape=[s.kv_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
+    return b.transpose(x=r, perm=[2, 0, 1, 3], name=name)
+
+
+def merge_kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
+    """Inverse of :func:`kv_columns`."""
+    s = shape
+    t = b.transpose(x=x, perm=[1, 2, 0, 3], name=f"{name}_hdbs")
+    return b.reshape(x=t, shape=[1, s.kv_dim, 1, s.tokens], name=name)
+
+
+def causal_mask(shape: BlockShape) -> np.ndarray:
+    """The additive mask ``[1, 1, group*S, S]`` (fp16) for scores in the :func:`query_rows` layout."""
+    s = shape.seq
+    future = np.triu(np.ones((s, s), dtype=bool), k=1)
+    mask = np.where(future, np.float16(MASK_VALUE), np.float16(0))
+    return np.tile(mask, (shape.group, 1))[None, None]
+
+
+def attention_probs(b: Builder, q_rows: Value, k_cols: Value, mask: Value, name: str) -> Value:
+    """``softmax(q k^T + mask)`` over keys, for queries already scaled by ``1/sqrt(head_dim)``.
+
+    The mask is added explicitly: ``scaled_dot_product_attention`` ignores ``attn_mask``
+    on the ANE (ANE_NOTES section 2.4).
+    """
+    scores = b.matmul(x=q_rows, y=k_cols, name=f"{name}_scores")
+    masked = b.add(x=scores, y=mask, name=f"{name}_masked")
+    return b.softmax(x=masked, axis=-1, name=name)

@@ -1,0 +1,222 @@
+"""Model shapes and training hyper-parameters: the named configs ``anekit train --config`` knows."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from anekit.nn.spec import BlockShape
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a Llama-style decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU, tied embedding.
+
+    Attributes:
+        name: config name.
+        dim: model (residual stream) width.
+        n_layers: decoder blocks.
+        n_heads: query heads.
+        n_kv_heads: key/value heads (``n_heads`` for multi-head attention).
+        head_dim: width of one head (``dim // n_heads`` unless the model says otherwise).
+        hidden_dim: SwiGLU hidden width.
+        vocab_size: tokens; the classifier shares the embedding matrix.
+        seq_len: tokens per training sequence (the kernels' compiled width).
+        norm_eps: RMSNorm epsilon.
+        rope_theta: RoPE base frequency.
+        source: where the shape comes from.
+    """
+
+    name: str
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    hidden_dim: int
+    vocab_size: int
+    seq_len: int
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"config {self.name!r}: {name} must be positive")
+        if self.vocab_size < 2 or self.seq_len < 2:
+            raise ValueError(f"config {self.name!r}: vocab_size and seq_len must be at least 2")
+
+    def block(self, batch: int) -> BlockShape:
+        """The kernel shape of one decoder block for ``batch`` sequences."""
+        return BlockShape(
+            dim=self.dim,
+            heads=self.n_heads,
+            kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
+            hidden=self.hidden_dim,
+            seq=self.seq_len,
+            batch=batch,
+            eps=self.norm_eps,
+            rope_theta=self.rope_theta,
+        )
+
+    def n_params(self) -> int:
+        """Parameter count (the classifier is the embedding, counted once)."""
+        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        per_layer = self.dim * (2 * q + 2 * kv + 3 * self.hidden_dim) + 2 * self.dim
+        return self.vocab_size * self.dim + self.n_layers * per_layer + self.dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown model config fields {unknown}; known: {sorted(names)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings: AdamW with linear warmup and cosine decay, clipping, loss scaling.
+
+    Attributes:
+        steps: optimizer steps of the run.
+        batch_size: sequences per micro-batch (one kernel call per block and direction).
+        grad_accum: micro-batches accumulated per optimizer step.
+        lr: peak learning rate; ``min_lr`` is reached at ``steps`` by cosine decay.
+        warmup: steps of linear warmup from ``lr / warmup``.
+        weight_decay: decoupled decay of every matrix (embedding included, as llama2.c does).
+        beta1, beta2, adam_eps: AdamW moments.
+        grad_clip: global gradient-norm limit (0 disables clipping).
+        loss_scale: initial loss scale; fp16 gradients below 2**-24 vanish without it
+            (ANE_NOTES section 5 scales by 256).
+        scale_growth_interval: finite steps before the loss scale doubles again.
+        seed: initialisation and data-order seed.
+    """
+
+    steps: int = 300
+    batch_size: int = 4
+    grad_accum: int = 1
+    lr: float = 2e-3
+    min_lr: float = 2e-4
+    warmup: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0
+    loss_scale: float = 256.0
+    scale_growth_interval: int = 200
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
+            raise ValueError("steps, batch_size and grad_accum must be at least 1")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"need 0 <= min_lr <= lr, found min_lr={self.min_lr}, lr={self.lr}")
+        if self.loss_scale <= 0:
+            raise ValueError(f"loss_scale must be positive, found {self.loss_scale}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        return cls(**{k: v for k, v in data.items() if k in {f.name for f in dataclasses.fields(cls)}})
+
+
+@dataclass(frozen=True)
+class NamedConfig:
+    """A model shape with the training settings that suit it."""
+
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+_LLAMA2C = "karpathy/llama2.c README (models table) and model.py (hidden = 2/3 * 4 * dim, multiple of 32)"
+_MADERIX = "maderix/ANE training/README.md (Stories110M: dim 768, hidden 2048, 12 heads, 12 layers, seq 256)"
+_QWEN3 = (
+    "huggingface.co/Qwen/Qwen3-0.6B config.json (hidden 1024, intermediate 3072, 28 layers, "
+    "16 heads, 8 KV heads, head_dim 128, vocab 151936, rope_theta 1e6, eps 1e-6, tied embedding); "
+    "shape only: Qwen3's per-head q/k RMSNorm is not modelled; seq 256 is our assumption"
+)
+
+CONFIGS: dict[str, NamedConfig] = {
+    # Small enough to train a few hundred steps on a 2-core CPU in about a minute; two KV
+    # heads for four query heads so that training itself exercises grouped-query attention.
+    "tiny": NamedConfig(
+        ModelConfig(
+            name="tiny",
+            dim=128,
+            n_layers=4,
+            n_heads=4,
+            n_kv_heads=2,
+            head_dim=32,
+            hidden_dim=384,
+            vocab_size=256,
+            seq_len=128,
+            source="anekit (byte-level demo model)",
+        ),
+        TrainConfig(steps=300, batch_size=4, lr=2e-3, min_lr=2e-4, warmup=20),
+    ),
+    "stories15m": NamedConfig(
+        ModelConfig(
+            name="stories15m",
+            dim=288,
+            n_layers=6,
+            n_heads=6,
+            n_kv_heads=6,
+            head_dim=48,
+            hidden_dim=768,
+            vocab_size=32000,
+            seq_len=256,
+            source=_LLAMA2C,
+        ),
+        TrainConfig(steps=1000, batch_size=4, lr=5e-4, min_lr=5e-5, warmup=100),
+    ),
+    "stories110m": NamedConfig(
+        ModelConfig(
+            name="stories110m",
+            dim=768,
+            n_layers=12,
+            n_heads=12,
+            n_kv_heads=12,
+            head_dim=64,
+            hidden_dim=2048,
+            vocab_size=32000,
+            seq_len=256,
+            source=_MADERIX,
+        ),
+        TrainConfig(steps=1000, batch_size=1, lr=3e-4, min_lr=3e-5, warmup=100),
+    ),
+    "qwen3-0.6b": NamedConfig(
+        ModelConfig(
+            name="qwen3-0.6b",
+            dim=1024,
+            n_layers=28,
+            n_heads=16,
+            n_kv_heads=8,
+            head_dim=128,
+            hidden_dim=3072,
+            vocab_size=151936,
+            seq_len=256,
+            norm_eps=1e-6,
+            rope_theta=1e6,
+            source=_QWEN3,
+        ),
+        TrainConfig(steps=1000, batch_size=1, lr=3e-4, min_lr=3e-5, warmup=100),
+    ),
+}
+
+
+def get_config(name: str) -> NamedConfig:
+    """Return a named config; ValueError lists the known names."""
+    try:
+        return CONFIGS[name]
+    except KeyError:
+        raise ValueError(f"unknown config {name!r}; known: {', '.join(CONFIGS)}") from None

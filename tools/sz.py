@@ -1,0 +1,40 @@
+"""Print the size of the code base: lines per package and the number of registered ops."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def code_lines(path: Path) -> int:
+    """Lines that are neither blank nor comments."""
+    return sum(
+        1 for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    )
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    from anekit.mil.ops import registry
+
+    per_package: Counter[str] = Counter()
+    largest = []
+    for path in sorted((ROOT / "anekit").rglob("*.py")):
+        n = code_lines(path)
+        package = path.relative_to(ROOT / "anekit").parts[0]
+        per_package[package.removesuffix(".py") if "/" not in package else package] += n
+        largest.append((n, path.relative_to(ROOT)))
+    for package, n in sorted(per_package.items(), key=lambda kv: -kv[1]):
+        print(f"{n:7d}  anekit/{package}")
+    print(f"{sum(per_package.values()):7d}  total lines of code")
+    print(f"{len(registry.names()):7d}  registered MIL ops")
+    n, path = max(largest)
+    print(f"largest file: {path} ({n} lines)")
+
+
+if __name__ == "__main__":
+    main()
