@@ -99,7 +99,7 @@ def test_weight_bin_summary(capsys, tmp_path):
 
 
 def test_mil_text_summary(capsys, tmp_path):
-    pytest.importorskip("anekit.mil.text")
+    pytest.importorskip("anekit.mil.parser")
     path = tmp_path / "model.mil"
     path.write_text(MIL)
     assert detect_format(path.read_bytes()) == "mil"

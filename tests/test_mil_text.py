@@ -138,11 +138,11 @@ def test_builder_rejects_lossy_and_unknown_values() -> None:
     with pytest.raises(ValueError, match="int32"):
         b.const(np.array([2**40]))
     with pytest.raises(AttributeError, match="no op 'frobnicate'"):
-        b.frobnicate
+        getattr(b, "frobnicate")  # noqa: B009
+    b.input("x", (1,))
     with pytest.raises(ValueError, match="already used"):
         b.input("x", (1,))
-        b.input("x", (1,))
-    x = b.program_input = b.input("z", (2,))
+    x = b.input("z", (2,))
     with pytest.raises(MilTypeError, match="unknown parameter"):
         b.identity(x=x, bogus=x)
     with pytest.raises(MilTypeError, match="required parameter is missing"):

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from anekit.backends import compile, resolve_backend
+from anekit.mil.parser import load, parse
 from anekit.mil.program import Program
-from anekit.mil.text import load, parse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

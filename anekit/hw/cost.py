@@ -30,9 +30,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from anekit.errors import MilTypeError
+from anekit.hw.chips import Chip, get_chip
+
 if TYPE_CHECKING:
-    from anekit.hw.chips import Chip
-    from anekit.mil.program import Operation, Program, Value
+    from anekit.mil.program import Function, Operation, Program, Value
 
 # Mechanism constants shared by every chip, fit to ANE_NOTES section 7 (see module doc).
 # Fraction of an op's work that runs at the spill rate, per working set beyond the on-chip
@@ -131,6 +133,133 @@ def spill_fraction(working_set: float, onchip: float) -> float:
     return min(1.0, CLIFF_SLOPE * (working_set / onchip - 1.0))
 
 
+def estimate(program: Program, chip: str | Chip = "m4") -> Estimate:
+    """Predict the time of one evaluation of ``program`` on ``chip``, with a per-op breakdown."""
+    return estimate_work(analyze(program), get_chip(chip))
+
+
+def analyze(program: Program) -> ProgramWork:
+    """Extract the chip-independent work of a program's ``main`` function."""
+    return _Analysis(program.main).work()
+
+
+class _Analysis:
+    """Classifies a function's values (inputs, weights, edges) and ops (mac, vector, fused, free)."""
+
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        self.boundary = {id(v) for v in (*fn.inputs, *fn.outputs)}
+        self.consumers: dict[int, list[Operation]] = {}
+        for op in fn.ops:
+            for v in op.input_values():
+                self.consumers.setdefault(id(v), []).append(op)
+        self.kinds: dict[int, str] = {}
+        for op in fn.ops:
+            self.kinds[id(op)] = self._kind(op)
+
+    def work(self) -> ProgramWork:
+        io_bytes = 0.0
+        casts = 0.0
+        for v in (*self.fn.inputs, *self.fn.outputs):
+            shape = _static_shape(v, None)
+            fp32 = v.type.dtype.value == "fp32"
+            # fp32 I/O is converted to fp16 outside the engine (ANE_NOTES 2.4): the engine moves fp16.
+            io_bytes += padded_bytes(shape, 2 if fp32 else v.type.dtype.itemsize)
+            casts += math.prod(shape) if fp32 else 0
+        return ProgramWork(tuple(self._op_work(op) for op in self.fn.ops), io_bytes, casts)
+
+    def _op_work(self, op: Operation) -> OpWork:
+        kind = self.kinds[id(op)]
+        if kind == "free":
+            return OpWork(op.op_type, op.name, op.line, kind)
+        acts = [v for v in _tensor_inputs(op) if not self._is_const(v)]
+        weights = [v for v in _tensor_inputs(op) if self._is_const(v)]
+        act_bytes = sum(_padded(v, op) for v in acts)
+        out_bytes = sum(_padded(v, op) for v in op.outputs)
+        weight_bytes = sum(math.prod(_static_shape(v, op)) * v.type.dtype.itemsize for v in weights)
+        spills = tuple(_padded(v, op) for v in op.outputs if self._materialized(v))
+        return OpWork(
+            op=op.op_type,
+            name=op.name,
+            line=op.line,
+            kind=kind,
+            flops=float(op.cost().flops),
+            bytes=act_bytes + out_bytes + weight_bytes,
+            weight_bytes=weight_bytes,
+            working_set=act_bytes + out_bytes + weight_bytes,
+            spill_candidates=spills,
+            int8=kind == "mac" and any(_int8_activation(v) for v in acts),
+        )
+
+    def _kind(self, op: Operation) -> str:
+        traits = op.opdef.traits
+        if traits & FREE_TRAITS or self._is_edge_cast(op):
+            return "free"
+        if traits & MAC_TRAITS:
+            return "mac"
+        if traits & POINTWISE_TRAITS and self._next_to_mac(op):
+            return "fused"
+        return "vector"
+
+    def _next_to_mac(self, op: Operation) -> bool:
+        """A pointwise op fed by a conv/matmul (or a fused op), or feeding only them, is fused."""
+        for v in op.input_values():
+            producer = v.producer
+            if producer is not None and self.kinds.get(id(producer)) in ("mac", "fused"):
+                return True
+        users = [u for v in op.outputs for u in self.consumers.get(id(v), [])]
+        return bool(users) and all(u.opdef.traits & MAC_TRAITS for u in users)
+
+    def _is_edge_cast(self, op: Operation) -> bool:
+        if "cast" not in op.opdef.traits:
+            return False
+        return any(id(v) in self.boundary for v in (*op.input_values(), *op.outputs))
+
+    def _is_const(self, v: Value) -> bool:
+        if id(v) in self.boundary:
+            return False
+        return v.producer is None or bool(
+            v.producer.opdef.traits & FREE_TRAITS and not self._is_edge_cast(v.producer)
+        )
+
+    def _materialized(self, v: Value) -> bool:
+        """An intermediate that leaves the op pipeline (so it must fit on chip or spill)."""
+        if id(v) in self.boundary:
+            return False
+        users = self.consumers.get(id(v), [])
+        return any(self.kinds[id(u)] not in ("fused", "free") for u in users)
+
+
+def _tensor_inputs(op: Operation) -> list[Value]:
+    return [v for v in op.input_values() if v.type.dtype.value != "string" and v.type.shape]
+
+
+def _static_shape(v: Value, op: Operation | None) -> tuple[int, ...]:
+    if not v.type.is_static:
+        where = f"op {op.op_type!r}" if op is not None else "program boundary"
+        raise MilTypeError(
+            f"cannot cost value {v.name!r} of dynamic shape {list(v.type.shape)} ({where}); "
+            "the ANE needs static shapes",
+            op=op.op_type if op is not None else None,
+            line=op.line if op is not None else None,
+        )
+    return v.type.shape  # type: ignore[return-value]
+
+
+def _padded(v: Value, op: Operation) -> int:
+    return padded_bytes(_static_shape(v, op), v.type.dtype.itemsize)
+
+
+def _int8_activation(v: Value) -> bool:
+    """The value is int8 or was just dequantized from int8 (the W8A8 pattern)."""
+    if v.type.dtype.value in ("int8", "uint8"):
+        return True
+    producer = v.producer
+    if producer is None or "quantize" not in producer.opdef.traits:
+        return False
+    return any(u.type.dtype.value in ("int8", "uint8") for u in producer.input_values())
+
+
 def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
     """Cost a program's work on one chip (see the module docstring for the mechanism)."""
     p = chip.cost
@@ -138,11 +267,15 @@ def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
         OpEstimate("(call)", "per-call floor", None, 0.0, 0.0, p.floor_s, "overhead"),
     ]
     io_s = work.io_bytes / p.io_bw
-    rows.append(OpEstimate("(io)", "program inputs and outputs", None, 0.0, work.io_bytes, io_s, "memory"))
+    rows.append(
+        OpEstimate("(io)", "program inputs and outputs", None, 0.0, work.io_bytes, io_s, "memory")
+    )
     if work.host_cast_elements:
         cast_s = work.host_cast_elements / p.host_cast_rate
         rows.append(
-            OpEstimate("(host cast)", "fp32<->fp16 I/O conversion", None, 0.0, 0.0, cast_s, "overhead")
+            OpEstimate(
+                "(host cast)", "fp32<->fp16 I/O conversion", None, 0.0, 0.0, cast_s, "overhead"
+            )
         )
     rows.extend(_op_row(op, chip) for op in work.ops)
     seconds = sum(r.seconds for r in rows)
@@ -153,10 +286,14 @@ def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
 
 def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
     p = chip.cost
-    if op.kind in ("free", "fused"):
+    if op.kind == "free":
         return OpEstimate(op.op, op.name, op.line, op.flops, 0.0, 0.0, "compute")
     spill = sum(b for b in op.spill_candidates if b > p.onchip_tensor_bytes)
     spill_s = 2.0 * spill / p.io_bw  # written out, read back
+    if op.kind == "fused":
+        return OpEstimate(
+            op.op, op.name, op.line, op.flops, spill, spill_s, "memory" if spill else "compute"
+        )
     if op.kind == "mac":
         rate = p.peak_flops * (p.int8_speedup if op.int8 else 1.0)
         spilled = spill_fraction(op.working_set, p.working_set_bytes)

@@ -2,8 +2,8 @@
 
 from anekit.mil import ops  # noqa: F401  (registers every op)
 from anekit.mil.builder import Builder
+from anekit.mil.parser import load, parse
 from anekit.mil.program import Function, Operation, Program, Value
-from anekit.mil.text import load, parse
 from anekit.mil.types import DType, TensorType
 
 __all__ = [

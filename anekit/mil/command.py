@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from anekit.mil.text import DIALECTS, load, parse
+from anekit.mil.parser import load, parse
+from anekit.mil.text import DIALECTS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -30,8 +30,8 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.builder import Builder
+from anekit.mil.parser import parse
 from anekit.mil.program import Function, Program, Value
-from anekit.mil.text import parse
 from anekit.mil.types import DType
 from anekit.mil.verify import check_function
 

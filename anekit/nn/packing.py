@@ -79,7 +79,9 @@ class Packing:
                 f"packing field {name!r}: expected shape [{f.rows}, {f.cols}], "
                 f"found {list(array.shape)}"
             )
-        buffer[0, :, 0, f.offset : f.offset + f.width] = array.reshape(self.channels, f.width)
+        # fp32 values beyond fp16 range become inf, as on the ANE; the loss scaler detects them
+        with np.errstate(over="ignore"):
+            buffer[0, :, 0, f.offset : f.offset + f.width] = array.reshape(self.channels, f.width)
 
     def pack(self, buffer: np.ndarray | None = None, **arrays: np.ndarray) -> np.ndarray:
         """Write every given field into ``buffer`` (a new zeroed one if None) and return it."""

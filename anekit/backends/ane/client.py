@@ -23,7 +23,7 @@ from anekit.backends.ane.kernel import (
 )
 from anekit.errors import CompileError
 from anekit.mil.program import Program
-from anekit.mil.text import load
+from anekit.mil.parser import load
 
 # Compile options for a MIL model (ANE_NOTES 2.2); keys and values are the framework's names.
 COMPILE_OPTIONS = {"kANEFModelType": "kANEFModelMIL", "kANEFNetPlistFilenameKey": "model.mil"}

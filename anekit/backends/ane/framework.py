@@ -67,21 +67,26 @@ _loaded: Framework | None = None
 _failure: str | None = None
 
 
-def load() -> Framework:
-    """The process-wide Framework, loaded on first use; BackendUnavailable says why not."""
+def problem() -> str | None:
+    """Why the framework cannot be used here, or None; loads it (once) on macOS."""
     global _loaded, _failure
     with _lock:
         if _loaded is None and _failure is None:
-            problem = platform_problem()
-            if problem is None:
+            _failure = platform_problem()
+            if _failure is None:
                 try:
                     _loaded = Framework()
                 except BackendUnavailable as e:
-                    problem = str(e)
-            _failure = problem
-        if _loaded is None:
-            raise BackendUnavailable(f"backend 'ane' is unavailable: {_failure}", backend="ane")
-        return _loaded
+                    _failure = str(e)
+        return _failure
+
+
+def load() -> Framework:
+    """The process-wide Framework; BackendUnavailable says why there is none."""
+    reason = problem()
+    if reason is not None or _loaded is None:
+        raise BackendUnavailable(f"backend 'ane' is unavailable: {reason}", backend="ane")
+    return _loaded
 
 
 def describe_error(error: Any) -> tuple[str, str | None, int | None]:

@@ -238,8 +238,11 @@ def _conv_reference(x, weight, strides, pad_type, pad, dilations, groups, bias=N
     pads = spatial_pads(pad_type, sizes, kernel, strides, dilations, const_ints(pad))
     out = spatial_out(sizes, pads, kernel, strides, dilations)
     n, c, nsp = x.shape[0], x.shape[1], len(kernel)
-    windows = window_view(x, pads, out, kernel, strides, dilations, 0.0)
     taps = numel(tuple(kernel))
+    if taps == 1 and set(strides) == {1} and not any(map(any, pads)):  # plain 1x1: x as it is
+        windows = x
+    else:
+        windows = window_view(x, pads, out, kernel, strides, dilations, 0.0)
     if taps > 1:  # im2col: channel-major then kernel taps, as the weight is laid out
         windows = np.moveaxis(windows, range(2 + nsp, 2 + 2 * nsp), range(2, 2 + nsp))
     cols = windows.reshape(n, g, (c // g) * taps, -1)

@@ -1,0 +1,193 @@
+"""The decoder whose blocks run as compiled kernels; embedding, residuals, norms, classifier on the CPU.
+
+Four kernels (``anekit.nn.kernels``) are compiled once and shared by every layer and
+every step; each layer keeps its own packed fp16 inputs, whose weight columns are
+refreshed after each optimizer update (:meth:`Model.load`). The CPU keeps the
+residual stream and all gradients in fp32.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from anekit.backends import Kernel, resolve_backend
+from anekit.nn.kernels import KernelDef, block_kernels
+from anekit.train import functional as F
+from anekit.train.config import ModelConfig
+from anekit.train.params import Params
+
+TRAIN_KERNELS = ("attention_forward", "ffn_forward", "attention_backward", "ffn_backward")
+FORWARD_KERNELS = ("attention_forward", "ffn_forward")
+_WEIGHTS = {
+    "attention_forward": ("wq", "wk", "wv", "wo"),
+    "attention_backward": ("wq", "wk", "wv", "wo"),
+    "ffn_forward": ("w1", "w3", "w2"),
+    "ffn_backward": ("w1", "w3", "w2"),
+}
+_GAIN = {"attention_forward": "attn_norm", "ffn_forward": "ffn_norm"}
+
+
+def compile_kernel(kd: KernelDef, backend: str | None) -> Kernel:
+    """Compile one generated kernel; on the ANE in an isolated worker (the compile budget, ANE_NOTES 2.4)."""
+    import anekit
+
+    name = resolve_backend(backend)
+    options: dict[str, Any] = {"isolate": True} if name == "ane" else {}
+    return anekit.compile(kd.program, backend=name, **options)
+
+
+@dataclass
+class Trace:
+    """What a forward pass keeps for the backward pass."""
+
+    inputs: np.ndarray  # [N] token ids
+    blocks: list[dict[str, np.ndarray]] = field(default_factory=list)  # per layer
+    h: np.ndarray | None = None  # final residual stream [D, N], fp32
+    rstd: np.ndarray | None = None  # final RMSNorm [1, N]
+    hn: np.ndarray | None = None  # normalised final stream [D, N]
+
+
+class Model:
+    """A Llama-style decoder running its blocks on ``backend`` (compiled once, here)."""
+
+    def __init__(
+        self, cfg: ModelConfig, batch: int, backend: str | None = None, *, training: bool = True
+    ) -> None:
+        self.cfg = cfg
+        self.shape = cfg.block(batch)
+        self.defs = block_kernels(self.shape, TRAIN_KERNELS if training else FORWARD_KERNELS)
+        start = time.perf_counter()
+        self.kernels: dict[str, Kernel] = {}
+        try:
+            for name, kd in self.defs.items():
+                self.kernels[name] = compile_kernel(kd, backend)
+        except BaseException:
+            self.close()
+            raise
+        self.compile_seconds = time.perf_counter() - start
+        self.backend = next(iter(self.kernels.values())).backend
+        self._inputs = [
+            {name: kd.input.empty() for name, kd in self.defs.items()} for _ in range(cfg.n_layers)
+        ]
+
+    # -- weights ------------------------------------------------------------------------------
+    def load(self, params: Params) -> None:
+        """Copy the current weights (as fp16) into every layer's packed kernel inputs."""
+        for i, buffers in enumerate(self._inputs):
+            layer = params.layer(i)
+            for name, buf in buffers.items():
+                pk = self.defs[name].input
+                for w in _WEIGHTS[name]:
+                    pk.write(buf, w, layer[w])
+                if name in _GAIN:
+                    pk.write(buf, "gain", layer[_GAIN[name]][:, None])
+
+    # -- forward ------------------------------------------------------------------------------
+    def forward(self, params: Params, tokens: np.ndarray) -> Trace:
+        """Run the decoder on ``tokens [batch, seq]``; returns the trace the backward pass needs."""
+        s = self.shape
+        if tokens.shape != (s.batch, s.seq):
+            raise ValueError(f"expected tokens of shape [{s.batch}, {s.seq}], found {list(tokens.shape)}")
+        trace = Trace(inputs=tokens.reshape(-1))
+        h = np.ascontiguousarray(params["embed"][trace.inputs].T)
+        for i in range(self.cfg.n_layers):
+            block: dict[str, np.ndarray] = {"x_att": h}
+            block["att"] = self._run(i, "attention_forward", x=h)
+            h = h + self.defs["attention_forward"].output.split(block["att"])["o"]
+            block["x_ffn"] = h
+            block["ffn"] = self._run(i, "ffn_forward", x=h)
+            h = h + self.defs["ffn_forward"].output.split(block["ffn"])["f"]
+            trace.blocks.append(block)
+        trace.h = h
+        trace.hn, trace.rstd = F.rmsnorm(h, params["final_norm"], self.cfg.norm_eps)
+        return trace
+
+    def logits(self, params: Params, trace: Trace) -> np.ndarray:
+        """Classifier output ``[N, V]``: the final stream times the (tied) embedding."""
+        return trace.hn.T @ params["embed"].T
+
+    # -- backward -----------------------------------------------------------------------------
+    def loss_and_grads(
+        self, params: Params, grads: Params, tokens: np.ndarray, grad_scale: float = 1.0
+    ) -> float:
+        """Forward and backward on ``tokens [batch, seq + 1]``; adds ``grad_scale * dloss`` to ``grads``.
+
+        The loss is the mean next-token cross-entropy. ``grad_scale`` carries the loss
+        scale (so fp16 kernel gradients do not underflow) and any averaging over
+        accumulated micro-batches. Returns the (unscaled) loss.
+        """
+        trace = self.forward(params, tokens[:, :-1])
+        targets = tokens[:, 1:].reshape(-1)
+        loss, dlogits = F.cross_entropy(self.logits(params, trace), targets)
+        dlogits[np.arange(len(targets)), targets] -= 1.0
+        dlogits *= np.float32(grad_scale / len(targets))
+        embed = params["embed"]
+        grads["embed"] += dlogits.T @ trace.hn.T
+        dh, dgain = F.rmsnorm_backward(embed.T @ dlogits.T, trace.h, trace.rstd, params["final_norm"])
+        grads["final_norm"] += dgain
+        for i in reversed(range(self.cfg.n_layers)):
+            dh = self._block_backward(i, params, grads, trace.blocks[i], dh)
+        F.scatter_rows(trace.inputs, dh.T, grads["embed"])
+        return loss
+
+    def _block_backward(
+        self, i: int, params: Params, grads: Params, block: dict[str, np.ndarray], dh: np.ndarray
+    ) -> np.ndarray:
+        p = f"layers.{i}."
+        # SwiGLU FFN: h_out = x_ffn + f, so df = dh
+        fwd_out = self.defs["ffn_forward"].output
+        fwd = _fp32(fwd_out.split(block["ffn"]))
+        bwd = _fp32(
+            self.defs["ffn_backward"].output.split(
+                self._run(i, "ffn_backward", dy=dh, h13=fwd_out.rows(block["ffn"], "h1", "h3"))
+            )
+        )
+        grads[p + "w2"] += dh @ fwd["u"].T
+        grads[p + "w1"] += fwd["xn"] @ bwd["dh1"].T
+        grads[p + "w3"] += fwd["xn"] @ bwd["dh3"].T
+        dx, dgain = F.rmsnorm_backward(bwd["dxn"], block["x_ffn"], fwd["rstd"], params[p + "ffn_norm"])
+        grads[p + "ffn_norm"] += dgain
+        dh = dh + dx
+        # attention: h_ffn_in = x_att + o, so do = dh
+        fwd_out = self.defs["attention_forward"].output
+        fwd = _fp32(fwd_out.split(block["att"]))
+        bwd = _fp32(
+            self.defs["attention_backward"].output.split(
+                self._run(i, "attention_backward", dy=dh, qkv=fwd_out.rows(block["att"], "q", "v"))
+            )
+        )
+        grads[p + "wo"] += dh @ fwd["a"].T
+        grads[p + "wq"] += fwd["xn"] @ bwd["dq"].T
+        grads[p + "wk"] += fwd["xn"] @ bwd["dk"].T
+        grads[p + "wv"] += fwd["xn"] @ bwd["dv"].T
+        dx, dgain = F.rmsnorm_backward(bwd["dxn"], block["x_att"], fwd["rstd"], params[p + "attn_norm"])
+        grads[p + "attn_norm"] += dgain
+        return dh + dx
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _run(self, layer: int, kernel: str, **fields: np.ndarray) -> np.ndarray:
+        buf = self._inputs[layer][kernel]
+        pk = self.defs[kernel].input
+        for name, array in fields.items():
+            pk.write(buf, name, array)
+        return self.kernels[kernel](x=buf)["y"]
+
+    def close(self) -> None:
+        """Release every compiled kernel."""
+        for k in self.kernels.values():
+            k.close()
+        self.kernels = {}
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fp32(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v.astype(np.float32) for k, v in parts.items()}
