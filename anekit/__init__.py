@@ -18,6 +18,7 @@ _LAZY: dict[str, str] = {
     "compile": "anekit.backends",
     "Kernel": "anekit.backends",
     "available_backends": "anekit.backends",
+    "compile_mlmodelc": "anekit.backends.ane",
 }
 
 

@@ -159,3 +159,27 @@ def test_save_writes_atomically_and_load_round_trips(tmp_path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["model.mil", "weights"]
     assert not [p for p in (out / "weights").iterdir() if p.name.startswith(".")]
     assert mil.load(out) == program
+
+
+def test_attribute_only_ops_take_weights_inline_as_blobfile() -> None:
+    b = mil.Builder(opset="ios16")
+    x = b.input("x", (4, 4), "fp16")
+    q = b.weight("q", np.arange(16, dtype=np.int8).reshape(4, 4))
+    w = b.constexpr_affine_dequantize(
+        quantized_data=q, zero_point=np.int8(0), scale=np.float16(0.5), axis=0
+    )
+    b.output(b.add(x=x, y=w), "y")
+    program = b.build()
+    assert [op.op_type for op in program.ops] == ["constexpr_affine_dequantize", "add"]
+    line = program.to_text().splitlines()[4]
+    assert "constexpr_affine_dequantize()[name = " in line
+    assert 'quantized_data = tensor<int8, [4, 4]>(BLOBFILE(path = string("@model_path/weights/q.bin")' in line
+    assert mil.parse(program.to_text(), program.weight_files()) == program
+
+
+def test_legacy_printing_refuses_ops_newer_than_ios16() -> None:
+    b = mil.Builder()
+    x = b.input("x", (1, 2, 3, 4), "fp16")
+    b.output(b.scaled_dot_product_attention(query=x, key=x, value=x), "y")
+    with pytest.raises(MilTypeError, match="needs opset ios18"):
+        b.build().to_text("legacy")

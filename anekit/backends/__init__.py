@@ -49,8 +49,20 @@ def resolve_backend(backend: str | None = None) -> str:
     return name
 
 
-def compile(program: Program, backend: str | None = None, **options: Any) -> Kernel:
-    """Compile a verified Program for a backend (see ``resolve_backend``) and return its Kernel."""
+def compile(
+    program: Program, backend: str | None = None, *, isolate: bool = False, **options: Any
+) -> Kernel:
+    """Compile a verified Program for a backend (see ``resolve_backend``) and return its Kernel.
+
+    ``isolate=True`` hosts the kernel in a worker process recycled before the ANE's
+    compile budget runs out (``recycle_after=`` sets how many compiles it takes;
+    see :mod:`anekit.backends.worker`).
+    """
     if not isinstance(program, Program):
         raise TypeError(f"compile() takes a mil.Program, found {type(program).__name__}")
-    return _module(resolve_backend(backend)).compile(program, **options)
+    name = resolve_backend(backend)
+    if isolate:
+        from anekit.backends import worker
+
+        return worker.compile(program, name, **options)
+    return _module(name).compile(program, **options)

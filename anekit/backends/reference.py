@@ -80,7 +80,7 @@ class _Step:
         for p in op.opdef.params:
             v = op.inputs.get(p.name)
             if v is None:
-                v = getattr(args, p.name)  # declared default, or None
+                v = args.__getattr__(p.name)  # declared default, or None (not getattr: "value")
                 if v is None:
                     continue
             if isinstance(v, tuple):

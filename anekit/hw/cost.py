@@ -277,7 +277,7 @@ def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
                 "(host cast)", "fp32<->fp16 I/O conversion", None, 0.0, 0.0, cast_s, "overhead"
             )
         )
-    rows.extend(_op_row(op, chip) for op in work.ops)
+    rows.extend(_op_row(op, chip) for op in work.ops if op.kind != "free")
     seconds = sum(r.seconds for r in rows)
     flops = sum(op.flops for op in work.ops if op.kind != "free")
     moved = work.io_bytes + sum(op.bytes for op in work.ops if op.kind in ("mac", "vector"))

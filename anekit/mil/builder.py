@@ -48,6 +48,7 @@ class Builder:
         self._ops: list[Operation] = []
         self._outputs: list[Value] = []
         self._names: set[str] = set()
+        self._inlined: set[int] = set()  # const ops whose value an attribute-only op took in
 
     # -- values ---------------------------------------------------------------------------
     def input(self, name: str, shape: Sequence[int], dtype: str | DType = "fp16") -> Value:
@@ -89,7 +90,7 @@ class Builder:
         if not self._outputs:
             raise MilTypeError(f"function {self.function!r} has no outputs; call output() first")
         fn = Function(
-            self.function, tuple(self._inputs), tuple(self._ops), tuple(self._outputs), self.opset
+            self.function, tuple(self._inputs), self._live_ops(), tuple(self._outputs), self.opset
         )
         check_function(fn)
         return Program({self.function: fn})
@@ -103,22 +104,24 @@ class Builder:
         # Arguments already typed (Values, typed NumPy arrays) fix the dtype of the
         # Python numbers that share their type domain.
         partial = Args(opdef, {k: _tuple(v) for k, v in given.items()})
+        place = self._inline if "attributes" in opdef.traits else self._materialize
         inputs: dict[str, Any] = {}
         for key, raw in given.items():
             p = opdef.by_name.get(key)
             if p is None:
                 inputs[key] = raw  # let the verifier name the unknown parameter
-                continue
-            if p.variadic:
-                inputs[key] = tuple(self._materialize(literal_value(r, p, partial), f"{base}_{key}_{i}") for i, r in enumerate(raw))
+            elif p.variadic:
+                inputs[key] = tuple(
+                    place(literal_value(r, p, partial), f"{base}_{key}_{i}") for i, r in enumerate(raw)
+                )
             else:
-                inputs[key] = self._materialize(literal_value(raw, p, partial), f"{base}_{key}")
+                inputs[key] = place(literal_value(raw, p, partial), f"{base}_{key}")
         args = Args(opdef, inputs)
         for p in opdef.params:
             if p.name not in inputs and p.has_default:
-                default = getattr(args, p.name)
+                default = args.__getattr__(p.name)  # a parameter may be named "value"
                 if default is not None:
-                    inputs[p.name] = self._materialize(default, f"{base}_{p.name}")
+                    inputs[p.name] = place(default, f"{base}_{p.name}")
         types = check_op(opdef, inputs)
         return self._append(opdef, inputs, types, base)
 
@@ -141,6 +144,18 @@ class Builder:
         return sorted(set(super().__dir__()) | set(registry.names()))
 
     # -- internals ------------------------------------------------------------------------
+    def _live_ops(self) -> tuple[Operation, ...]:
+        """All ops but the const ops that were inlined into attributes and are used nowhere else."""
+        if not self._inlined:
+            return tuple(self._ops)
+        used = {id(v) for op in self._ops for v in op.input_values()}
+        used.update(id(v) for v in self._outputs)
+        return tuple(
+            op
+            for op in self._ops
+            if id(op) not in self._inlined or any(id(v) in used for v in op.outputs)
+        )
+
     def _append(self, opdef: OpDef, inputs: dict, types: tuple[TensorType, ...], base: str) -> Any:
         self._names.add(base)
         names = [base] if len(types) == 1 else [self._unique(f"{base}_{i}") for i in range(len(types))]
@@ -161,6 +176,14 @@ class Builder:
 
     def _materialize(self, v: Value, name: str) -> Value:
         return self._const_op(v, name) if v.is_inline else v
+
+    def _inline(self, v: Value, name: str) -> Value:
+        """For attribute-only ops: the literal itself, taken out of its const op if it has one."""
+        producer = v.producer
+        if producer is None or "const" not in producer.opdef.traits:
+            return v
+        self._inlined.add(id(producer))
+        return producer.inputs["val"]
 
     def _claim(self, name: str) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):

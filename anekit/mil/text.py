@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from anekit.errors import MilTypeError
 from anekit.mil.ops import registry
 from anekit.mil.program import BlobRef, Function, Operation, Program, Value
 from anekit.mil.types import DType, TensorType, type_text
+from anekit.mil.verify import check_op
 from anekit.mil.weights import layout
 
 DIALECTS = {"ios18": ("1.3", None), "legacy": ("1.0", "ios16")}
@@ -41,8 +43,18 @@ def print_program(program: Program, dialect: str = "ios18") -> str:
 
 
 def _check_opset(fn: Function, opset: str) -> None:
+    """Verify every op again under ``opset``: printing it there must not change its meaning."""
     for op in fn.ops:
-        registry.get(op.op_type, opset)  # raises, naming the minimum opset
+        opdef = registry.get(op.op_type, opset)  # raises, naming the minimum opset
+        if opdef is op.opdef:
+            continue
+        types = check_op(opdef, op.inputs)
+        if types != tuple(v.type for v in op.outputs):
+            raise MilTypeError(
+                f"infers {', '.join(map(str, types))} under {opset} but "
+                f"{', '.join(str(v.type) for v in op.outputs)} under {fn.opset}",
+                op=op.op_type,
+            )
 
 
 class _Printer:

@@ -49,12 +49,16 @@ def channels(b: Builder, x: Value, start: int, count: int, name: str) -> Value:
 def rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) -> tuple[Value, Value]:
     """RMSNorm over channels: returns ``x * rstd * gain`` and ``rstd = (mean(x^2) + eps)^-1/2``.
 
-    ``x`` is scaled by ``1/sqrt(D)`` before squaring, so the sum of squares is the mean
-    directly and an fp16 square overflows only for ``|x| > 256 sqrt(D)``, not ``|x| > 256``.
+    ``reduce_sum_square`` never stores the squares in fp16 (where they would overflow
+    above 256 and lose their precision below 2^-14 ~ 6e-5); ``x`` is first scaled by the
+    power of two nearest ``1/sqrt(D)`` (exact in fp16) so that the sum itself stays
+    near ``mean(x^2)`` and far from the fp16 limit.
     """
     d = x.shape[1]
-    xs = b.mul(x=x, y=1.0 / math.sqrt(d), name=f"{name}_xs")
-    ms = b.reduce_sum(x=b.mul(x=xs, y=xs, name=f"{name}_sq"), axes=[1], keep_dims=True, name=f"{name}_ms")
+    shift = round(math.log2(math.sqrt(d)))
+    xs = b.mul(x=x, y=2.0**-shift, name=f"{name}_xs")
+    ss = b.reduce_sum_square(x=xs, axes=[1], keep_dims=True, name=f"{name}_ss")
+    ms = b.mul(x=ss, y=4.0**shift / d, name=f"{name}_ms")
     # pow(., -0.5), not rsqrt: the form reported to compile (ANE_NOTES section 2.4)
     rstd = b.pow(x=b.add(x=ms, y=eps, name=f"{name}_eps"), y=-0.5, name=f"{name}_rstd")
     xn = b.mul(x=b.mul(x=x, y=rstd, name=f"{name}_unit"), y=gain, name=name)

@@ -22,7 +22,7 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
 
 def clip_grad_norm(grads: Params, max_norm: float) -> float:
     """Scale ``grads`` so their global L2 norm is at most ``max_norm`` (0: no limit); returns the norm before."""
-    norm = float(np.sqrt(np.dot(grads.flat, grads.flat, dtype=np.float64)))
+    norm = float(np.sqrt(np.dot(grads.flat, grads.flat)))
     if max_norm > 0 and norm > max_norm:
         grads.flat *= np.float32(max_norm / (norm + 1e-6))
     return norm

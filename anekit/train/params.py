@@ -78,6 +78,11 @@ class Params:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.views[name]
 
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        view = self.views[name]
+        if value is not view:  # ``params[k] += x`` has already updated the view in place
+            view[...] = value
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.views)
 

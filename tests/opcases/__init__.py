@@ -21,7 +21,7 @@ class Case:
     every output. ``expect`` is an independent reference written in the test
     module (NumPy formula or torch, float64): given the inputs (as float64 for
     float inputs, already rounded to their declared dtype) it returns every output.
-    ``make_inputs(rng)`` overrides the default random inputs (standard normal for
+    ``opset`` is the Builder's opset (older behaviour of an op). ``make_inputs(rng)`` overrides the default random inputs (standard normal for
     floats, small ints for ints), e.g. positive values for ``log``.
     """
 
@@ -33,6 +33,7 @@ class Case:
     make_inputs: Callable[[np.random.Generator], dict[str, np.ndarray]] | None = None
     rtol: float = 2e-3
     atol: float = 2e-3
+    opset: str = "ios18"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

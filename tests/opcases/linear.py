@@ -78,6 +78,17 @@ def conv_case(
 CONV_CASES = [
     # the training layout [1, C, 1, S]: a 1x1 conv is a linear layer
     conv_case("1x1-sequence", (1, 8, 1, 16), (4, 8, 1, 1), (1, 4, 1, 16), [(0, 0), (0, 0)]),
+    # a 1x1 kernel over padding with stride 2: (2 + 2 - 1)//2 + 1 = 2 reads pad, x1 per dim
+    conv_case(
+        "1x1-padded-strided",
+        (1, 3, 2, 2),
+        (2, 3, 1, 1),
+        (1, 2, 2, 2),
+        [(1, 1), (1, 1)],
+        pad_type="custom",
+        pad=[1, 1, 1, 1],
+        strides=[2, 2],
+    ),
     conv_case("3x3-valid-bias", (2, 3, 7, 6), (5, 3, 3, 3), (2, 5, 5, 4), [(0, 0)] * 2, bias=True),
     # same, stride 2: out = ceil(7/2), ceil(8/2) = 4, 4; totals 2 and 1 (odd extra after)
     conv_case(

@@ -19,11 +19,11 @@ def _torch():
     return torch
 
 
-def _unary(op: str, shape: tuple, dtype: str = "fp16", **params):
+def _unary(op: str, x_shape: tuple, dtype: str = "fp16", /, **params):
     """build(b): one input ``x``, one op, output ``y``."""
 
     def build(b):
-        x = b.input("x", shape, dtype)
+        x = b.input("x", x_shape, dtype)
         b.output(getattr(b, op)(x=x, **params), "y")
 
     return build
@@ -208,7 +208,7 @@ REVERSE = [
 # -- concat, stack, split, tile --------------------------------------------------------------
 
 
-def _joined(op: str, shapes: list[tuple], dtype: str = "fp16", **params):
+def _joined(op: str, shapes: list[tuple], dtype: str = "fp16", /, **params):
     def build(b):
         values = [b.input(f"v{i}", s, dtype) for i, s in enumerate(shapes)]
         b.output(getattr(b, op)(values=values, **params), "y")
@@ -359,7 +359,7 @@ TILE = [
 # -- tensors made from constants: fill, range_1d, shape, one_hot, band_part ---------------------
 
 
-def _no_input(op: str, **params):
+def _no_input(op: str, /, **params):
     def build(b):
         b.output(getattr(b, op)(**params), "y")
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops.common import FP, INT32, STRING, numel, require
-from anekit.mil.ops.registry import Args, Cost, OpDef, const_ints, param, register
+from anekit.mil.ops.registry import Args, Cost, CostFn, OpDef, const_ints, param, register
 from anekit.mil.types import TensorType
 
 # coremltools rejects same_lower in the iOS15 opset (iOS15/conv.py, iOS15/pool.py).
@@ -164,7 +164,7 @@ def window_out(
     return out
 
 
-def flops_cost(flops: Callable[[Args, tuple[TensorType, ...]], float]):
+def flops_cost(flops: Callable[[Args, tuple[TensorType, ...]], float]) -> CostFn:
     """A cost rule from a FLOP count; bytes are every input (weights included) plus the outputs."""
 
     def cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:

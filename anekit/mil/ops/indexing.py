@@ -393,8 +393,8 @@ _gather_versions(_along15, _along)
 def _fill_infer(a: Args) -> TensorType:
     dims = const_ints(a.value("shape"))
     require(all(d > 0 for d in dims), "fill", "shape", f"expected positive sizes, found {dims}")
-    # Args.value is a method, so the parameter named "value" is read through __getattr__.
-    return TensorType(Args.__getattr__(a, "value").dtype, tuple(dims))
+    # a.value is Args' method, so the parameter named "value" is read through __getattr__.
+    return TensorType(a.__getattr__("value").dtype, tuple(dims))
 
 
 declare(

@@ -7,6 +7,7 @@ Parameter names, defaults and shape rules follow coremltools' ``iOS15/pool.py``,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from anekit.mil.ops.conv import (
     window_out,
     window_view,
 )
-from anekit.mil.ops.registry import Args, OpDef, Param, const_ints, param, register
+from anekit.mil.ops.registry import Args, CostFn, OpDef, Param, const_ints, param, register
 from anekit.mil.types import DType, TensorType
 
 SCALE_DTYPES = frozenset({DType.fp32, DType.int32})
@@ -64,47 +65,61 @@ def _pool_infer(
     return infer
 
 
-def _pool_windows(
-    x: np.ndarray, kernel_sizes, pad_type: str, strides, pad, ceil_mode, fill: float
-) -> tuple[np.ndarray, list[tuple[int, int]], list[int]]:
-    """Every pooling window of x ([N, C, *out, *kernel]), the pads and the output sizes."""
-    kernel, strides = const_ints(kernel_sizes), const_ints(strides)
-    unit = [1] * len(kernel)
-    pads = spatial_pads(pad_type, x.shape[2:], kernel, strides, unit, const_ints(pad))
-    out = spatial_out(x.shape[2:], pads, kernel, strides, unit, bool(ceil_mode))
-    return window_view(x, pads, out, kernel, strides, unit, fill), pads, out
+class _Geometry(NamedTuple):
+    """Where a pooling op's windows lie: kernel, strides, (before, after) pads, output sizes."""
 
+    kernel: list[int]
+    strides: list[int]
+    pads: list[tuple[int, int]]
+    out: list[int]
 
-def _taps(kernel_sizes) -> tuple[int, ...]:
-    """The trailing window axes of a [N, C, *out, *kernel] view."""
-    return tuple(range(-len(const_ints(kernel_sizes)), 0))
+    @classmethod
+    def of(cls, x: np.ndarray, kernel_sizes, pad_type: str, strides, pad, ceil_mode) -> _Geometry:
+        kernel, steps = const_ints(kernel_sizes), const_ints(strides)
+        unit = [1] * len(kernel)
+        pads = spatial_pads(pad_type, x.shape[2:], kernel, steps, unit, const_ints(pad))
+        return cls(
+            kernel, steps, pads, spatial_out(x.shape[2:], pads, kernel, steps, unit, ceil_mode)
+        )
+
+    def window_sums(self, x: np.ndarray, pads: list[tuple[int, int]] | None = None) -> np.ndarray:
+        """The sum of each window of x ([N, C, *out]); positions outside x count 0."""
+        view = self.windows(x, 0.0, self.pads if pads is None else pads)
+        return view.sum(axis=self.taps, dtype=np.float32)
+
+    def windows(self, x: np.ndarray, fill: float, pads: list[tuple[int, int]]) -> np.ndarray:
+        unit = [1] * len(self.kernel)
+        return window_view(x, pads, self.out, self.kernel, self.strides, unit, fill)
+
+    @property
+    def taps(self) -> tuple[int, ...]:
+        """The trailing window axes of a [N, C, *out, *kernel] view."""
+        return tuple(range(-len(self.kernel), 0))
 
 
 def _avg_pool_reference(
     x, kernel_sizes, pad_type, strides, pad, ceil_mode=False, exclude_padding_from_average=False
 ):
-    windows, pads, out = _pool_windows(x, kernel_sizes, pad_type, strides, pad, ceil_mode, 0.0)
-    total = windows.sum(axis=_taps(kernel_sizes), dtype=np.float32)
+    g = _Geometry.of(x, kernel_sizes, pad_type, strides, pad, bool(ceil_mode))
     # The divisor counts the window positions inside the input, plus its padding unless
     # excluded; positions of the ceil_mode overhang never count (as torch's avg_pool2d).
     region = np.ones((1, 1, *x.shape[2:]), dtype=np.float32)
-    if not bool(exclude_padding_from_average):
-        region = np.pad(region, [(0, 0), (0, 0), *pads], constant_values=1.0)
-        pads = [(0, 0)] * len(pads)
-    kernel, strides = const_ints(kernel_sizes), const_ints(strides)
-    counted = window_view(region, pads, out, kernel, strides, [1] * len(kernel), 0.0)
-    return total / counted.sum(axis=_taps(kernel_sizes))
+    if bool(exclude_padding_from_average):
+        counts = g.window_sums(region)
+    else:
+        padded = np.pad(region, [(0, 0), (0, 0), *g.pads], constant_values=1.0)
+        counts = g.window_sums(padded, [(0, 0)] * len(g.pads))
+    return g.window_sums(x) / counts
 
 
 def _max_pool_reference(x, kernel_sizes, pad_type, strides, pad, ceil_mode=False):
-    windows, _, _ = _pool_windows(x, kernel_sizes, pad_type, strides, pad, ceil_mode, -np.inf)
-    return windows.max(axis=_taps(kernel_sizes))
+    g = _Geometry.of(x, kernel_sizes, pad_type, strides, pad, bool(ceil_mode))
+    return g.windows(x, -np.inf, g.pads).max(axis=g.taps)
 
 
 def _l2_pool_reference(x, kernel_sizes, pad_type, strides, pad, ceil_mode=False):
-    squares = np.square(x, dtype=np.float32)
-    windows, _, _ = _pool_windows(squares, kernel_sizes, pad_type, strides, pad, ceil_mode, 0.0)
-    return np.sqrt(windows.sum(axis=_taps(kernel_sizes), dtype=np.float32))
+    g = _Geometry.of(x, kernel_sizes, pad_type, strides, pad, bool(ceil_mode))
+    return np.sqrt(g.window_sums(np.square(x, dtype=np.float32)))
 
 
 _POOL_PARAMS = (
@@ -268,7 +283,7 @@ _SCALE_DOC = """
     scale_factor_width (const U): scale of dim -1, same dtype as the height's. Default: 1."""
 
 
-def _upsample_cost(per_element: float):
+def _upsample_cost(per_element: float) -> CostFn:
     return flops_cost(lambda a, outs: per_element * (outs[0].numel or 0))
 
 

@@ -173,7 +173,7 @@ class Args:
 
     def value(self, name: str) -> Any:
         """Return a parameter's compile-time value (None if omitted without default)."""
-        v = getattr(self, name)
+        v = self.__getattr__(name)  # not getattr: a parameter may be named "value"
         return None if v is None else v.const
 
     def input_bytes(self) -> int:

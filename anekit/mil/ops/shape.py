@@ -1,20 +1,20 @@
-"""Data movement: reshaping, permuting, joining, splitting, tiling, padding and block shuffles.
+"""Data movement: reshaping, permuting, joining, splitting and tiling, plus shared helpers.
 
 Parameter names, defaults, dtype domains and shape rules follow coremltools' op
 definitions (coremltools/converters/mil/mil/ops/defs/, commit e0e2f42):
-iOS15/tensor_transformation.py, iOS15/tensor_operation.py,
-iOS16/tensor_transformation.py (pixel_unshuffle) and iOS17/tensor_transformation.py
-(reshape's new rule for 0, wider dtypes). Slicing and gathering live in
-``indexing.py``.
+iOS15/tensor_transformation.py, iOS15/tensor_operation.py and
+iOS17/tensor_transformation.py (reshape's new rule for 0, wider dtypes). The family
+continues in ``indexing.py`` (slices, gathers, generated tensors) and ``spatial.py``
+(pad, block rearrangements), which use the helpers defined here.
 
 Where coremltools accepts a runtime tensor for something that fixes the output
-shape (reshape ``shape``, tile ``reps``, pad ``pad``, fill ``shape``, range_1d,
-one_hot ``one_hot_vector_size``), we require a constant: anekit programs have
+shape (reshape ``shape``, tile ``reps``), we require a constant: anekit programs have
 static shapes. Every op here moves values exactly: no arithmetic, no rounding.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from anekit.mil.ops.common import (
+    ANY,
     BOOL,
     INT32,
     axes_indices,
@@ -55,14 +56,10 @@ def reads_what_it_writes(a: Args, outs: tuple[TensorType, ...]) -> Cost:
 def with_dtypes(opdef: OpDef, since: str, **dtypes: frozenset[DType]) -> OpDef:
     """A later version of ``opdef`` whose named parameters accept other dtypes."""
     params = tuple(
-        Param(**{**_fields(p), "dtypes": dtypes[p.name]}) if p.name in dtypes else p
+        dataclasses.replace(p, dtypes=dtypes[p.name]) if p.name in dtypes else p
         for p in opdef.params
     )
     return opdef.evolve(since=since, params=params)
-
-
-def _fields(p: Param) -> dict[str, Any]:
-    return {name: getattr(p, name) for name in Param.__slots__}  # type: ignore[attr-defined]
 
 
 def static_shape(a: Args, name: str = "x") -> tuple[int, ...]:
@@ -396,7 +393,7 @@ def _concat_reference(values: tuple, axis: np.ndarray, interleave: np.ndarray) -
 declare(
     "concat",
     (
-        param("values", variadic=True, domain="T"),
+        param("values", ANY, variadic=True, domain="T"),
         const_axis("axis"),
         param("interleave", BOOL, ranks=(0,), const=True, default=False),
     ),
@@ -435,7 +432,7 @@ def _stack_infer(a: Args) -> TensorType:
 
 declare(
     "stack",
-    (param("values", variadic=True, domain="T"), const_axis("axis")),
+    (param("values", ANY, variadic=True, domain="T"), const_axis("axis")),
     _stack_infer,
     lambda values, axis: np.stack(values, axis=int(axis)),
     doc="""Join tensors of one shape along a new dimension.

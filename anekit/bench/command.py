@@ -1,0 +1,137 @@
+"""``anekit bench``: the ANE experiments, measured on a backend and predicted for a chip."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from anekit.bench.suites import SUITES, Params
+
+EPILOG = """\
+Suites: {suites}.
+
+Every row gives the measured time per evaluation (median and spread after warm-up),
+the program's FLOPs and bytes, the cost model's prediction for --chip and, where one
+exists, a published measurement of the same program on that chip with its source.
+
+The full sweeps are the sizes the experiments used on the ANE (up to 4096^3 matmuls
+and 128-deep 512-channel conv chains). On the NumPy reference backend a full run takes
+a long time (tens of minutes on two cores); --quick runs small sweeps in under two
+minutes there.
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG.format(suites=", ".join(SUITES))
+    parser.add_argument(
+        "--quick", action="store_true", help="small sweeps (minutes on the reference backend)"
+    )
+    parser.add_argument(
+        "--suite",
+        nargs="+",
+        action="extend",
+        choices=list(SUITES),
+        metavar="NAME",
+        help="suites to run, in order (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--backend", help="ane or reference (default: $ANEKIT_BACKEND, else the best here)"
+    )
+    parser.add_argument(
+        "--chip", help="chip profile to predict for (default: this Mac's chip, else m4)"
+    )
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite (needs matplotlib)")
+    parser.add_argument(
+        "--report", metavar="FILE.md", help="write a Markdown report with tables and plots"
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the suites and what each measures"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from anekit.bench import plots, report, runner
+    from anekit.hw.chips import default_chip
+
+    if args.list:
+        for name, suite in SUITES.items():
+            print(f"{name:15s} {suite.question}")
+        return 0
+    if args.plot:
+        missing = plots.matplotlib_missing()
+        if missing is not None:
+            print(f"anekit bench: {missing}", file=sys.stderr)
+            return 2
+    problem = _prepare_outputs(args)
+    if problem is not None:
+        print(f"anekit bench: {problem}", file=sys.stderr)
+        return 2
+    chip = args.chip
+    if chip is None:
+        chip, reason = default_chip()
+        print(f"anekit bench: chip {chip} ({reason})", file=sys.stderr)
+    total = sum(len(cases) for _, cases in runner.plan(args.suite, args.quick))
+    with _Progress(total) as progress:
+        results = runner.run(
+            args.suite, backend=args.backend, chip=chip, quick=args.quick, progress=progress
+        )
+    sys.stdout.write(report.console(results))
+    written = plots.write_plots(results, args.plot) if args.plot else {}
+    for path in written.values():
+        print(f"plot written to {path}")
+    if args.json:
+        print(f"results written to {report.write_json(results, args.json)}")
+    if args.report:
+        print(f"report written to {report.write_markdown(results, args.report, written)}")
+    return 0
+
+
+def _prepare_outputs(args: argparse.Namespace) -> str | None:
+    """Create the output directories before measuring, so a long run cannot fail at the end."""
+    dirs = [Path(f).parent for f in (args.json, args.report) if f]
+    dirs += [Path(args.plot)] if args.plot else []
+    for d in dirs:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"cannot create output directory {d}: {e.strerror}"
+    return None
+
+
+class _Progress:
+    """A tqdm bar on a terminal (when tqdm is installed), else one plain line per case."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.bar: Any = None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
+
+    def __enter__(self) -> Callable[[str, Params, dict[str, Any]], None]:
+        return self.update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def update(self, suite: str, params: Params, row: dict[str, Any]) -> None:
+        from anekit.bench.report import case_label, fmt_time
+
+        self.done += 1
+        what = f"{suite} {case_label(params)}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(what, refresh=False)
+            self.bar.update()
+        else:
+            took = fmt_time(row["measured"]["median_s"])
+            print(f"[{self.done}/{self.total}] {what}: {took}", file=sys.stderr, flush=True)

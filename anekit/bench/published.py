@@ -1,0 +1,117 @@
+"""Published ANE measurements the benchmark rows are shown beside, each with its source.
+
+Timings of whole programs come from ``benchmarks/published.json`` (collected for the
+cost model; ANE_NOTES section 7 and more): a row gets every entry whose chip and
+program description equal its own. Findings that are not the time of one program
+(a ratio, a floor, a limit) are :data:`FINDINGS`, shown as notes under their suite.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from anekit.hw.chips import normalize_name
+
+# The file lives beside the benchmark scripts in a source checkout (it is not package data).
+PUBLISHED_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "published.json"
+
+MADERIX_README = "https://github.com/maderix/ANE (README)"
+MADERIX_PART2 = "https://maderix.substack.com/p/inside-the-m4-apple-neural-engine-615"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A published result about a suite as a whole, with where it was published."""
+
+    chip: str
+    text: str
+    source: str
+
+
+FINDINGS: dict[str, tuple[Finding, ...]] = {
+    "dispatch": (
+        Finding(
+            "m4",
+            "host overhead per evaluation (XPC to aned + IOKit) is ~0.095 ms; "
+            "a 256^2 matmul with fp32 I/O takes 0.101 ms in total",
+            MADERIX_PART2,
+        ),
+    ),
+    "peak": (
+        Finding(
+            "m4",
+            "a single large op reaches only ~27-30 % of peak (2048^2 matmul 5.7 TFLOPS); "
+            "depth and fusion matter more than op size",
+            MADERIX_PART2,
+        ),
+    ),
+    "sram": (
+        Finding(
+            "m4",
+            "performance falls when a working set exceeds on-chip memory, ~32 MB inferred on M4",
+            MADERIX_PART2,
+        ),
+        Finding(
+            "m4",
+            "other sources describe a 2 MiB per-operand tiling threshold instead",
+            "ANE_NOTES.md section 1",
+        ),
+    ),
+    "int8": (
+        Finding(
+            "m4",
+            "W8A8 (int8 activations between layers) is 1.88x faster than fp16 at 128 convs and "
+            "1.85x at 64 convs (512 ch, 64x64)",
+            MADERIX_README,
+        ),
+    ),
+    "io_dtype": (Finding("m4", "fp16 direct I/O is ~37 % faster than fp32 I/O", MADERIX_README),),
+    "queue": (
+        Finding(
+            "m4",
+            "the ANE request queue is 127 evaluations deep",
+            "ANE_NOTES.md section 1 (Asahi Linux ANE driver documentation)",
+        ),
+    ),
+}
+
+
+def findings(suite: str, chip: str) -> list[dict[str, str]]:
+    """The suite's published findings, as JSON rows; those measured on another chip say so."""
+    key = normalize_name(chip)
+    return [
+        {"chip": f.chip, "text": f.text, "source": f.source, "same_chip": f.chip == key}
+        for f in FINDINGS.get(suite, ())
+    ]
+
+
+def lookup(chip: str, description: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every published measurement of exactly this program on this chip (maybe none)."""
+    key = normalize_name(chip)
+    return [
+        {
+            "id": e["id"],
+            "seconds": float(e["seconds"]),
+            "reported": e["reported"],
+            "machine": e["machine"],
+            "source": e["source"],
+        }
+        for e in _entries()
+        if e["chip"] == key and e["program"] == description
+    ]
+
+
+def available() -> bool:
+    """Whether the published measurements could be read (they need a source checkout)."""
+    return PUBLISHED_JSON.is_file()
+
+
+@functools.cache
+def _entries() -> tuple[dict[str, Any], ...]:
+    if not PUBLISHED_JSON.is_file():
+        return ()
+    return tuple(json.loads(PUBLISHED_JSON.read_text("utf-8"))["entries"])

@@ -1,0 +1,86 @@
+"""What a suite's rows add up to: best throughput, speed-ups over a baseline, cliffs.
+
+Each figure is given three times where it can be: from the measured times, from the
+cost model's predictions and from the published times (when the rows have them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anekit.bench.suites import Suite
+
+SOURCES = ("measured", "predicted", "published")
+
+# A cliff: throughput below this fraction of the best seen at smaller sizes.
+CLIFF_DROP = 0.5
+
+
+def row_seconds(row: dict[str, Any], source: str) -> float | None:
+    """A row's time per evaluation from one source, or None where it has none."""
+    if source == "measured":
+        return row["measured"]["median_s"]
+    if source == "predicted":
+        return row["predicted_s"]
+    return row["published"][0]["seconds"] if row["published"] else None
+
+
+def summarize(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's summary figures (see module docstring)."""
+    out: dict[str, Any] = {"best_tflops": {s: _best_tflops(rows, s) for s in SOURCES}}
+    if suite.compare is not None:
+        out["speedups"] = speedups(rows, *suite.compare)
+    if suite.find_cliff:
+        out["cliff"] = {s: cliff(rows, s) for s in SOURCES}
+    return out
+
+
+def _best_tflops(rows: list[dict[str, Any]], source: str) -> float | None:
+    rates = [_tflops(r, source) for r in rows]
+    known = [t for t in rates if t is not None]
+    return max(known) if known else None
+
+
+def _tflops(row: dict[str, Any], source: str) -> float | None:
+    seconds = row_seconds(row, source)
+    return row["flops"] / seconds / 1e12 if seconds else None
+
+
+def speedups(rows: list[dict[str, Any]], key: str, baseline: Any) -> list[dict[str, Any]]:
+    """For rows equal but for ``key``: time at ``baseline`` / time at each other value."""
+    groups: dict[tuple, dict[Any, dict[str, Any]]] = {}
+    for row in rows:
+        rest = tuple(sorted((k, v) for k, v in row["params"].items() if k != key))
+        groups.setdefault(rest, {})[row["params"][key]] = row
+    out = []
+    for rest, by_value in groups.items():
+        base = by_value.get(baseline)
+        if base is None:
+            continue
+        for value, row in by_value.items():
+            if value == baseline:
+                continue
+            entry: dict[str, Any] = {
+                "param": key,
+                "value": value,
+                "over": baseline,
+                "params": dict(rest),
+            }
+            for source in SOURCES:
+                t_base, t_row = row_seconds(base, source), row_seconds(row, source)
+                entry[source] = t_base / t_row if t_base and t_row else None
+            out.append(entry)
+    return out
+
+
+def cliff(rows: list[dict[str, Any]], source: str) -> dict[str, Any] | None:
+    """The first row (by x) whose throughput falls below half the best at smaller x, if any."""
+    best = 0.0
+    for row in sorted(rows, key=lambda r: r["x"]):
+        rate = _tflops(row, source)
+        if rate is None:
+            continue
+        if best and rate < CLIFF_DROP * best:
+            return {"x": row["x"], "tflops": rate, "best_before": best}
+        best = max(best, rate)
+    return None

@@ -1,0 +1,27 @@
+"""``anekit doctor``: say plainly what works on this machine; exits 0 everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from anekit.doctor import format_report, report
+from anekit.mil.program import write_atomic
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
+    parser.add_argument(
+        "--no-smoke", action="store_true", help="skip the compile/evaluate smoke test on the ANE"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    r = report(smoke=not args.no_smoke)
+    print(format_report(r))
+    if args.json:
+        path = Path(args.json)
+        write_atomic(path, (json.dumps(r, indent=1) + "\n").encode("utf-8"))
+        print(f"report written to {path}")
+    return 0

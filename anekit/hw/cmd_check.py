@@ -1,0 +1,35 @@
+"""``anekit check FILE``: will this program compile and run correctly on a chip?"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from anekit.hw.command import add_program_arguments, load_program, resolve_chip
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_program_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from anekit.hw.compat import check
+
+    chip = resolve_chip(args.chip)
+    program = load_program(args.path)
+    if program is None:
+        return 2
+    diagnostics = check(program, chip)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(d) for d in diagnostics], indent=1))
+    else:
+        for d in diagnostics:
+            print(d.format(args.path))
+        counts = {
+            s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")
+        }
+        print(
+            f"{chip.name}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
+        )
+    return 1 if any(d.severity == "error" for d in diagnostics) else 0

@@ -1,0 +1,57 @@
+"""``anekit chips``: the chip profiles, with where each number comes from."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from anekit.hw.chips import chips, default_chip, get_chip
+from anekit.hw.command import show
+
+COLUMNS = (
+    ("chip", None, ""),
+    ("gen", "generation", ""),
+    ("NE", "ne_cores", ""),
+    ("TOPS", "rated_tops", ""),
+    ("fp16 meas.", "measured_fp16_tflops", ""),
+    ("DRAM GB/s", "dram_bw_gbps", ""),
+    ("ANE GB/s", "ane_dram_bw_gbps", ""),
+    ("floor ms", "per_call_floor_ms", ""),
+    ("on-chip MB", "onchip_tensor_mb", ""),
+    ("dialect", "dialect", ""),
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="every fact with its source, as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    chosen, how = default_chip()
+    if args.json:
+        out = {
+            "default": {"chip": chosen, "how": how},
+            "chips": {
+                n: {k: dataclasses.asdict(f) for k, f in get_chip(n).facts.items()} for n in chips()
+            },
+        }
+        print(json.dumps(out, indent=1))
+        return 0
+    rows = [[label for label, _, _ in COLUMNS]]
+    for name in chips():
+        chip = get_chip(name)
+        cells = [name]
+        for _, key, unit in COLUMNS[1:]:
+            fact = chip.facts[key]
+            cells.append(show(fact.value, fact, unit))
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(
+        "\n~ marks an estimate, ! a value another source disputes. TOPS is Apple's rating "
+        "(int8 from M4 on). Sources and conflicts: anekit chips --json."
+    )
+    print(f"default chip: {chosen} ({how})")
+    return 0

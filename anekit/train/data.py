@@ -1,0 +1,199 @@
+"""Training data: byte-level text, llama2.c pretokenized ``.bin`` files and their tokenizer, batches.
+
+* A text file is its UTF-8 bytes (vocabulary 256).
+* A llama2.c ``.bin`` is a flat array of little-endian uint16 token ids; its
+  ``tokenizer.bin`` holds ``i32 max_token_length``, then per token ``f32 score,
+  i32 length, bytes`` (ANE_NOTES section 5; llama2.c ``run.c``).
+* With no file, the corpus is the documentation CPython ships in
+  ``pydoc_data.topics`` (about 450 KB of English prose and code), so training works
+  offline on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+BOS = 1  # llama2.c / sentencepiece: 1 begins a sequence, 3 + b is raw byte b
+BYTE_OFFSET = 3
+
+
+class Tokenizer(Protocol):
+    """Turns text into token ids and back."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class ByteTokenizer:
+    """Byte-level tokens: a token is one UTF-8 byte."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "bytes"}
+
+
+class Llama2cTokenizer:
+    """The sentencepiece BPE vocabulary of llama2.c's ``tokenizer.bin``: greedy highest-score merges."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        data = self.path.read_bytes()
+        if len(data) < 4:
+            raise ValueError(f"{self.path}: too short for a llama2.c tokenizer.bin ({len(data)} bytes)")
+        (self.max_token_length,) = struct.unpack_from("<i", data, 0)
+        self.pieces: list[bytes] = []
+        self.scores: list[float] = []
+        offset = 4
+        while offset < len(data):
+            if offset + 8 > len(data):
+                raise ValueError(f"{self.path}: truncated entry {len(self.pieces)} at byte {offset}")
+            score, length = struct.unpack_from("<fi", data, offset)
+            offset += 8
+            if length < 0 or offset + length > len(data):
+                raise ValueError(
+                    f"{self.path}: entry {len(self.pieces)} at byte {offset - 8} has length "
+                    f"{length}, past the end of the file ({len(data)} bytes)"
+                )
+            self.pieces.append(data[offset : offset + length])
+            self.scores.append(score)
+            offset += length
+        self.vocab_size = len(self.pieces)
+        self._ids = {p: i for i, p in enumerate(self.pieces)}
+
+    def encode(self, text: str) -> list[int]:
+        """BOS, a leading space (sentencepiece's dummy prefix), then merged pieces."""
+        ids = []
+        for ch in " " + text if text else "":
+            piece = ch.encode("utf-8")
+            if piece in self._ids:
+                ids.append(self._ids[piece])
+            else:
+                ids.extend(b + BYTE_OFFSET for b in piece)
+        while True:
+            best, best_score = -1, -np.inf
+            for i in range(len(ids) - 1):
+                merged = self._ids.get(self.pieces[ids[i]] + self.pieces[ids[i + 1]])
+                if merged is not None and self.scores[merged] > best_score:
+                    best, best_score = i, self.scores[merged]
+            if best < 0:
+                return [BOS, *ids]
+            ids[best : best + 2] = [self._ids[self.pieces[ids[best]] + self.pieces[ids[best + 1]]]]
+
+    def decode(self, ids: list[int]) -> str:
+        out = bytearray()
+        for prev, tok in zip([BOS, *ids], ids):
+            if tok == BOS:
+                continue
+            piece = self.pieces[tok]
+            if piece.startswith(b"<0x") and piece.endswith(b">") and len(piece) == 6:
+                piece = bytes([int(piece[3:5], 16)])
+            elif prev == BOS and piece.startswith(b" "):
+                piece = piece[1:]
+            out += piece
+        return out.decode("utf-8", errors="replace")
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "llama2c", "path": str(self.path.resolve())}
+
+
+def tokenizer_from(description: dict[str, Any]) -> Tokenizer:
+    """Rebuild a tokenizer from its ``describe()`` record (as stored in a checkpoint)."""
+    kind = description.get("kind")
+    if kind == "bytes":
+        return ByteTokenizer()
+    if kind == "llama2c":
+        return Llama2cTokenizer(description["path"])
+    raise ValueError(f"unknown tokenizer kind {kind!r}; expected 'bytes' or 'llama2c'")
+
+
+def default_corpus() -> np.ndarray:
+    """The byte-level default corpus: every topic of CPython's ``pydoc_data.topics``, sorted by name."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as e:  # some distributions strip the pydoc data
+        raise ValueError(
+            "this Python has no pydoc_data.topics (the default corpus); pass --data FILE"
+        ) from e
+    text = "\n\n".join(topics[name] for name in sorted(topics))
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+
+def load_data(path: str | Path | None, tokenizer_path: str | Path | None = None) -> tuple[np.ndarray, Tokenizer]:
+    """Tokens and tokenizer of a training file: ``.bin`` (llama2.c uint16), anything else text; None: the default corpus."""
+    if path is None:
+        return default_corpus(), ByteTokenizer()
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"training data {str(path)!r} is not a file")
+    if path.suffix != ".bin":
+        return np.fromfile(path, dtype=np.uint8), ByteTokenizer()
+    size = path.stat().st_size
+    if size % 2:
+        raise ValueError(f"{path}: {size} bytes is not a whole number of uint16 tokens")
+    tok_path = Path(tokenizer_path) if tokenizer_path else path.with_name("tokenizer.bin")
+    if not tok_path.is_file():
+        raise ValueError(f"{path}: llama2.c tokens need their tokenizer; {tok_path} not found (--tokenizer)")
+    tokenizer = Llama2cTokenizer(tok_path)
+    tokens = np.memmap(path, dtype="<u2", mode="r")
+    top = int(tokens.max()) if len(tokens) else 0
+    if top >= tokenizer.vocab_size:
+        raise ValueError(
+            f"{path}: token id {top} is outside the vocabulary of {tok_path} ({tokenizer.vocab_size})"
+        )
+    return tokens, tokenizer
+
+
+class Batches:
+    """Sequences of ``seq + 1`` tokens in a shuffled order, resumable from ``state()``.
+
+    The data is cut into windows starting every ``seq`` tokens (input and target
+    overlap by one token); each epoch visits every window once, in a permutation
+    fixed by ``(seed, epoch)``, so the position ``(epoch, cursor)`` alone resumes it.
+    """
+
+    def __init__(self, tokens: np.ndarray, seq: int, seed: int, epoch: int = 0, cursor: int = 0) -> None:
+        self.tokens = tokens
+        self.seq = seq
+        self.seed = seed
+        self.windows = (len(tokens) - 1) // seq
+        if self.windows < 1:
+            raise ValueError(f"training data has {len(tokens)} tokens; needs at least {seq + 1}")
+        if not 0 <= cursor < self.windows:
+            raise ValueError(f"data cursor {cursor} is outside [0, {self.windows})")
+        self.epoch = epoch
+        self.cursor = cursor
+        self._order = self._permutation(epoch)
+
+    def next(self, batch: int) -> np.ndarray:
+        """The next ``batch`` windows as int64 ``[batch, seq + 1]``."""
+        out = np.empty((batch, self.seq + 1), dtype=np.int64)
+        for row in out:
+            start = int(self._order[self.cursor]) * self.seq
+            row[:] = self.tokens[start : start + self.seq + 1]
+            self.cursor += 1
+            if self.cursor == self.windows:
+                self.epoch, self.cursor = self.epoch + 1, 0
+                self._order = self._permutation(self.epoch)
+        return out
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.windows)

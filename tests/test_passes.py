@@ -1,0 +1,260 @@
+"""The multi-input packing pass and size ordering: packed programs compute exactly what the originals do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from anekit import mil
+from anekit.backends import reference
+from anekit.errors import MilTypeError
+from anekit.mil.passes import Packing, order_by_size, pack_inputs
+
+RNG = np.random.default_rng(5)
+
+
+# -- programs: each builder returns a verified program with two or more inputs --------------------
+def same_shapes() -> mil.Program:
+    b = mil.Builder()
+    x, y = b.input("x", (1, 8, 1, 16)), b.input("y", (1, 8, 1, 16))
+    b.output(b.mul(x=b.add(x=x, y=y), y=y), "z")
+    return b.build()
+
+
+def different_last_dims() -> mil.Program:
+    b = mil.Builder()
+    a, c, d = b.input("a", (1, 4, 1, 8)), b.input("c", (1, 4, 1, 3)), b.input("d", (1, 4, 1, 1))
+    b.output(b.concat(values=[b.mul(x=a, y=d), c], axis=3), "out")
+    return b.build()
+
+
+def different_ranks() -> mil.Program:
+    b = mil.Builder()
+    x, s, m = b.input("x", (1, 6, 1, 4)), b.input("s", (1, 6, 1, 1)), b.input("m", (6, 4))
+    y = b.add(x=b.mul(x=x, y=s), y=b.reshape(x=m, shape=[1, 6, 1, 4]))
+    b.output(y, "y")
+    return b.build()
+
+
+def attention_scores() -> mil.Program:
+    b = mil.Builder()
+    q, k, v = b.input("q", (1, 16, 8)), b.input("k", (1, 16, 8)), b.input("v", (1, 16, 8))
+    scores = b.softmax(x=b.matmul(x=q, y=k, transpose_y=True), axis=-1)
+    b.output(b.matmul(x=scores, y=v), "o")
+    return b.build()
+
+
+def dynamic_weight_linear() -> mil.Program:
+    """The training recipe's shapes: activations [1, IC, 1, SEQ] and weights [1, IC, 1, OC]."""
+    b = mil.Builder()
+    x, w = b.input("x", (1, 32, 1, 16)), b.input("w", (1, 32, 1, 24))
+    xt = b.reshape(x=x, shape=[1, 32, 16])
+    wt = b.reshape(x=w, shape=[1, 32, 24])
+    y = b.matmul(x=wt, y=xt, transpose_x=True)  # [1, 24, 16]
+    b.output(b.reshape(x=y, shape=[1, 24, 1, 16]), "y")
+    return b.build()
+
+
+def reused_and_passed_through() -> mil.Program:
+    b = mil.Builder()
+    x, y = b.input("x", (1, 4, 1, 8)), b.input("y", (1, 4, 1, 8))
+    b.output(b.add(x=b.mul(x=x, y=x), y=b.mul(x=x, y=y)), "z")
+    b.output(b.identity(x=y), "y_copy")
+    return b.build()
+
+
+def with_weight_files() -> mil.Program:
+    b = mil.Builder()
+    x, g = b.input("x", (1, 16, 1, 8)), b.input("g", (1, 16, 1, 1))
+    w = b.weight("w", (RNG.standard_normal((8, 16, 1, 1)) / 4).astype(np.float16))
+    bias = b.weight("bias", RNG.standard_normal((1, 8, 1, 1)).astype(np.float16))
+    b.output(b.add(x=b.conv(x=b.mul(x=x, y=g), weight=w), y=bias), "y")
+    return b.build()
+
+
+def int32_inputs() -> mil.Program:
+    b = mil.Builder()
+    i, j = b.input("i", (2, 5), "int32"), b.input("j", (2, 3), "int32")
+    b.output(b.concat(values=[b.add(x=i, y=7), b.mul(x=j, y=j)], axis=1), "k")
+    return b.build()
+
+
+def fp32_softmax_of_parts() -> mil.Program:
+    b = mil.Builder()
+    parts = [b.input(f"p{n}", (1, 3, 1, w), "fp32") for n, w in enumerate((2, 5, 9))]
+    b.output(b.softmax(x=b.concat(values=parts, axis=3), axis=3), "sm")
+    return b.build()
+
+
+def tiny_mixed_shapes() -> mil.Program:
+    b = mil.Builder()
+    a, c, d = b.input("a", (1,)), b.input("c", (3,)), b.input("d", (2, 2))
+    total = b.add(x=b.reduce_sum(x=d, axes=[0, 1], keep_dims=False), y=b.reduce_sum(x=c, axes=[0]))
+    b.output(b.mul(x=a, y=total), "t")
+    return b.build()
+
+
+def unused_input() -> mil.Program:
+    b = mil.Builder()
+    x, _ = b.input("x", (1, 4, 1, 4)), b.input("ignored", (1, 4, 1, 2))
+    b.output(b.sigmoid(x=x), "y")
+    return b.build()
+
+
+def name_clash_with_packed() -> mil.Program:
+    b = mil.Builder()
+    packed, other = b.input("packed", (1, 2, 1, 4)), b.input("packed_1", (1, 2, 1, 4))
+    b.output(b.sub(x=packed, y=other), "packed_out")
+    return b.build()
+
+
+PROGRAMS: dict[str, Callable[[], mil.Program]] = {
+    f.__name__: f
+    for f in (
+        same_shapes,
+        different_last_dims,
+        different_ranks,
+        attention_scores,
+        dynamic_weight_linear,
+        reused_and_passed_through,
+        with_weight_files,
+        int32_inputs,
+        fp32_softmax_of_parts,
+        tiny_mixed_shapes,
+        unused_input,
+        name_clash_with_packed,
+    )
+}
+
+
+def random_inputs(program: mil.Program) -> dict[str, np.ndarray]:
+    result = {}
+    for v in program.main.inputs:
+        if v.dtype.is_int:
+            result[v.name] = RNG.integers(-50, 50, v.shape).astype(v.dtype.numpy)
+        else:
+            result[v.name] = RNG.standard_normal(v.shape).astype(v.dtype.numpy)
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_packed_program_gives_identical_outputs(name: str) -> None:
+    program = PROGRAMS[name]()
+    packed, packing = pack_inputs(program)
+    assert packing is not None
+    assert [v.name for v in packed.main.inputs] == [packing.name]
+    assert [v.name for v in packed.main.outputs] == [v.name for v in program.main.outputs]
+    original = reference.compile(program)
+    rewritten = reference.compile(packed)
+    for _ in range(3):
+        inputs = random_inputs(program)
+        want = original(**inputs)
+        got = rewritten(**{packing.name: packing.pack(inputs)})
+        assert set(got) == set(want)
+        for out in want:
+            np.testing.assert_array_equal(got[out], want[out], err_msg=f"{name}: output {out}")
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_packed_program_is_valid_mil_text_with_the_same_weights(name: str) -> None:
+    program = PROGRAMS[name]()
+    packed, _ = pack_inputs(program)
+    assert packed.weight_files() == program.weight_files()
+    again = mil.parse(packed.to_text(), weights=packed.weight_files())
+    assert again.to_text() == packed.to_text()
+
+
+def test_original_program_is_untouched() -> None:
+    program = with_weight_files()
+    text = program.to_text()
+    pack_inputs(program)
+    assert program.to_text() == text
+    assert [v.name for v in program.main.inputs] == ["x", "g"]
+
+
+def test_leading_dims_agree_so_inputs_concatenate_along_the_last_axis() -> None:
+    _, packing = pack_inputs(different_last_dims())
+    assert packing.shape == (1, 4, 1, 12)
+    assert [(s.name, s.offset, s.width) for s in packing.segments] == [
+        ("a", 0, 8),
+        ("c", 8, 3),
+        ("d", 11, 1),
+    ]
+
+
+def test_other_shapes_are_flattened_to_1_1_1_n() -> None:
+    _, packing = pack_inputs(different_ranks())
+    assert packing.shape == (1, 1, 1, 24 + 6 + 24)
+    assert [s.packed_shape for s in packing.segments] == [(1, 1, 1, 24), (1, 1, 1, 6), (1, 1, 1, 24)]
+
+
+def test_views_are_zero_copy_and_pack_unpack_round_trip() -> None:
+    for make in (different_last_dims, different_ranks):
+        program = make()
+        _, packing = pack_inputs(program)
+        inputs = random_inputs(program)
+        packed = packing.pack(inputs)
+        for name, view in packing.views(packed).items():
+            assert np.shares_memory(view, packed), name
+            np.testing.assert_array_equal(view, inputs[name])
+        back = packing.unpack(packed)
+        for name, value in inputs.items():
+            np.testing.assert_array_equal(back[name], value)
+            assert not np.shares_memory(back[name], packed)
+
+
+def test_writing_a_view_fills_the_packed_array_in_place() -> None:
+    _, packing = pack_inputs(different_ranks())
+    packed = np.zeros(packing.shape, np.float16)
+    packing.views(packed)["m"][...] = np.arange(24, dtype=np.float16).reshape(6, 4)
+    np.testing.assert_array_equal(packed[0, 0, 0, 30:], np.arange(24))
+    assert not packed[0, 0, 0, :30].any()
+
+
+def test_mixed_dtypes_cannot_be_packed() -> None:
+    b = mil.Builder()
+    x, i = b.input("x", (1, 4), "fp16"), b.input("i", (1, 4), "int32")
+    b.output(b.identity(x=x), "y")
+    b.output(b.identity(x=i), "j")
+    with pytest.raises(MilTypeError, match=r"different dtypes .*x: fp16, i: int32"):
+        pack_inputs(b.build())
+
+
+def test_single_input_programs_are_left_alone() -> None:
+    b = mil.Builder()
+    b.output(b.sigmoid(x=b.input("x", (1, 4))), "y")
+    program = b.build()
+    assert pack_inputs(program) == (program, None)
+
+
+def test_pack_checks_names_and_shapes() -> None:
+    _, packing = pack_inputs(same_shapes())
+    with pytest.raises(ValueError, match="exactly the inputs"):
+        packing.pack({"x": np.zeros((1, 8, 1, 16))})
+    with pytest.raises(ValueError, match="expected shape"):
+        packing.pack({"x": np.zeros((1, 8, 1, 16)), "y": np.zeros((1, 8, 1, 15))})
+    assert isinstance(packing, Packing)
+
+
+def test_order_by_size_sorts_inputs_up_and_outputs_down() -> None:
+    b = mil.Builder()
+    big, small, mid = b.input("big", (1, 64)), b.input("small", (1, 2)), b.input("mid", (1, 8))
+    b.output(b.identity(x=small), "o_small")
+    b.output(b.identity(x=big), "o_big")
+    b.output(b.identity(x=mid), "o_mid")
+    program = b.build()
+    ordered = order_by_size(program)
+    assert [v.name for v in ordered.main.inputs] == ["small", "mid", "big"]
+    assert [v.name for v in ordered.main.outputs] == ["o_big", "o_mid", "o_small"]
+    inputs = random_inputs(program)
+    want, got = reference.compile(program)(**inputs), reference.compile(ordered)(**inputs)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert order_by_size(ordered) is ordered
+
+
+def test_order_by_size_keeps_ties_in_program_order() -> None:
+    program = same_shapes()
+    assert order_by_size(program) is program
