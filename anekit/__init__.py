@@ -19,6 +19,9 @@ _LAZY: dict[str, str] = {
     "Kernel": "anekit.backends",
     "available_backends": "anekit.backends",
     "compile_mlmodelc": "anekit.backends.ane",
+    "check": "anekit.hw",
+    "estimate": "anekit.hw",
+    "chips": "anekit.hw",
 }
 
 

@@ -42,7 +42,10 @@ def report(*, smoke: bool = True) -> dict[str, Any]:
         "macos": platform.mac_ver()[0] or None,
         "machine": platform.machine(),
         "chip": chip_name(),
-        "framework": {"path": framework.FRAMEWORK_PATH, "present": Path(framework.FRAMEWORK_PATH).is_dir()},
+        "framework": {
+            "path": framework.FRAMEWORK_PATH,
+            "present": Path(framework.FRAMEWORK_PATH).is_dir(),
+        },
         "pyobjc": _distribution_version("pyobjc-core"),
         "ane": {
             "available": ok,
@@ -60,7 +63,10 @@ def chip_name() -> str:
     if sys.platform == "darwin":
         try:
             out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=True
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             return out.stdout.strip()
         except (OSError, subprocess.CalledProcessError):
@@ -129,7 +135,10 @@ def format_report(r: dict[str, Any]) -> str:
         ("OS", r["os"] + (f" (macOS {r['macos']})" if r["macos"] else "")),
         ("machine", r["machine"]),
         ("chip", r["chip"]),
-        ("framework", f"{r['framework']['path']}: {'present' if r['framework']['present'] else 'absent'}"),
+        (
+            "framework",
+            f"{r['framework']['path']}: {'present' if r['framework']['present'] else 'absent'}",
+        ),
         ("PyObjC", r["pyobjc"] or "not installed"),
         (
             "ANE",
@@ -167,7 +176,9 @@ def _smoke_line(smoke: dict[str, Any] | None, available: bool) -> str:
     )
 
 
-def class_listing(fw: Any, pattern: str | None = None) -> list[tuple[str, list[tuple[str, str, str]]]]:
+def class_listing(
+    fw: Any, pattern: str | None = None
+) -> list[tuple[str, list[tuple[str, str, str]]]]:
     """The framework's ``_ANE*`` classes matching ``pattern``, each with its methods.
 
     ``pattern`` is a case-insensitive glob; without wildcards it matches anywhere in the name.
@@ -175,7 +186,9 @@ def class_listing(fw: Any, pattern: str | None = None) -> list[tuple[str, list[t
     glob = (pattern or "*").lower()
     if not any(c in glob for c in "*?["):
         glob = f"*{glob}*"
-    names = [n for n in fw.class_names() if n.startswith("_ANE") and fnmatch.fnmatchcase(n.lower(), glob)]
+    names = [
+        n for n in fw.class_names() if n.startswith("_ANE") and fnmatch.fnmatchcase(n.lower(), glob)
+    ]
     return [(name, fw.methods(name)) for name in names]
 
 

@@ -41,7 +41,9 @@ from anekit.errors import (
     EvaluationError,
 )
 
-REQUEST = "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"
+REQUEST = (
+    "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"
+)
 
 
 # -- the recording stand-in ---------------------------------------------------------------------
@@ -144,22 +146,33 @@ class FakeFramework:
         self.max_in_flight = 0
         self._guard = threading.Lock()
         self.selectors = {
-            ("_ANEInMemoryModelDescriptor", "modelWithMILText:weights:optionsPlist:"): self._descriptor,
+            (
+                "_ANEInMemoryModelDescriptor",
+                "modelWithMILText:weights:optionsPlist:",
+            ): self._descriptor,
             ("_ANEInMemoryModel", "inMemoryModelWithDescriptor:"): self._model,
             ("model", "hexStringIdentifier"): lambda m: m.hex,
             ("model", "compileWithQoS:options:error:"): lambda m, q, o, e: self._compile(m),
             ("model", "loadWithQoS:options:error:"): lambda m, q, o, e: self._load(),
-            ("model", "evaluateWithQoS:options:request:error:"): lambda m, q, o, r, e: self._evaluate(m, r),
+            ("model", "evaluateWithQoS:options:request:error:"): lambda m, q, o, r, e: (
+                self._evaluate(m, r)
+            ),
             ("model", "unloadWithQoS:error:"): lambda m, q, e: (True, None),
-            ("_ANEIOSurfaceObject", "objectWithIOSurface:"): lambda c, s: ObjCObject(self, "io", surface=s),
+            ("_ANEIOSurfaceObject", "objectWithIOSurface:"): lambda c, s: ObjCObject(
+                self, "io", surface=s
+            ),
             ("_ANERequest", REQUEST): self._request,
-            ("_ANEPerformanceStats", "statsWithHardwareExecutionNS:"): lambda c, ns: ObjCObject(self, "stats", ns=ns),
+            ("_ANEPerformanceStats", "statsWithHardwareExecutionNS:"): lambda c, ns: ObjCObject(
+                self, "stats", ns=ns
+            ),
             ("stats", "hwExecutionTime"): lambda s: s.ns,
             ("_ANEClient", "sharedConnection"): lambda c: ObjCObject(self, "client"),
             ("_ANEModel", "modelAtURL:key:"): self._client_model,
             ("client", "compileModel:options:qos:error:"): lambda c, m, o, q, e: self._compile(m),
             ("client", "loadModel:options:qos:error:"): lambda c, m, o, q, e: self._load(),
-            ("client", "evaluateWithModel:options:request:qos:error:"): lambda c, m, o, r, q, e: self._evaluate(m, r),
+            ("client", "evaluateWithModel:options:request:qos:error:"): lambda c, m, o, r, q, e: (
+                self._evaluate(m, r)
+            ),
             ("client", "unloadModel:options:qos:error:"): lambda c, m, o, q, e: (True, None),
             ("_ANEDeviceInfo", "aneSubType"): lambda c: "h16",
         }
@@ -190,7 +203,9 @@ class FakeFramework:
         return str(self.tmp)
 
     def surface_create(self, properties: dict[str, Any]) -> FakeSurface:
-        s = FakeSurface(dict(properties), bytearray(properties["AllocSize"]), len(self.surfaces) + 1)
+        s = FakeSurface(
+            dict(properties), bytearray(properties["AllocSize"]), len(self.surfaces) + 1
+        )
         self.surfaces.append(s)
         return s
 
@@ -231,13 +246,19 @@ class FakeFramework:
 
     def _client_model(self, cls: ObjCObject, url: NSURL, key: str) -> ObjCObject:
         root = Path(url.path)
-        return ObjCObject(self, "client_model", text=(root / "model.mil").read_text(), weights=root / "weights")
+        return ObjCObject(
+            self, "client_model", text=(root / "model.mil").read_text(), weights=root / "weights"
+        )
 
     def _compile(self, model: ObjCObject) -> tuple[bool, Any]:
         if hasattr(model, "hex"):
             workdir = self.tmp / model.hex
             self.compile_snapshots.append(
-                {str(p.relative_to(workdir)): p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+                {
+                    str(p.relative_to(workdir)): p.read_bytes()
+                    for p in workdir.rglob("*")
+                    if p.is_file()
+                }
                 if workdir.is_dir()
                 else {}
             )
@@ -246,7 +267,9 @@ class FakeFramework:
     def _load(self) -> tuple[bool, Any]:
         return self.load_results.pop(0) if self.load_results else (True, None)
 
-    def _request(self, cls: ObjCObject, ins, in_idx, outs, out_idx, weights_buf, stats, proc) -> ObjCObject:
+    def _request(
+        self, cls: ObjCObject, ins, in_idx, outs, out_idx, weights_buf, stats, proc
+    ) -> ObjCObject:
         return ObjCObject(
             self, "request", inputs=ins, input_indices=in_idx, outputs=outs,
             output_indices=out_idx, weights_buffer=weights_buf, stats=stats, procedure=proc,
@@ -336,9 +359,7 @@ def three_input_program() -> mil.Program:
 
 
 def random_inputs(program: mil.Program) -> dict[str, np.ndarray]:
-    return {
-        v.name: RNG.standard_normal(v.shape).astype(v.dtype.numpy) for v in program.main.inputs
-    }
+    return {v.name: RNG.standard_normal(v.shape).astype(v.dtype.numpy) for v in program.main.inputs}
 
 
 def reference_outputs(program: mil.Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -404,7 +425,11 @@ def test_contract_qos_and_options_reach_every_call(fake: FakeFramework, qos: int
         (call,) = fake.calls_to(selector)
         assert call.args == args
     (evaluate,) = fake.calls_to("evaluateWithQoS:options:request:error:")
-    assert evaluate.args[0] == qos and evaluate.args[1] == NSDictionary({}) and evaluate.args[3] is None
+    assert (
+        evaluate.args[0] == qos
+        and evaluate.args[1] == NSDictionary({})
+        and evaluate.args[3] is None
+    )
 
 
 def test_contract_temp_directory_holds_model_and_weights_at_compile_then_is_removed(
@@ -676,7 +701,12 @@ def test_every_error_selector_the_backend_calls_has_metadata(
 
 @pytest.mark.parametrize(
     "text, line",
-    [("bad op at line 12", 12), ("model.mil:7:3: error", 7), ("Line: 4 unexpected", 4), ("no idea", None)],
+    [
+        ("bad op at line 12", 12),
+        ("model.mil:7:3: error", 7),
+        ("Line: 4 unexpected", 4),
+        ("no idea", None),
+    ],
 )
 def test_mil_line_is_read_from_compiler_messages(text: str, line: int | None) -> None:
     assert framework.mil_line(text) == line
@@ -724,4 +754,3 @@ print(seen)
 def test_anekit_exports_compile_mlmodelc() -> None:
     module = importlib.import_module("anekit")
     assert module.compile_mlmodelc is compile_mlmodelc
-

@@ -39,7 +39,9 @@ CONV_EXAMPLE = """program(1.3)
 
 def conv_example() -> mil.Program:
     w = (RNG.standard_normal((128, 64, 1, 1)) / 8).astype(np.float16)
-    return mil.parse(CONV_EXAMPLE, weights={"@model_path/weights/weight.bin": blob.write_blob_file([w])})
+    return mil.parse(
+        CONV_EXAMPLE, weights={"@model_path/weights/weight.bin": blob.write_blob_file([w])}
+    )
 
 
 def matmul_runtime_operands() -> mil.Program:
@@ -88,14 +90,23 @@ EXAMPLES = {
 
 
 def inputs_for(program: mil.Program) -> dict[str, np.ndarray]:
-    return {v.name: (RNG.standard_normal(v.shape) / 2).astype(v.dtype.numpy) for v in program.main.inputs}
+    return {
+        v.name: (RNG.standard_normal(v.shape) / 2).astype(v.dtype.numpy)
+        for v in program.main.inputs
+    }
 
 
-def assert_matches_reference(program: mil.Program, got: dict[str, np.ndarray], inputs: dict) -> None:
+def assert_matches_reference(
+    program: mil.Program, got: dict[str, np.ndarray], inputs: dict
+) -> None:
     want = reference.compile(program)(**inputs)
     for name, value in want.items():
         np.testing.assert_allclose(
-            got[name].astype(np.float32), value.astype(np.float32), atol=ATOL, rtol=RTOL, err_msg=name
+            got[name].astype(np.float32),
+            value.astype(np.float32),
+            atol=ATOL,
+            rtol=RTOL,
+            err_msg=name,
         )
 
 
@@ -109,7 +120,9 @@ def test_compile_run_and_compare_with_reference(name: str, pack_inputs: bool) ->
         for key, value in inputs.items():
             k.input_buffer(key)[...] = value
         k.run()
-        assert_matches_reference(program, {o.name: k.output_buffer(o.name) for o in k.outputs}, inputs)
+        assert_matches_reference(
+            program, {o.name: k.output_buffer(o.name) for o in k.outputs}, inputs
+        )
 
 
 def test_default_backend_is_ane_here() -> None:
@@ -134,7 +147,9 @@ def test_compile_budget_recycling_in_a_worker() -> None:
         b = mil.Builder()
         x = b.input("x", (1, 16, 1, 32), "fp16")
         b.output(b.mul(x=x, y=float(i + 1)), "y")
-        kernels.append((b.build(), anekit.compile(b.build(), backend="ane", isolate=True, recycle_after=5)))
+        kernels.append(
+            (b.build(), anekit.compile(b.build(), backend="ane", isolate=True, recycle_after=5))
+        )
         pids.add(kernels[-1][1].worker_pid)
     assert len(pids) >= 3, "12 compiles with recycle_after=5 should use at least three workers"
     for program, k in kernels:

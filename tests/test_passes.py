@@ -187,7 +187,11 @@ def test_leading_dims_agree_so_inputs_concatenate_along_the_last_axis() -> None:
 def test_other_shapes_are_flattened_to_1_1_1_n() -> None:
     _, packing = pack_inputs(different_ranks())
     assert packing.shape == (1, 1, 1, 24 + 6 + 24)
-    assert [s.packed_shape for s in packing.segments] == [(1, 1, 1, 24), (1, 1, 1, 6), (1, 1, 1, 24)]
+    assert [s.packed_shape for s in packing.segments] == [
+        (1, 1, 1, 24),
+        (1, 1, 1, 6),
+        (1, 1, 1, 24),
+    ]
 
 
 def test_views_are_zero_copy_and_pack_unpack_round_trip() -> None:

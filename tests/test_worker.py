@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +17,7 @@ from anekit import mil
 from anekit.backends import reference, worker
 from anekit.errors import EvaluationError
 
-SHM = Path("/dev/shm")
 RNG = np.random.default_rng(11)
-
-
-def _shm_names() -> set[str]:
-    return set(os.listdir(SHM)) if SHM.is_dir() else set()
 
 
 def _gone(pid: int) -> bool:
@@ -32,13 +28,29 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def _segment_exists(name: str) -> bool:
+    try:
+        SharedMemory(name=name).close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 @pytest.fixture(autouse=True)
-def no_leaks():
-    """Every test must leave no worker process and no shared-memory segment behind."""
-    before = _shm_names()
-    yield
+def no_leaks(monkeypatch: pytest.MonkeyPatch):
+    """Every test must leave no worker process and none of its shared-memory segments behind."""
+    created: list[str] = []
+    make = worker.ShmRegion.create
+
+    def recording(nbytes: int) -> worker.ShmRegion:
+        region = make(nbytes)
+        created.append(region.ref)
+        return region
+
+    monkeypatch.setattr(worker.ShmRegion, "create", staticmethod(recording))
+    yield created
     assert multiprocessing.active_children() == []
-    assert _shm_names() - before == set()
+    assert [name for name in created if _segment_exists(name)] == []
 
 
 def two_in_two_out() -> mil.Program:
@@ -102,7 +114,10 @@ def test_isolated_kernel_gives_the_reference_results() -> None:
 
 
 def test_worker_is_recycled_after_n_compiles_and_kernels_survive() -> None:
-    kernels = [anekit.compile(scaled(f), backend="reference", isolate=True, recycle_after=2) for f in (2.0, 3.0)]
+    kernels = [
+        anekit.compile(scaled(f), backend="reference", isolate=True, recycle_after=2)
+        for f in (2.0, 3.0)
+    ]
     first = kernels[0].worker_pid
     assert kernels[1].worker_pid == first
     kernels.append(anekit.compile(scaled(5.0), backend="reference", isolate=True, recycle_after=2))
@@ -147,12 +162,14 @@ def test_options_must_survive_json_and_recycle_after_must_fit_the_budget() -> No
             anekit.compile(scaled(2.0), backend="reference", isolate=True, recycle_after=bad)
 
 
-def test_closing_with_a_buffer_still_held_frees_the_segment() -> None:
+def test_closing_with_a_buffer_still_held_frees_the_segment(no_leaks: list[str]) -> None:
     k = anekit.compile(scaled(2.0), backend="reference", isolate=True)
     held = k.input_buffer("x")
     held[...] = 1.0
+    assert len(no_leaks) == 1 and _segment_exists(no_leaks[0])
     k.close()
     k.close()  # a second close does nothing
+    assert not _segment_exists(no_leaks[0])
     assert held.shape == (1, 4, 1, 8)
 
 

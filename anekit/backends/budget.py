@@ -22,7 +22,9 @@ class CompileBudget:
 
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         if not 1 <= limit <= OBSERVED_LIMIT:
-            raise ValueError(f"compile budget limit must be in [1, {OBSERVED_LIMIT}], found {limit}")
+            raise ValueError(
+                f"compile budget limit must be in [1, {OBSERVED_LIMIT}], found {limit}"
+            )
         self.limit = limit
         self._used = 0
         self._lock = threading.Lock()

@@ -60,9 +60,9 @@ class OpWork:
         kind: "mac" (conv/matmul/attention), "vector" (other compute), "fused" (a pointwise
             op folded into a neighbouring conv/matmul) or "free" (consts, edge casts).
         flops: operations (multiply-add counts 2).
-        bytes: bytes the op reads and writes, as laid out on the engine.
+        bytes: bytes of every operand and result as laid out on the engine (what it reads
+            and writes, and its working set for the SRAM-cliff test).
         weight_bytes: bytes of constant operands (weights).
-        working_set: bytes of every operand and result (the SRAM-cliff test).
         spill_candidates: bytes of each intermediate result that must stay on chip.
         int8: the activation input is int8 (W8A8 chains run on the int8 datapath).
     """
@@ -74,7 +74,6 @@ class OpWork:
     flops: float = 0.0
     bytes: float = 0.0
     weight_bytes: float = 0.0
-    working_set: float = 0.0
     spill_candidates: tuple[float, ...] = ()
     int8: bool = False
 
@@ -186,7 +185,6 @@ class _Analysis:
             flops=float(op.cost().flops),
             bytes=act_bytes + out_bytes + weight_bytes,
             weight_bytes=weight_bytes,
-            working_set=act_bytes + out_bytes + weight_bytes,
             spill_candidates=spills,
             int8=kind == "mac" and any(_int8_activation(v) for v in acts),
         )
@@ -218,9 +216,7 @@ class _Analysis:
     def _is_const(self, v: Value) -> bool:
         if id(v) in self.boundary:
             return False
-        return v.producer is None or bool(
-            v.producer.opdef.traits & FREE_TRAITS and not self._is_edge_cast(v.producer)
-        )
+        return v.producer is None or bool(v.producer.opdef.traits & FREE_TRAITS)
 
     def _materialized(self, v: Value) -> bool:
         """An intermediate that leaves the op pipeline (so it must fit on chip or spill)."""
@@ -296,7 +292,7 @@ def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
         )
     if op.kind == "mac":
         rate = p.peak_flops * (p.int8_speedup if op.int8 else 1.0)
-        spilled = spill_fraction(op.working_set, p.working_set_bytes)
+        spilled = spill_fraction(op.bytes, p.working_set_bytes)
         compute_s = op.flops / rate + spilled * op.flops / p.spill_flops
         weight_bw = p.weight_bw if op.weight_bytes <= p.onchip_tensor_bytes else p.dram_bw
         memory_s = op.weight_bytes / weight_bw + spill_s

@@ -198,8 +198,12 @@ def read_records(data: bytes, *, file: str | None = None) -> list[BlobRecord]:
     return records
 
 
-def read_blob(data: bytes, offset: int, *, file: str | None = None) -> np.ndarray:
-    """Return a native-endian copy of the 1-D array whose record is at `offset`."""
+def read_blob(data: bytes, offset: int, *, file: str | None = None, copy: bool = True) -> np.ndarray:
+    """Return the 1-D array whose record is at `offset` (native-endian).
+
+    With ``copy=False`` and immutable ``bytes`` on a little-endian machine, the result is a
+    read-only view of ``data`` (no copy of large weights); otherwise a writable copy.
+    """
     if _check_header(data, file) == 0:
         raise WeightFileError(
             "expected a file holding blobs, found header count 0", file=file, offset=offset
@@ -211,6 +215,8 @@ def read_blob(data: bytes, offset: int, *, file: str | None = None) -> np.ndarra
         count=record.size // record.dtype.itemsize,
         offset=record.data_offset,
     )
+    if not copy and isinstance(data, bytes) and stored.dtype == record.dtype:
+        return stored
     return stored.astype(record.dtype)
 
 
@@ -221,9 +227,10 @@ def read_tensor(
     shape: tuple[int, ...],
     *,
     file: str | None = None,
+    copy: bool = True,
 ) -> np.ndarray:
     """Read the blob at `offset` as the declared MIL dtype and shape, or say how they differ."""
-    array = read_blob(data, offset, file=file)
+    array = read_blob(data, offset, file=file, copy=copy)
     declared = np.dtype(dtype)
     if array.dtype != declared:
         raise WeightFileError(

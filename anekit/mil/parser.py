@@ -32,6 +32,14 @@ _TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s
 # type token -> type; scalar type names are tokens too
 _TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
 _SCALAR_NAMES = {d.value for d in DType}
+# A whole-line const statement: `TYPE name = const()[name = string("op"), val = LITERAL];`
+_CONST_LINE = re.compile(
+    r'\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)'
+    r'\[name = string\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z'
+)
+# literal text -> its parsed, read-only Value (see _Parser.const_line)
+_LITERALS: dict[str, Value] = {}
+_INT_RANGES = {d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int}
 
 
 def parse(
@@ -223,6 +231,9 @@ class _Parser:
 
     def statement(self, opset: str) -> Operation:
         start = self.i
+        fast = self.const_line(start, opset)
+        if fast is not None:
+            return fast
         declared: list[tuple[TensorType, str, int]] = []
         while True:
             t = self.type()
@@ -301,6 +312,53 @@ class _Parser:
         if "const" in opdef.traits:
             outs[0].const = inputs["val"].const
         return op
+
+    def const_line(self, start: int, opset: str) -> Operation | None:
+        """Parse a whole-line ``const`` statement from a cache of literals, or return None.
+
+        Most statements of a real program are small consts repeated many times
+        (strides, pads, names); reusing their parsed literal makes parsing several
+        times faster. Anything unusual returns None and takes the general path,
+        which also reports errors with exact positions.
+        """
+        line_no = bisect_right(self.line_starts, start) - 1
+        if self.line_starts[line_no] != start:
+            return None
+        m = _CONST_LINE.match(self.lines[line_no])
+        if m is None:
+            return None
+        declared = _TYPES.get(m.group("type"))
+        literal = _LITERALS.get(m.group("literal"))
+        if literal is None:
+            literal = self.cache_literal(m.group("literal"))
+        if declared is None or literal is None or literal.type != declared:
+            return None
+        name = m.group("name")
+        if name in self.env or not _IDENT.match(name):
+            return None
+        opdef = registry.get("const", opset)
+        out = Value(name, declared, None, literal.const)
+        op = Operation(opdef, {"val": literal}, (out,), {"name": m.group("op_name")}, line_no + 1)
+        out.producer = op
+        self.env[name] = out
+        self.i = self.line_starts[line_no + 1]
+        return op
+
+    def cache_literal(self, text: str) -> Value | None:
+        """Parse a literal on its own and remember it (read-only) for the lines that repeat it."""
+        if "BLOBFILE" in text or len(_LITERALS) > 4096:
+            return None
+        try:
+            sub = _Parser(text, self.weights, None)
+            value = sub.literal()
+        except (MilSyntaxError, MilTypeError):
+            return None
+        if sub.peek():
+            return None
+        if isinstance(value.const, np.ndarray):
+            value.const.flags.writeable = False  # shared by every line that repeats it
+        _LITERALS[text] = value
+        return value
 
     def argument(self) -> Value | tuple[Value, ...]:
         if self.accept("("):
@@ -449,10 +507,10 @@ class _Parser:
 
     def checked_array(self, flat: list[Any], t: TensorType, index: int) -> np.ndarray:
         if t.dtype.is_int:
-            info = np.iinfo(t.dtype.numpy)
-            bad = [x for x in flat if not info.min <= x <= info.max]
-            if bad:
-                raise self.error(f"value {bad[0]} out of range for {t.dtype}", index)
+            lo, hi = _INT_RANGES[t.dtype]
+            if flat and (min(flat) < lo or max(flat) > hi):
+                bad = next(x for x in flat if not lo <= x <= hi)
+                raise self.error(f"value {bad} out of range for {t.dtype}", index)
         with np.errstate(over="ignore"):
             arr = np.array(flat, dtype=t.dtype.numpy)
         if t.dtype is DType.fp16:
@@ -519,7 +577,7 @@ class _Parser:
             raise self.error(f"a weight needs a static shape, found {t}", index)
         try:
             data = self.weights.read(path)
-            array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path)  # type: ignore[arg-type]
+            array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
         except WeightFileError as e:
             line = self.where(index)[0]
             where = f"{self.file or '<mil>'}:{line}"

@@ -62,7 +62,9 @@ class Packing:
     def views(self, packed: np.ndarray) -> dict[str, np.ndarray]:
         """Each original input as a view into ``packed`` (writing a view fills the packed array)."""
         if packed.shape != self.shape:
-            raise ValueError(f"packed array has shape {list(packed.shape)}, expected {list(self.shape)}")
+            raise ValueError(
+                f"packed array has shape {list(packed.shape)}, expected {list(self.shape)}"
+            )
         result = {}
         for s in self.segments:
             view = packed[..., s.offset : s.offset + s.width]
@@ -76,7 +78,9 @@ class Packing:
         """A new packed array holding ``inputs`` (name -> array of the original shape)."""
         names = {s.name for s in self.segments}
         if set(inputs) != names:
-            raise ValueError(f"pack() needs exactly the inputs {sorted(names)}, found {sorted(inputs)}")
+            raise ValueError(
+                f"pack() needs exactly the inputs {sorted(names)}, found {sorted(inputs)}"
+            )
         packed = np.empty(self.shape, dtype=self.dtype.numpy)
         for name, view in self.views(packed).items():
             value = np.asarray(inputs[name])

@@ -65,42 +65,49 @@ def rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) -> tuple[V
     return xn, rstd
 
 
-def rope_tables(shape: BlockShape) -> tuple[np.ndarray, np.ndarray]:
-    """RoPE factors ``[1, 2, head_dim/2, N]`` (fp16) for :func:`rope`: ``(cos, cos)`` and ``(-sin, sin)``.
+def rope_swap(heads: int, head_dim: int) -> np.ndarray:
+    """The channel permutation that swaps the two halves of every head (an involution)."""
+    i = np.arange(heads * head_dim)
+    return (i // head_dim) * head_dim + (i % head_dim + head_dim // 2) % head_dim
 
-    Channel ``i`` of a head pairs with channel ``i + head_dim/2`` (the rotate-half
-    convention of Hugging Face Llama/Qwen) and turns by ``pos * theta^(-2i/head_dim)``;
-    token ``n`` is at position ``n % seq``.
+
+def rope_tables(shape: BlockShape) -> tuple[np.ndarray, np.ndarray]:
+    """RoPE factors for the stacked ``[q; k]`` channels, each ``[1, H*hd + KV*hd, 1, N]`` (fp16).
+
+    Rotate-half convention (Hugging Face Llama/Qwen): channel ``i`` of a head pairs with
+    channel ``i + hd/2`` and turns by ``pos * theta^(-2i/hd)``; token ``n`` is at position
+    ``n % seq``. The query rows also carry the attention scale ``1/sqrt(hd)``, so the
+    kernels never scale scores separately.
+
+    Returns:
+        (cos, sin): ``rope(x) = x * cos + x[swap] * sin`` with ``swap`` from :func:`rope_swap`;
+        ``sin`` holds ``-sin`` on the first half of each head and ``+sin`` on the second.
     """
     half = shape.head_dim // 2
     inv_freq = shape.rope_theta ** (-np.arange(half, dtype=np.float64) * 2 / shape.head_dim)
-    pos = np.arange(shape.tokens, dtype=np.float64) % shape.seq
-    angle = inv_freq[:, None] * pos[None, :]
-    cos, sin = np.cos(angle), np.sin(angle)
-    cos2 = np.stack([cos, cos])[None].astype(np.float16)
-    sin2 = np.stack([-sin, sin])[None].astype(np.float16)
-    return cos2, sin2
-
-
-def rope(b: Builder, x: Value, heads: int, cos2: Value, sin2: Value, name: str) -> Value:
-    """Rotate each head of ``x`` ``[1, heads*head_dim, 1, N]``; pass ``-sin2`` to apply the inverse.
-
-    Per head, with halves ``lo, hi``: ``(lo cos - hi sin, hi cos + lo sin)``, computed as
-    ``x * (cos, cos) + (hi, lo) * (-sin, sin)``. The rotation is orthogonal, so its
-    transpose (the backward pass) is the same formula with the sine negated.
-    """
-    _, c, _, n = x.shape
-    half = c // heads // 2
-    x4 = b.reshape(x=x, shape=[heads, 2, half, n], name=f"{name}_pairs")
-    lo = b.slice_by_size(x=x4, begin=[0, 0, 0, 0], size=[heads, 1, half, n], name=f"{name}_lo")
-    hi = b.slice_by_size(x=x4, begin=[0, 1, 0, 0], size=[heads, 1, half, n], name=f"{name}_hi")
-    swapped = b.concat(values=(hi, lo), axis=1, interleave=False, name=f"{name}_swap")
-    turned = b.add(
-        x=b.mul(x=x4, y=cos2, name=f"{name}_cos"),
-        y=b.mul(x=swapped, y=sin2, name=f"{name}_sin"),
-        name=f"{name}_turned",
+    angle = inv_freq[:, None] * (np.arange(shape.tokens, dtype=np.float64) % shape.seq)[None, :]
+    cos = np.concatenate([np.cos(angle)] * 2)  # [hd, N], the same for every head
+    sin = np.concatenate([-np.sin(angle), np.sin(angle)])
+    scale = np.repeat([1.0 / math.sqrt(shape.head_dim), 1.0], [shape.heads, shape.kv_heads])
+    scale = np.repeat(scale, shape.head_dim)[:, None]
+    heads = shape.heads + shape.kv_heads
+    return tuple(  # type: ignore[return-value]
+        (np.tile(t, (heads, 1)) * scale)[None, :, None, :].astype(np.float16) for t in (cos, sin)
     )
-    return b.reshape(x=turned, shape=[1, c, 1, n], name=name)
+
+
+def rope(b: Builder, x: Value, x_swapped: Value, cos: Value, sin: Value, name: str) -> Value:
+    """``x * cos + x_swapped * sin``: RoPE when ``x_swapped`` is ``x`` with each head's halves swapped.
+
+    The kernels get ``x_swapped`` from a second projection with the weight columns
+    swapped (packed by the CPU), so RoPE costs three elementwise ops and no reshape. The
+    rotation is orthogonal: its transpose (the backward pass) is ``g * cos + (g * sin)[swap]``.
+    """
+    return b.add(
+        x=b.mul(x=x, y=cos, name=f"{name}_cos"),
+        y=b.mul(x=x_swapped, y=sin, name=f"{name}_sin"),
+        name=name,
+    )
 
 
 # -- head layouts -------------------------------------------------------------------------------
@@ -138,6 +145,13 @@ def merge_kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Valu
     s = shape
     t = b.transpose(x=x, perm=[1, 2, 0, 3], name=f"{name}_hdbs")
     return b.reshape(x=t, shape=[1, s.kv_dim, 1, s.tokens], name=name)
+
+
+def query_rows_by_token(rows: np.ndarray, shape: BlockShape) -> np.ndarray:
+    """NumPy: a flattened :func:`query_rows` tensor as ``[N, heads*head_dim]`` (token-major)."""
+    s = shape
+    by_head = rows.reshape(s.batch, s.heads, s.seq, s.head_dim)
+    return by_head.transpose(0, 2, 1, 3).reshape(s.tokens, s.q_dim)
 
 
 def causal_mask(shape: BlockShape) -> np.ndarray:

@@ -18,6 +18,7 @@ on the channel axis.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -100,6 +101,16 @@ class Packing:
         """Slice fields out of the input ``x`` inside a program: each becomes ``[1, rows, 1, cols]``."""
         return {name: self._slice(b, x, [name]) for name in names or self.fields}
 
+    def unpack_as(self, b: Builder, x: Value, name: str, shape: Sequence[int]) -> Value:
+        """Slice one field and reshape it straight to ``shape`` (its elements in row-major order)."""
+        f = self._field(name)
+        if math.prod(shape) != f.rows * f.cols:
+            raise ValueError(
+                f"packing field {name!r} has {f.rows * f.cols} elements; shape {list(shape)} "
+                f"has {math.prod(shape)}"
+            )
+        return self._slice(b, x, [name], shape)
+
     def span(self, b: Builder, x: Value, names: Sequence[str]) -> Value:
         """One slice covering adjacent unfolded fields, e.g. ``wq, wk, wv`` as one ``[D, q+2kv]`` matrix."""
         return self._slice(b, x, names)
@@ -118,7 +129,9 @@ class Packing:
         except KeyError:
             raise KeyError(f"no packing field {name!r}; fields: {list(self.fields)}") from None
 
-    def _slice(self, b: Builder, x: Value, names: Sequence[str]) -> Value:
+    def _slice(
+        self, b: Builder, x: Value, names: Sequence[str], shape: Sequence[int] | None = None
+    ) -> Value:
         fields = [self._field(n) for n in names]
         for a, c in zip(fields, fields[1:]):
             if c.offset != a.offset + a.width:
@@ -131,9 +144,11 @@ class Packing:
         part = b.slice_by_size(
             x=x, begin=[0, 0, 0, first.offset], size=[1, self.channels, 1, width], name=label
         )
-        if not first.folded:
-            return part
-        return b.reshape(x=part, shape=[1, first.rows, 1, first.cols], name=f"{label}_unfold")
+        if shape is None:
+            if not first.folded:
+                return part
+            shape = [1, first.rows, 1, first.cols]
+        return b.reshape(x=part, shape=list(shape), name=f"{label}_unfold")
 
 
 class Layout:
@@ -168,6 +183,11 @@ class Layout:
                 )
         parts = tuple(values[n] for n in self.fields)
         return b.concat(values=parts, axis=1, interleave=False, name=name)
+
+    def channels_of(self, name: str) -> int:
+        """Channels of one output field."""
+        lo, hi = self.fields[name]
+        return hi - lo
 
     def split(self, output: np.ndarray) -> dict[str, np.ndarray]:
         """Views ``[channels_i, width]`` of each field of a kernel output."""

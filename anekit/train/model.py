@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from anekit.backends import Kernel, resolve_backend
-from anekit.nn.kernels import KernelDef, block_kernels
+from anekit.nn.kernels import QKV_WEIGHTS, KernelDef, block_kernels
+from anekit.nn.layers import query_rows_by_token, rope_swap
 from anekit.train import functional as F
 from anekit.train.config import ModelConfig
 from anekit.train.params import Params
@@ -23,12 +24,13 @@ from anekit.train.params import Params
 TRAIN_KERNELS = ("attention_forward", "ffn_forward", "attention_backward", "ffn_backward")
 FORWARD_KERNELS = ("attention_forward", "ffn_forward")
 _WEIGHTS = {
-    "attention_forward": ("wq", "wk", "wv", "wo"),
-    "attention_backward": ("wq", "wk", "wv", "wo"),
+    "attention_forward": (*QKV_WEIGHTS, "wo"),
+    "attention_backward": (*QKV_WEIGHTS, "wo"),
     "ffn_forward": ("w1", "w3", "w2"),
     "ffn_backward": ("w1", "w3", "w2"),
 }
 _GAIN = {"attention_forward": "attn_norm", "ffn_forward": "ffn_norm"}
+_ATTENTION_TAPS = ("q_rows", "k_cols", "v_cols", "a_rows")
 
 
 def compile_kernel(kd: KernelDef, backend: str | None) -> Kernel:
@@ -73,12 +75,16 @@ class Model:
         self._inputs = [
             {name: kd.input.empty() for name, kd in self.defs.items()} for _ in range(cfg.n_layers)
         ]
+        self._swap_q = rope_swap(cfg.n_heads, cfg.head_dim)
+        self._swap_k = rope_swap(cfg.n_kv_heads, cfg.head_dim)
 
     # -- weights ------------------------------------------------------------------------------
     def load(self, params: Params) -> None:
         """Copy the current weights (as fp16) into every layer's packed kernel inputs."""
         for i, buffers in enumerate(self._inputs):
             layer = params.layer(i)
+            layer["wq_s"] = layer["wq"][:, self._swap_q]
+            layer["wk_s"] = layer["wk"][:, self._swap_k]
             for name, buf in buffers.items():
                 pk = self.defs[name].input
                 for w in _WEIGHTS[name]:
@@ -139,13 +145,10 @@ class Model:
     ) -> np.ndarray:
         p = f"layers.{i}."
         # SwiGLU FFN: h_out = x_ffn + f, so df = dh
-        fwd_out = self.defs["ffn_forward"].output
-        fwd = _fp32(fwd_out.split(block["ffn"]))
-        bwd = _fp32(
-            self.defs["ffn_backward"].output.split(
-                self._run(i, "ffn_backward", dy=dh, h13=fwd_out.rows(block["ffn"], "h1", "h3"))
-            )
-        )
+        ffn = self.defs["ffn_forward"].output.split(block["ffn"])
+        out = self._run(i, "ffn_backward", dy=dh, h1=ffn["h1"], h3=ffn["h3"])
+        fwd = _fp32(ffn, "u", "xn", "rstd")
+        bwd = _fp32(self.defs["ffn_backward"].output.split(out), "dxn", "dh1", "dh3")
         grads[p + "w2"] += dh @ fwd["u"].T
         grads[p + "w1"] += fwd["xn"] @ bwd["dh1"].T
         grads[p + "w3"] += fwd["xn"] @ bwd["dh3"].T
@@ -153,18 +156,20 @@ class Model:
         grads[p + "ffn_norm"] += dgain
         dh = dh + dx
         # attention: h_ffn_in = x_att + o, so do = dh
-        fwd_out = self.defs["attention_forward"].output
-        fwd = _fp32(fwd_out.split(block["att"]))
-        bwd = _fp32(
-            self.defs["attention_backward"].output.split(
-                self._run(i, "attention_backward", dy=dh, qkv=fwd_out.rows(block["att"], "q", "v"))
-            )
+        att = self.defs["attention_forward"].output.split(block["att"])
+        out = self._run(i, "attention_backward", dy=dh, **{t: att[t] for t in _ATTENTION_TAPS})
+        bwd = self.defs["attention_backward"].output.split(out)
+        xn = att["xn"].astype(np.float32)
+        grads[p + "wo"] += dh @ query_rows_by_token(att["a_rows"], self.shape).astype(np.float32)
+        dw = xn @ bwd["dproj"].T.astype(np.float32)  # stacked [wq | wk | wv | wq_s | wk_s]
+        q, kv = self.shape.q_dim, self.shape.kv_dim
+        grads[p + "wq"] += dw[:, :q] + dw[:, q + 2 * kv : 2 * q + 2 * kv][:, self._swap_q]
+        grads[p + "wk"] += dw[:, q : q + kv] + dw[:, 2 * q + 2 * kv :][:, self._swap_k]
+        grads[p + "wv"] += dw[:, q + kv : q + 2 * kv]
+        dx, dgain = F.rmsnorm_backward(
+            bwd["dxn"].astype(np.float32), block["x_att"], att["rstd"].astype(np.float32),
+            params[p + "attn_norm"],
         )
-        grads[p + "wo"] += dh @ fwd["a"].T
-        grads[p + "wq"] += fwd["xn"] @ bwd["dq"].T
-        grads[p + "wk"] += fwd["xn"] @ bwd["dk"].T
-        grads[p + "wv"] += fwd["xn"] @ bwd["dv"].T
-        dx, dgain = F.rmsnorm_backward(bwd["dxn"], block["x_att"], fwd["rstd"], params[p + "attn_norm"])
         grads[p + "attn_norm"] += dgain
         return dh + dx
 
@@ -189,5 +194,5 @@ class Model:
         self.close()
 
 
-def _fp32(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: v.astype(np.float32) for k, v in parts.items()}
+def _fp32(parts: dict[str, np.ndarray], *names: str) -> dict[str, np.ndarray]:
+    return {k: parts[k].astype(np.float32) for k in names}

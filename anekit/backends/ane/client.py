@@ -22,8 +22,8 @@ from anekit.backends.ane.kernel import (
     unload_step,
 )
 from anekit.errors import CompileError
-from anekit.mil.program import Program
 from anekit.mil.parser import load
+from anekit.mil.program import Program
 
 # Compile options for a MIL model (ANE_NOTES 2.2); keys and values are the framework's names.
 COMPILE_OPTIONS = {"kANEFModelType": "kANEFModelMIL", "kANEFNetPlistFilenameKey": "model.mil"}
@@ -57,7 +57,9 @@ class ClientKernel(SurfaceKernel):
         self._client, self._model = client, model
         budget.BUDGET.charge()
         options = fw.dictionary(dict(COMPILE_OPTIONS))
-        compile_step(client.compileModel_options_qos_error_(model, options, self.qos, None), "compile")
+        compile_step(
+            client.compileModel_options_qos_error_(model, options, self.qos, None), "compile"
+        )
         load_with_retry(
             lambda: client.loadModel_options_qos_error_(model, fw.dictionary({}), self.qos, None)
         )

@@ -120,9 +120,7 @@ class Framework:
         except ImportError as e:
             raise BackendUnavailable(f"PyObjC is not installed ({e}); {PYOBJC_HINT}") from e
         try:
-            objc.loadBundle(
-                "AppleNeuralEngine", {}, bundle_path=FRAMEWORK_PATH, scan_classes=False
-            )
+            objc.loadBundle("AppleNeuralEngine", {}, bundle_path=FRAMEWORK_PATH, scan_classes=False)
         except Exception as e:  # PyObjC raises ImportError or objc.error variants
             raise BackendUnavailable(f"cannot load {FRAMEWORK_PATH}: {e}") from e
         _register_error_metadata(objc)
@@ -143,7 +141,9 @@ class Framework:
         try:
             return self._objc.lookUpClass(name)
         except self._objc.nosuchclass_error:
-            raise BackendUnavailable(f"{FRAMEWORK_PATH} has no class {name}", backend="ane") from None
+            raise BackendUnavailable(
+                f"{FRAMEWORK_PATH} has no class {name}", backend="ane"
+            ) from None
 
     def data(self, payload: bytes) -> Any:
         """An NSData copy of ``payload``."""
@@ -180,7 +180,9 @@ class Framework:
     # -- IOSurface -----------------------------------------------------------------------------
     def surface_create(self, properties: dict[str, int | bool]) -> Any:
         """``IOSurfaceCreate``; keys are property names without the ``kIOSurface`` prefix."""
-        props = {getattr(self._ios, "kIOSurface" + k): self.number(v) for k, v in properties.items()}
+        props = {
+            getattr(self._ios, "kIOSurface" + k): self.number(v) for k, v in properties.items()
+        }
         return self._ios.IOSurfaceCreate(self.dictionary(props))
 
     def surface_lock(self, surface: Any, options: int) -> int:
@@ -288,7 +290,9 @@ class _Runtime:
             for i in range(count.value):
                 m = methods[i]
                 encoding = lib.method_getTypeEncoding(m) or b""
-                rows.append((kind, lib.sel_getName(lib.method_getName(m)).decode(), encoding.decode()))
+                rows.append(
+                    (kind, lib.sel_getName(lib.method_getName(m)).decode(), encoding.decode())
+                )
             return sorted(rows)
         finally:
             self._free(ctypes.cast(methods, ctypes.c_void_p))

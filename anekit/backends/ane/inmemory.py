@@ -65,8 +65,12 @@ class InMemoryKernel(SurfaceKernel):
         self.workdir = WORKDIRS.acquire(_workdir(fw, model), text, weights)
         try:
             budget.BUDGET.charge()
-            compile_step(model.compileWithQoS_options_error_(self.qos, fw.dictionary({}), None), "compile")
-            load_with_retry(lambda: model.loadWithQoS_options_error_(self.qos, fw.dictionary({}), None))
+            compile_step(
+                model.compileWithQoS_options_error_(self.qos, fw.dictionary({}), None), "compile"
+            )
+            load_with_retry(
+                lambda: model.loadWithQoS_options_error_(self.qos, fw.dictionary({}), None)
+            )
         except BaseException:
             WORKDIRS.release(self.workdir)
             raise

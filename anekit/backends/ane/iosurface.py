@@ -96,4 +96,6 @@ class Surface:
 
     def _check(self, status: int, call: str) -> None:
         if status != 0:
-            raise EvaluationError(f"{call} failed on a {self.nbytes}-byte surface: kern_return {status}")
+            raise EvaluationError(
+                f"{call} failed on a {self.nbytes}-byte surface: kern_return {status}"
+            )

@@ -44,7 +44,9 @@ def compile_step(result: tuple[bool, Any], step: str) -> None:
     ok, error = result
     if not ok:
         text, domain, code = describe_error(error)
-        raise CompileError(f"ANE {step} failed: {text}", line=mil_line(text), domain=domain, code=code)
+        raise CompileError(
+            f"ANE {step} failed: {text}", line=mil_line(text), domain=domain, code=code
+        )
 
 
 def load_with_retry(attempt: Callable[[], tuple[bool, Any]]) -> None:
@@ -83,9 +85,13 @@ class Slot:
     ) -> None:
         self.inputs = [Surface.create(framework, s.nbytes) for s in device_inputs]
         self.outputs = [Surface.create(framework, s.nbytes) for s in device_outputs]
-        device_views = {s.name: f.view(s.shape, s.dtype.numpy) for s, f in zip(device_inputs, self.inputs)}
+        device_views = {
+            s.name: f.view(s.shape, s.dtype.numpy) for s, f in zip(device_inputs, self.inputs)
+        }
         self.in_views = packing.views(device_views[packing.name]) if packing else device_views
-        self.out_views = {s.name: f.view(s.shape, s.dtype.numpy) for s, f in zip(device_outputs, self.outputs)}
+        self.out_views = {
+            s.name: f.view(s.shape, s.dtype.numpy) for s, f in zip(device_outputs, self.outputs)
+        }
         self.stats = make_stats(framework) if stats else None
         self.request = _request(framework, self.inputs, self.outputs, self.stats)
 
@@ -103,7 +109,9 @@ def _request(fw: Any, inputs: list[Surface], outputs: list[Surface], stats: Any)
     wrap = fw.cls("_ANEIOSurfaceObject")
     in_objects = [wrap.objectWithIOSurface_(s.handle) for s in inputs]
     out_objects = [wrap.objectWithIOSurface_(s.handle) for s in outputs]
-    request = fw.cls("_ANERequest").requestWithInputs_inputIndices_outputs_outputIndices_weightsBuffer_perfStats_procedureIndex_(
+    request = fw.cls(
+        "_ANERequest"
+    ).requestWithInputs_inputIndices_outputs_outputIndices_weightsBuffer_perfStats_procedureIndex_(
         fw.array(in_objects),
         fw.array([fw.number(i) for i in range(len(inputs))]),
         fw.array(out_objects),

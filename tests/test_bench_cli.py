@@ -1,0 +1,98 @@
+"""``anekit bench``: a real ``--quick`` run of a cheap suite, and its JSON, plots and report."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from anekit.bench import plots, report, suites
+from anekit.cli import main
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_dispatch_through_the_cli(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path
+    argv = ["bench", "--quick", "--suite", "dispatch", "--backend", "reference", "--chip", "m4"]
+    argv += ["--json", str(out / "results.json"), "--plot", str(out / "plots")]
+    argv += ["--report", str(out / "report" / "bench.md")]
+    assert main(argv) == 0
+    stdout, stderr = capsys.readouterr()
+    data = json.loads((out / "results.json").read_text())
+    assert (data["backend"], data["chip"], data["quick"]) == ("reference", "m4", True)
+    rows = data["suites"]["dispatch"]["rows"]
+    assert [r["params"] for r in rows] == list(suites.DISPATCH.quick)
+    assert all(r["measured"]["median_s"] > 0 and r["predicted_s"] > 0 for r in rows)
+    # the console table and plain progress lines (stderr is not a terminal here)
+    assert "== dispatch:" in stdout and "channels=1024 seq=64" in stdout
+    assert f"[{len(rows)}/{len(rows)}] dispatch" in stderr
+    # one PNG per suite run, linked from the report
+    png = out / "plots" / "dispatch.png"
+    assert png.read_bytes().startswith(PNG)
+    text = (out / "report" / "bench.md").read_text()
+    assert "![dispatch](../plots/dispatch.png)" in text
+    assert "## Per-call overhead" in text and "reference: run()" in text
+    assert "| channels=256 seq=64 |" in text and "[m4-single1x1-256]" in text
+    assert "https://github.com/maderix/ANE/issues/3" in text
+
+
+def test_plots_for_every_suite(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = _fake_results()
+    written = plots.write_plots(results, tmp_path)
+    assert set(written) == set(results["suites"])
+    for path in written.values():
+        assert path.read_bytes().startswith(PNG)
+
+
+def test_missing_matplotlib_is_a_clear_message(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
+    assert plots.matplotlib_missing() == plots.MISSING
+    code = main(["bench", "--quick", "--suite", "dispatch", "--plot", str(tmp_path)])
+    assert code == 2
+    assert "pip install 'anekit[plot]'" in capsys.readouterr().err
+    with pytest.raises(ModuleNotFoundError, match="matplotlib"):
+        plots.write_plots(_fake_results(), tmp_path)
+
+
+def test_list_and_unknown_suites(capsys):
+    assert main(["bench", "--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == list(suites.SUITES)
+    with pytest.raises(SystemExit):
+        main(["bench", "--suite", "nonsense"])
+
+
+def test_help_warns_that_a_full_reference_run_is_long(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "--quick runs small sweeps in under two" in capsys.readouterr().out
+
+
+def test_json_writer_refuses_nan(tmp_path):
+    with pytest.raises(ValueError):
+        report.write_json({"x": float("nan")}, tmp_path / "r.json")
+    assert not (tmp_path / "r.json").exists()
+
+
+def _fake_results():
+    """Results of two tiny two-series suites, shaped as the runner makes them."""
+
+    def row(series, x, seconds, published):
+        return {
+            "series": series,
+            "x": x,
+            "measured": {"median_s": seconds, "p25_s": seconds * 0.9, "p75_s": seconds * 1.1},
+            "predicted_s": seconds / 2,
+            "published": [{"seconds": seconds / 3}] if published else [],
+        }
+
+    suite = {
+        "title": "t",
+        "x_label": "x",
+        "rows": [row(s, x, 1e-3 * x, x == 4) for s in ("a", "b") for x in (1, 2, 4, 8)],
+    }
+    return {"backend": "reference", "chip": "m4", "suites": {"one": suite, "two": suite}}
