@@ -1,6 +1,6 @@
 """Calibration of the cost model: predicted vs published ANE timings.
 
-Rebuilds every program described in ``benchmarks/published.json`` with ``mil.Builder``,
+Rebuilds every program described in ``anekit/hw/data/published.json`` with ``mil.Builder``,
 costs it with ``anekit.hw.estimate`` on the published chip, and prints the ratio
 predicted / published. Entries marked ``section7`` are ANE_NOTES section 7 (target:
 within 1.25x each); the rest are the validation set (target: median within 1.25x).
@@ -27,7 +27,7 @@ from anekit import mil
 from anekit.hw import cost
 from anekit.hw.chips import Chip, get_chip
 
-PUBLISHED = Path(__file__).with_name("published.json")
+PUBLISHED = Path(__file__).resolve().parent.parent / "anekit" / "hw" / "data" / "published.json"
 TARGET = 1.25
 
 

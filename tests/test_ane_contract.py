@@ -16,6 +16,7 @@ it was given, reading and writing the request's surfaces, so wiring mistakes
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib
 import subprocess
@@ -34,6 +35,7 @@ from anekit import mil
 from anekit.backends import budget, reference
 from anekit.backends.ane import compile as ane_compile
 from anekit.backends.ane import compile_mlmodelc, framework, kernel
+from anekit.backends.ane.iosurface import SurfaceView
 from anekit.errors import (
     BackendUnavailable,
     CompileBudgetExhausted,
@@ -485,6 +487,18 @@ def test_call_and_zero_copy_buffers_give_reference_results(fake: FakeFramework) 
         x_surface = fake.calls_to(REQUEST)[0].args[0].items[0].surface
         assert np.shares_memory(buf, np.frombuffer(x_surface.buffer, np.uint8)), "not zero-copy"
     assert fake.violations == []
+
+
+def test_a_view_keeps_its_surface_alive_after_close(fake: FakeFramework) -> None:
+    k = ane_compile(unweighted_program(), framework=fake)
+    view = k.input_buffer("x")[0, 1:3]  # a view of a view
+    k.close()
+    del k
+    gc.collect()
+    assert isinstance(view, SurfaceView) and isinstance(view.surface.handle, FakeSurface)
+    view[...] = 3.0
+    memory = np.frombuffer(view.surface.handle.buffer, np.float16).reshape(1, 4, 1, 8)
+    assert (memory[0, 1:3] == 3.0).all() and memory[0, 0].sum() == 0
 
 
 def test_packed_inputs_by_default(fake: FakeFramework) -> None:

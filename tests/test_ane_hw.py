@@ -147,10 +147,10 @@ def test_compile_budget_recycling_in_a_worker() -> None:
         b = mil.Builder()
         x = b.input("x", (1, 16, 1, 32), "fp16")
         b.output(b.mul(x=x, y=float(i + 1)), "y")
-        kernels.append(
-            (b.build(), anekit.compile(b.build(), backend="ane", isolate=True, recycle_after=5))
-        )
-        pids.add(kernels[-1][1].worker_pid)
+        program = b.build()
+        k = anekit.compile(program, backend="ane", isolate=True, recycle_after=5)
+        kernels.append((program, k))
+        pids.add(k.worker_pid)
     assert len(pids) >= 3, "12 compiles with recycle_after=5 should use at least three workers"
     for program, k in kernels:
         inputs = inputs_for(program)

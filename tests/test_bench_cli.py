@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 
@@ -58,12 +59,14 @@ def test_missing_matplotlib_is_a_clear_message(monkeypatch, capsys, tmp_path):
         plots.write_plots(_fake_results(), tmp_path)
 
 
-def test_list_and_unknown_suites(capsys):
+def test_list_and_unknown_suites_and_chips(capsys):
     assert main(["bench", "--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(suites.SUITES)
     with pytest.raises(SystemExit):
         main(["bench", "--suite", "nonsense"])
+    assert main(["bench", "--chip", "m99", "--suite", "dispatch"]) == 2
+    assert "unknown chip 'm99'" in capsys.readouterr().err
 
 
 def test_help_warns_that_a_full_reference_run_is_long(capsys):
@@ -96,3 +99,22 @@ def _fake_results():
         "rows": [row(s, x, 1e-3 * x, x == 4) for s in ("a", "b") for x in (1, 2, 4, 8)],
     }
     return {"backend": "reference", "chip": "m4", "suites": {"one": suite, "two": suite}}
+
+
+def test_progress_bar_on_a_terminal(monkeypatch):
+    pytest.importorskip("tqdm")
+    from anekit.bench.command import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    row = {"measured": {"median_s": 1e-3}}
+    with _Progress(2) as update:
+        update("peak", {"depth": 1}, row)
+        update("peak", {"depth": 2}, row)
+    text = term.getvalue()
+    assert "2/2" in text and "peak depth=2" in text
+    assert "[1/2]" not in text  # the bar replaces the plain lines

@@ -88,7 +88,10 @@ def test_predictions_come_from_the_cost_model(results):
         for row in suite["rows"]:
             est = hw.estimate(programs.build(row["program"]), "m4")
             assert row["predicted_s"] == pytest.approx(est.seconds, rel=1e-12)
-            assert (row["flops"], row["bytes"]) == (pytest.approx(est.flops), pytest.approx(est.bytes))
+            assert (row["flops"], row["bytes"]) == (
+                pytest.approx(est.flops),
+                pytest.approx(est.bytes),
+            )
             assert row["tflops_predicted"] == pytest.approx(est.flops / est.seconds / 1e12)
             m = row["measured"]["median_s"]
             assert row["tflops_measured"] == pytest.approx(row["flops"] / m / 1e12)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import anekit
-from anekit.bench import measure, programs, summary, suites
+from anekit.bench import measure, programs, suites, summary
 from anekit.bench.measure import Settings, Timing
 
 

@@ -300,6 +300,11 @@ class WorkerHost:
             self._kernels.add(kernel)
             return self._next_id
 
+    def kernels(self) -> list[IsolatedKernel]:
+        """The kernels registered with this host."""
+        with self.lock:
+            return list(self._kernels)
+
     def remove(self, kernel: IsolatedKernel) -> None:
         """Forget a kernel; the worker stops with the last one."""
         with self.lock:
@@ -389,14 +394,17 @@ _hosts_lock = threading.Lock()
 def _host(recycle_after: int) -> WorkerHost:
     with _hosts_lock:
         if not _hosts:
-            atexit.register(_stop_all)
+            atexit.register(_close_all)
         if recycle_after not in _hosts:
             _hosts[recycle_after] = WorkerHost(recycle_after)
         return _hosts[recycle_after]
 
 
-def _stop_all() -> None:
+def _close_all() -> None:
+    """At exit: close every isolated kernel still open, freeing its memory and its worker."""
     for host in list(_hosts.values()):
+        for kernel in list(host.kernels()):
+            kernel.close()
         host.stop()
 
 

@@ -56,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.bench import plots, report, runner
-    from anekit.hw.chips import default_chip
+    from anekit.hw.chips import default_chip, get_chip
 
     if args.list:
         for name, suite in SUITES.items():
@@ -75,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
     if chip is None:
         chip, reason = default_chip()
         print(f"anekit bench: chip {chip} ({reason})", file=sys.stderr)
+    try:
+        chip = get_chip(chip).name
+    except ValueError as e:
+        print(f"anekit bench: --chip: {e}", file=sys.stderr)
+        return 2
     total = sum(len(cases) for _, cases in runner.plan(args.suite, args.quick))
     with _Progress(total) as progress:
         results = runner.run(

@@ -46,9 +46,9 @@ def chained_convs(
     rng = np.random.default_rng(seed)
     b = Builder()
     h = _edge_input(b, "x", (1, channels, height, width), dtype)
-    scale = 1.0 / np.sqrt(channels)  # keeps activations O(1) through the chain
+    scale = np.float32(1.0 / np.sqrt(channels))  # keeps activations O(1) through the chain
     for i in range(depth):
-        w = rng.standard_normal((channels, channels, 1, 1)) * scale
+        w = rng.standard_normal((channels, channels, 1, 1), np.float32) * scale
         weight = _int8_weight(b, f"w{i}", w) if w8a8 else b.weight(f"w{i}", w.astype(np.float16))
         h = b.conv(x=h, weight=weight, name=f"conv{i}")
         if w8a8 and i + 1 < depth:
@@ -84,7 +84,9 @@ def projection(channels: int, seq: int, form: str = "conv", seed: int = 0) -> Pr
     if form not in PROJECTION_FORMS:
         raise ValueError(f"projection form: expected one of {PROJECTION_FORMS}, found {form!r}")
     rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((channels, channels)) / np.sqrt(channels)).astype(np.float16)
+    w = (
+        rng.standard_normal((channels, channels), np.float32) / np.float32(np.sqrt(channels))
+    ).astype(np.float16)
     b = Builder()
     if form == "conv":
         x = b.input("x", (1, channels, 1, seq), "fp16")
@@ -110,7 +112,7 @@ def floor_program(shape: tuple[int, ...] = (1, 16, 1, 16)) -> Program:
 def build(description: dict[str, Any]) -> Program:
     """Build a program from its description (``{"kind": ..., ...}``).
 
-    Kinds ``conv_chain`` and ``matmul`` use the fields of ``benchmarks/published.json``
+    Kinds ``conv_chain`` and ``matmul`` use the fields of ``anekit/hw/data/published.json``
     (``program_kinds``), so a benchmark case and a published measurement of the same
     program have equal descriptions; ``projection`` is ``projection()``'s arguments.
     """

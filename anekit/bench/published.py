@@ -1,6 +1,6 @@
 """Published ANE measurements the benchmark rows are shown beside, each with its source.
 
-Timings of whole programs come from ``benchmarks/published.json`` (collected for the
+Timings of whole programs come from ``anekit/hw/data/published.json`` (collected for the
 cost model; ANE_NOTES section 7 and more): a row gets every entry whose chip and
 program description equal its own. Findings that are not the time of one program
 (a ratio, a floor, a limit) are :data:`FINDINGS`, shown as notes under their suite.
@@ -17,7 +17,7 @@ from typing import Any
 from anekit.hw.chips import normalize_name
 
 # The file lives beside the benchmark scripts in a source checkout (it is not package data).
-PUBLISHED_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "published.json"
+PUBLISHED_JSON = Path(__file__).resolve().parents[1] / "hw" / "data" / "published.json"
 
 MADERIX_README = "https://github.com/maderix/ANE (README)"
 MADERIX_PART2 = "https://maderix.substack.com/p/inside-the-m4-apple-neural-engine-615"

@@ -149,7 +149,7 @@ def markdown(
     ]
     if not results["published_available"]:
         lines += [
-            "Published figures were not found (benchmarks/published.json needs a source checkout).",
+            "Published figures were not found (anekit/hw/data/published.json is missing).",
             "",
         ]
     for name, suite in results["suites"].items():

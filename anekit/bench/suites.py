@@ -4,7 +4,7 @@ A suite is a list of cases; a case is a dict of parameters that fully determines
 the program measured (so tests can run any suite at a tiny size by passing their
 own cases). ``program(params)`` turns a case into a program description that
 ``programs.build`` builds and that is compared, field for field, with the
-descriptions in ``benchmarks/published.json``. The ``full`` sweeps are the sizes
+descriptions in ``anekit/hw/data/published.json``. The ``full`` sweeps are the sizes
 the experiments used on the ANE; the ``quick`` sweeps are small enough for the
 NumPy reference backend on two cores.
 """
@@ -66,7 +66,7 @@ class Suite:
 def conv_chain(
     channels: int, height: int, width: int, depth: int, io_dtype: str, w8a8: bool = False
 ) -> Params:
-    """The description of a 1x1-conv chain, in ``benchmarks/published.json``'s fields."""
+    """The description of a 1x1-conv chain, in ``anekit/hw/data/published.json``'s fields."""
     return {
         "kind": "conv_chain",
         "channels": channels,
@@ -164,7 +164,8 @@ PEAK = Suite(
         channels=512, height=64, width=64, io_dtype="fp16", depth=[1, 2, 4, 8, 16, 32, 64, 128]
     )
     + _grid(channels=512, height=1, width=64, io_dtype="fp32", depth=[32, 48, 64, 96, 128]),
-    quick=_grid(channels=128, height=16, width=16, io_dtype="fp16", depth=[1, 4, 16, 64]),
+    quick=_grid(channels=128, height=16, width=16, io_dtype="fp16", depth=[1, 4, 16, 64])
+    + _grid(channels=512, height=1, width=64, io_dtype="fp32", depth=32),
     x=lambda p: p["depth"],
     x_label="depth (chained convs)",
     series=lambda p: f"{p['channels']} ch, {p['height']}x{p['width']}, {p['io_dtype']} I/O",
@@ -179,7 +180,7 @@ SRAM = Suite(
     program=_single_conv("fp16"),
     full=_grid(channels=[256, 512, 1024, 2048, 3072, 4096, 5120, 6144], seq=64)
     + _grid(channels=8192, seq=32),
-    quick=_grid(channels=[256, 1024, 2048], seq=64),
+    quick=_grid(channels=[256, 1024, 2048, 4096], seq=64),
     x=_weight_mib,
     x_label="weight size (MiB, fp16)",
     find_cliff=True,
