@@ -81,7 +81,7 @@ class Kernel(ABC):
     def output_buffer(self, name: str) -> np.ndarray:
         """The array the backend writes output ``name`` to (zero-copy on the ANE)."""
 
-    def _release(self) -> None:
+    def _release(self) -> None:  # noqa: B027  (optional hook: most kernels hold nothing)
         """Free backend resources (called once by ``close``)."""
 
     def last_stats(self) -> dict[str, float] | None:

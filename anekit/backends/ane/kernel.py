@@ -14,6 +14,7 @@ import contextlib
 import queue
 import threading
 import time
+from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -156,13 +157,13 @@ class SurfaceKernel(Kernel):
         self._last: dict[str, float] | None = None
 
     # -- what subclasses implement -------------------------------------------------------------
+    @abstractmethod
     def _dispatch(self, request: Any) -> tuple[bool, Any]:
         """Evaluate one request synchronously; returns (ok, NSError or None)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _unload(self) -> None:
         """Unload the model and remove what compiling left behind."""
-        raise NotImplementedError
 
     # -- Kernel API ----------------------------------------------------------------------------
     def _open_slots(self) -> None:
