@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ _SCALAR_NAMES = {d.value for d in DType}
 _CONST_LINE = re.compile(
     r'\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)'
     r'\[name = string\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z'
+)
+_BLOB_LITERAL = re.compile(
+    r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = string\("(?P<path>[^"\\]*)"\), '
+    r"offset = uint64\((?P<offset>\d+)\)\)\)\Z"
 )
 # literal text -> its parsed, read-only Value (see _Parser.const_line)
 _LITERALS: dict[str, Value] = {}
@@ -78,9 +83,13 @@ class _Parser:
         self.lines = text.split("\n")
         self.toks: list[str] = []
         self.line_starts: list[int] = []
+        # token index -> (name, declared type, literal, line number) of a whole-line const
+        self.fast: dict[int, tuple[str, TensorType, Value, int]] = {}
         findall = _TOKEN.findall
-        for line in self.lines:
+        for line_no, line in enumerate(self.lines):
             self.line_starts.append(len(self.toks))
+            if "const()" in line and self.fast_const(line, line_no):
+                continue
             found = findall(line)
             if found and found[-1].startswith(("//", "#")):
                 found.pop()
@@ -313,36 +322,62 @@ class _Parser:
             outs[0].const = inputs["val"].const
         return op
 
-    def const_line(self, start: int, opset: str) -> Operation | None:
-        """Parse a whole-line ``const`` statement from a cache of literals, or return None.
+    def fast_const(self, line: str, line_no: int) -> bool:
+        """Take a whole-line ``const`` statement as one token if its literal is known.
 
         Most statements of a real program are small consts repeated many times
-        (strides, pads, names); reusing their parsed literal makes parsing several
-        times faster. Anything unusual returns None and takes the general path,
-        which also reports errors with exact positions.
+        (strides, pads, names); reusing their parsed literal, and not tokenizing the
+        line, makes parsing several times faster. Anything unusual takes the general
+        path, which also reports errors with exact positions.
         """
-        line_no = bisect_right(self.line_starts, start) - 1
-        if self.line_starts[line_no] != start:
-            return None
-        m = _CONST_LINE.match(self.lines[line_no])
-        if m is None:
-            return None
+        m = _CONST_LINE.match(line)
+        if m is None or not _IDENT.match(m.group("name")):
+            return False
         declared = _TYPES.get(m.group("type"))
-        literal = _LITERALS.get(m.group("literal"))
-        if literal is None:
-            literal = self.cache_literal(m.group("literal"))
+        text = m.group("literal")
+        literal = _LITERALS.get(text) or self.cache_literal(text) or self.blob_literal(text)
         if declared is None or literal is None or literal.type != declared:
+            return False
+        self.fast[len(self.toks)] = (m.group("name"), declared, literal, line_no)
+        self.toks.append(line.strip())  # readable if an error message ever shows it
+        return True
+
+    def const_line(self, start: int, opset: str) -> Operation | None:
+        """The const op of a line ``fast_const`` took, or None for an ordinary statement."""
+        fast = self.fast.get(start)
+        if fast is None:
             return None
-        name = m.group("name")
-        if name in self.env or not _IDENT.match(name):
-            return None
-        opdef = registry.get("const", opset)
+        name, declared, literal, line_no = fast
+        if name in self.env:
+            line = self.lines[line_no]
+            raise MilTypeError(
+                f"value {name!r} is defined twice",
+                line=line_no + 1,
+                column=line.index(f" {name} = const()") + 2,
+                file=self.file,
+            )
         out = Value(name, declared, None, literal.const)
-        op = Operation(opdef, {"val": literal}, (out,), {"name": m.group("op_name")}, line_no + 1)
+        op_name = _CONST_LINE.match(self.lines[line_no]).group("op_name")  # type: ignore[union-attr]
+        opdef = _const_def(opset)
+        op = Operation(opdef, {"val": literal}, (out,), {"name": op_name}, line_no + 1)
         out.producer = op
         self.env[name] = out
-        self.i = self.line_starts[line_no + 1]
+        self.i = start + 1
         return op
+
+    def blob_literal(self, text: str) -> Value | None:
+        """A ``BLOBFILE`` literal read directly, or None to let the general path report errors."""
+        m = _BLOB_LITERAL.match(text)
+        t = _TYPES.get(m.group("type")) if m else None
+        if m is None or t is None or not t.is_static:
+            return None
+        path, offset = m.group("path"), int(m.group("offset"))
+        try:
+            data = self.weights.read(path)
+            array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
+        except WeightFileError:
+            return None
+        return Value("", t, None, array, BlobRef(path, offset))
 
     def cache_literal(self, text: str) -> Value | None:
         """Parse a literal on its own and remember it (read-only) for the lines that repeat it."""
@@ -635,6 +670,11 @@ class _Parser:
                 break
         self.expect("}")
         return result
+
+
+@lru_cache(maxsize=None)
+def _const_def(opset: str) -> registry.OpDef:
+    return registry.get("const", opset)
 
 
 def _unquote(tok: str) -> str:
