@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -672,7 +672,7 @@ class _Parser:
         return result
 
 
-@lru_cache(maxsize=None)
+@cache
 def _const_def(opset: str) -> registry.OpDef:
     return registry.get("const", opset)
 
