@@ -3,9 +3,6 @@ that the generic case loop cannot express: type errors, opset differences, numer
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 
@@ -14,59 +11,45 @@ from anekit.errors import MilTypeError
 from anekit.mil.types import DType
 from tests.opcases.attention import torch_sdpa
 from tests.opcases.linear import fixed_weight, torch_conv
-from tests.optest import run_reference
-
-
-@contextmanager
-def raises(op: str, param: str, *fragments: str) -> Iterator[None]:
-    """Expect a MilTypeError naming ``op`` and ``param`` whose message holds every fragment."""
-    with pytest.raises(MilTypeError) as info:
-        yield
-    err = info.value
-    assert (err.op, err.param) == (op, param), str(err)
-    for fragment in fragments:
-        assert fragment in str(err), f"{fragment!r} not in {err}"
+from tests.optest import raises, run_reference
 
 
 def conv_input(b: mil.Builder, shape=(1, 4, 5, 5)):
     return b.input("x", shape, "fp16")
 
 
-# -- conv errors ---------------------------------------------------------------------------
-def test_conv_weight_of_wrong_shape_names_expected_and_found() -> None:
+# -- conv and conv_transpose errors --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("op", "weight_shape", "params", "param", "fragments"),
+    [
+        ("conv", (8, 3, 3, 3), {}, "weight", ["C_in/groups = 4", "found [8, 3, 3, 3]"]),
+        ("conv", (8, 4, 3), {}, "weight", ["rank 4", "found [8, 4, 3]"]),
+        ("conv", (6, 1, 3, 3), {"groups": 3}, "groups", ["C_in = 4", "groups = 3"]),
+        ("conv", (3, 2, 3, 3), {"groups": 2}, "weight", ["C_out = 3", "groups = 2"]),
+        (
+            "conv",
+            (6, 4, 3, 3),
+            {"bias": np.zeros((5,), np.float16)},
+            "bias",
+            ["expected shape [6]", "found [5]"],
+        ),
+        ("conv_transpose", (3, 2, 3, 3), {}, "weight", ["C_in = 4", "found [3, 2, 3, 3]"]),
+        (
+            "conv_transpose",
+            (4, 2, 3, 3),
+            {"output_shape": [1, 3, 7, 7]},
+            "output_shape",
+            ["[N, C_out] = [1, 2]", "[1, 3, 7, 7]"],
+        ),
+    ],
+)
+def test_conv_operand_shapes_are_checked(op, weight_shape, params, param, fragments) -> None:
+    """weight, groups, bias and output_shape must fit x [1, 4, 5, 5]; arrays become weights."""
     b = mil.Builder()
-    w = b.weight("w", np.zeros((8, 3, 3, 3), np.float16))
-    with raises("conv", "weight", "C_in/groups = 4", "found [8, 3, 3, 3]"):
-        b.conv(x=conv_input(b), weight=w)
-
-
-def test_conv_weight_of_wrong_rank_is_rejected() -> None:
-    b = mil.Builder()
-    w = b.weight("w", np.zeros((8, 4, 3), np.float16))
-    with raises("conv", "weight", "rank 4", "found [8, 4, 3]"):
-        b.conv(x=conv_input(b), weight=w)
-
-
-def test_conv_groups_must_divide_input_channels() -> None:
-    b = mil.Builder()
-    w = b.weight("w", np.zeros((6, 1, 3, 3), np.float16))
-    with raises("conv", "groups", "C_in = 4", "groups = 3"):
-        b.conv(x=conv_input(b), weight=w, groups=3)
-
-
-def test_conv_groups_must_divide_output_channels() -> None:
-    b = mil.Builder()
-    w = b.weight("w", np.zeros((3, 2, 3, 3), np.float16))
-    with raises("conv", "weight", "C_out = 3", "groups = 2"):
-        b.conv(x=conv_input(b), weight=w, groups=2)
-
-
-def test_conv_bias_must_match_output_channels() -> None:
-    b = mil.Builder()
-    w = b.weight("w", np.zeros((6, 4, 3, 3), np.float16))
-    bias = b.weight("bias", np.zeros((5,), np.float16))
-    with raises("conv", "bias", "expected shape [6]", "found [5]"):
-        b.conv(x=conv_input(b), weight=w, bias=bias)
+    w = b.weight("w", np.zeros(weight_shape, np.float16))
+    given = {k: b.weight(k, v) if isinstance(v, np.ndarray) else v for k, v in params.items()}
+    with raises(op, param, *fragments):
+        getattr(b, op)(x=conv_input(b), weight=w, **given)
 
 
 @pytest.mark.parametrize(
@@ -187,21 +170,6 @@ def test_conv_cost_counts_multiply_adds_and_every_byte() -> None:
     param_bytes = 4 * (2 + 4 + 2) + 4  # strides, pad, dilations (int32) and groups
     assert cost.bytes_read == 2 * 6 * 8 * 8 * 2 + 9 * 2 * 3 * 3 * 2 + param_bytes
     assert cost.bytes_written == n * c_out * out_h * out_w * 2
-
-
-# -- conv_transpose ------------------------------------------------------------------------
-def test_conv_transpose_weight_must_start_with_input_channels() -> None:
-    b = mil.Builder()
-    w = b.weight("w", np.zeros((3, 2, 3, 3), np.float16))
-    with raises("conv_transpose", "weight", "C_in = 4", "found [3, 2, 3, 3]"):
-        b.conv_transpose(x=conv_input(b), weight=w)
-
-
-def test_conv_transpose_output_shape_must_start_with_batch_and_channels() -> None:
-    b = mil.Builder()
-    w = b.weight("w", np.zeros((4, 2, 3, 3), np.float16))
-    with raises("conv_transpose", "output_shape", "[N, C_out] = [1, 2]", "[1, 3, 7, 7]"):
-        b.conv_transpose(x=conv_input(b), weight=w, output_shape=[1, 3, 7, 7])
 
 
 # -- matmul --------------------------------------------------------------------------------

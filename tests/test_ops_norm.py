@@ -10,7 +10,7 @@ import pytest
 
 from anekit import mil
 from anekit.errors import MilTypeError
-from tests.optest import run_reference
+from tests.optest import run_reference, type_error
 
 
 def run_one(op: str, x: np.ndarray, opset: str = "ios18", **params) -> np.ndarray:
@@ -19,14 +19,6 @@ def run_one(op: str, x: np.ndarray, opset: str = "ios18", **params) -> np.ndarra
     dtype = "fp16" if x.dtype == np.float16 else "fp32"
     b.output(getattr(b, op)(x=b.input("x", x.shape, dtype), **params), "y")
     return run_reference(b.build(), {"x": x})["y"]
-
-
-def type_error(op: str, shape, opset: str = "ios18", dtype: str = "fp16", **params):
-    b = mil.Builder(opset)
-    with pytest.raises(MilTypeError) as info:
-        getattr(b, op)(x=b.input("x", shape, dtype), **params)
-    assert info.value.op == op
-    return info.value
 
 
 F16 = np.float16

@@ -7,8 +7,7 @@ import pytest
 
 from anekit import mil
 from anekit.errors import MilTypeError
-from tests.optest import run_reference
-from tests.test_ops_linear import raises
+from tests.optest import raises, run_reference
 
 
 def pooled(op: str, xs: np.ndarray, **params) -> np.ndarray:

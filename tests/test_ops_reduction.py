@@ -11,7 +11,7 @@ import pytest
 
 from anekit import mil
 from anekit.errors import MilTypeError
-from tests.optest import run_reference
+from tests.optest import run_reference, type_error
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 
@@ -24,14 +24,6 @@ def run_one(op: str, x: np.ndarray, opset: str = "ios18", **params) -> dict[str,
     for i, v in enumerate(out if isinstance(out, tuple) else (out,)):
         b.output(v, f"y{i}")
     return run_reference(b.build(), {"x": x})
-
-
-def type_error(op: str, shape, dtype: str = "fp16", opset: str = "ios18", **params) -> MilTypeError:
-    b = mil.Builder(opset)
-    with pytest.raises(MilTypeError) as info:
-        getattr(b, op)(x=b.input("x", shape, dtype), **params)
-    assert info.value.op == op
-    return info.value
 
 
 # -- inference errors -------------------------------------------------------------------------------

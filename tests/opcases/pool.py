@@ -72,6 +72,9 @@ def l2_by_loops(x, kernel, stride, pads) -> np.ndarray:
     return y
 
 
+# 3x3 windows, stride 2, one position of padding on every side
+K3_S2_P1 = {"kernel_sizes": [3, 3], "strides": [2, 2], "pad_type": "custom", "pad": [1, 1, 1, 1]}
+
 POOL_CASES = [
     op_case(
         "avg_pool",
@@ -90,10 +93,7 @@ POOL_CASES = [
         (2, 2, 5, 5),
         (2, 2, 3, 3),
         lambda x: torch_avg(x, 3, 2, 1),
-        kernel_sizes=[3, 3],
-        strides=[2, 2],
-        pad_type="custom",
-        pad=[1, 1, 1, 1],
+        **K3_S2_P1,
     ),
     op_case(
         "avg_pool",
@@ -101,10 +101,7 @@ POOL_CASES = [
         (2, 2, 5, 5),
         (2, 2, 3, 3),
         lambda x: torch_avg(x, 3, 2, 1, include_pad=False),
-        kernel_sizes=[3, 3],
-        strides=[2, 2],
-        pad_type="custom",
-        pad=[1, 1, 1, 1],
+        **K3_S2_P1,
         exclude_padding_from_average=True,
     ),
     # ceil((6 + 2 - 3) / 2) + 1 = 4; the last window overhangs the padding
@@ -114,10 +111,7 @@ POOL_CASES = [
         (1, 2, 6, 6),
         (1, 2, 4, 4),
         lambda x: torch_avg(x, 3, 2, 1, ceil_mode=True),
-        kernel_sizes=[3, 3],
-        strides=[2, 2],
-        pad_type="custom",
-        pad=[1, 1, 1, 1],
+        **K3_S2_P1,
         ceil_mode=True,
     ),
     # same: out ceil(7/2) = 4, total (4-1)*2 + 4 - 7 = 3 -> (1, 2)
@@ -149,10 +143,7 @@ POOL_CASES = [
         (1, 3, 7, 7),
         (1, 3, 4, 4),
         lambda x: torch_max(x, 3, 2, [(1, 1), (1, 1)]),
-        kernel_sizes=[3, 3],
-        strides=[2, 2],
-        pad_type="custom",
-        pad=[1, 1, 1, 1],
+        **K3_S2_P1,
     ),
     # ceil((7 - 2) / 2) + 1 = 4, no padding so no window is dropped
     op_case(

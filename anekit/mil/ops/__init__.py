@@ -2,6 +2,7 @@
 
 from anekit.mil.ops import (  # noqa: F401  (each module registers its ops on import)
     attention,
+    constexpr,
     conv,
     core,
     elementwise,

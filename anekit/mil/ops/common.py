@@ -1,4 +1,4 @@
-"""Shape and dtype helpers shared by op declarations."""
+"""Shape, dtype and cost helpers shared by op declarations."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.mil.ops.registry import Args, CostFn, elementwise_cost
 from anekit.mil.types import ALL, FLOATS, INTS, NUMERIC, DType, TensorType
 
 FP = FLOATS
@@ -68,3 +69,13 @@ def numel(shape: tuple) -> int:
             return 0
         n *= d
     return n
+
+
+def declared(a: Args, name: str, fallback: Any) -> Any:
+    """A parameter's value if this version of the op declares it, else what older versions mean."""
+    return a.value(name) if name in a.opdef.by_name else fallback
+
+
+def per_output_element(flops: float) -> CostFn:
+    """Cost of ``flops`` operations per output element; every input read once."""
+    return lambda a, outs: elementwise_cost(a, outs, flops)

@@ -184,18 +184,34 @@ def _weight_is_runtime(w: Any) -> bool:
     return w.const is None and not (producer is not None and "constexpr" in producer.opdef.traits)
 
 
+def _groups_of(op: str, a: Args) -> int:
+    """The groups parameter, checked to be positive and to divide the input channels."""
+    groups, c_in = int(a.value("groups")), a.x.shape[1]
+    require(groups >= 1, op, "groups", f"expected groups >= 1, found {groups}")
+    require(
+        c_in % groups == 0,
+        op,
+        "groups",
+        f"input channels C_in = {c_in} (x {list(a.x.shape)}) are not divisible by groups = {groups}",
+    )
+    return groups
+
+
+def _check_bias(op: str, a: Args, c_out: Any) -> None:
+    """An optional bias holds one value per output channel."""
+    if a.bias is not None:
+        require(
+            tuple(a.bias.shape) == (c_out,),
+            op,
+            "bias",
+            f"expected shape [{c_out}] (C_out), found {list(a.bias.shape)}",
+        )
+
+
 def _conv_infer(pad_types: Sequence[str]) -> Callable[[Args], TensorType]:
     def infer(a: Args) -> TensorType:
         op, x, w = "conv", a.x, a.weight
-        groups = int(a.value("groups"))
-        require(groups >= 1, op, "groups", f"expected groups >= 1, found {groups}")
-        c_in = x.shape[1]
-        require(
-            c_in % groups == 0,
-            op,
-            "groups",
-            f"input channels C_in = {c_in} (x {list(x.shape)}) are not divisible by groups = {groups}",
-        )
+        groups, c_in = _groups_of(op, a), x.shape[1]
         require(
             w.rank == x.rank and w.shape[1] == c_in // groups,
             op,
@@ -211,13 +227,7 @@ def _conv_infer(pad_types: Sequence[str]) -> Callable[[Args], TensorType]:
             f"output channels C_out = {c_out} (weight {list(w.shape)}) are not divisible by "
             f"groups = {groups}",
         )
-        if a.bias is not None:
-            require(
-                tuple(a.bias.shape) == (c_out,),
-                op,
-                "bias",
-                f"expected shape [{c_out}] (C_out), found {list(a.bias.shape)}",
-            )
+        _check_bias(op, a, c_out)
         dilations = int_vector(op, a, "dilations", x.rank - 2, 1)
         require(
             not (_weight_is_runtime(w) and any(d > 1 for d in dilations)),
@@ -258,6 +268,14 @@ def _conv_cost(a: Args, outs: tuple[TensorType, ...]) -> float:
     return 2 * (outs[0].numel or 0) * numel(tuple(a.weight.shape[1:]))
 
 
+_X = param("x", FP, ranks=(3, 4, 5), domain="T")
+_BIAS = param("bias", FP, ranks=(1,), const=True, optional=True, domain="T")
+# iOS17 (conv and conv_transpose): weight and bias take their own dtype and need not be const.
+_OPERANDS_IOS17 = (
+    _X,
+    param("weight", FP, ranks=(3, 4, 5), domain="U"),
+    param("bias", FP, ranks=(1,), optional=True, domain="U"),
+)
 _WINDOW_PARAMS = (
     param("strides", INT32, ranks=(1,), const=True, default=per_spatial_dim(1)),
     param("pad_type", STRING, ranks=(0,), const=True, default="valid"),
@@ -289,12 +307,7 @@ Returns:
 _conv_ios15 = register(
     OpDef(
         name="conv",
-        params=(
-            param("x", FP, ranks=(3, 4, 5), domain="T"),
-            param("weight", FP, ranks=(3, 4, 5), domain="T"),
-            param("bias", FP, ranks=(1,), const=True, optional=True, domain="T"),
-            *_WINDOW_PARAMS,
-        ),
+        params=(_X, param("weight", FP, ranks=(3, 4, 5), domain="T"), _BIAS, *_WINDOW_PARAMS),
         infer=_conv_infer(PAD_TYPES_IOS15),
         reference=_conv_reference,
         cost=flops_cost(_conv_cost),
@@ -312,12 +325,7 @@ _conv_ios16 = register(
 register(
     _conv_ios16.evolve(
         since="ios17",
-        params=(
-            param("x", FP, ranks=(3, 4, 5), domain="T"),
-            param("weight", FP, ranks=(3, 4, 5), domain="U"),
-            param("bias", FP, ranks=(1,), optional=True, domain="U"),
-            *_WINDOW_PARAMS,
-        ),
+        params=(*_OPERANDS_IOS17, *_WINDOW_PARAMS),
         doc=_CONV_DOC + "\niOS17: weight and bias may have another dtype than x; bias may be "
         "a runtime value.\n",
     )
@@ -363,15 +371,7 @@ def _transpose_geometry(
 
 def _conv_transpose_infer(a: Args) -> TensorType:
     op, x, w = "conv_transpose", a.x, a.weight
-    groups = int(a.value("groups"))
-    require(groups >= 1, op, "groups", f"expected groups >= 1, found {groups}")
-    c_in = x.shape[1]
-    require(
-        c_in % groups == 0,
-        op,
-        "groups",
-        f"input channels C_in = {c_in} (x {list(x.shape)}) are not divisible by groups = {groups}",
-    )
+    groups, c_in = _groups_of(op, a), x.shape[1]
     require(
         w.rank == x.rank and w.shape[0] == c_in,
         op,
@@ -380,13 +380,7 @@ def _conv_transpose_infer(a: Args) -> TensorType:
         f"found {list(w.shape)}",
     )
     c_out = w.shape[1] * groups
-    if a.bias is not None:
-        require(
-            tuple(a.bias.shape) == (c_out,),
-            op,
-            "bias",
-            f"expected shape [{c_out}] (C_out), found {list(a.bias.shape)}",
-        )
+    _check_bias(op, a, c_out)
     sizes = static_spatial(op, x)
     nsp = len(sizes)
     strides = int_vector(op, a, "strides", nsp, 1)
@@ -471,9 +465,9 @@ _conv_transpose_ios15 = register(
     OpDef(
         name="conv_transpose",
         params=(
-            param("x", FP, ranks=(3, 4, 5), domain="T"),
+            _X,
             param("weight", FP, ranks=(3, 4, 5), const=True, domain="T"),
-            param("bias", FP, ranks=(1,), const=True, optional=True, domain="T"),
+            _BIAS,
             param("pad", INT32, ranks=(1,), const=True, default=per_spatial_dim(0, 2)),
             param("output_shape", INT32, ranks=(1,), const=True, optional=True),
             param("pad_type", STRING, ranks=(0,), const=True, default="valid"),
@@ -491,12 +485,7 @@ _conv_transpose_ios15 = register(
 register(
     _conv_transpose_ios15.evolve(
         since="ios17",
-        params=(
-            param("x", FP, ranks=(3, 4, 5), domain="T"),
-            param("weight", FP, ranks=(3, 4, 5), domain="U"),
-            param("bias", FP, ranks=(1,), optional=True, domain="U"),
-            *_conv_transpose_ios15.params[3:],
-        ),
+        params=(*_OPERANDS_IOS17, *_conv_transpose_ios15.params[3:]),
         doc=_CONV_TRANSPOSE_DOC + "\niOS17: weight and bias may have another dtype than x and "
         "need not be const.\n",
     )

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import EvaluationError, MilTypeError
-from anekit.mil.ops.common import BOOL, INT32, axis_index, require
+from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.shape import (
     T15,
@@ -42,11 +42,6 @@ _G17 = _G15 | {DType.int16, DType.uint16, DType.int8, DType.uint8}
 _I16 = frozenset({DType.int32, DType.int16, DType.uint16})
 _I17 = _I16 | {DType.int8, DType.uint8}
 _GATHER_TRAITS = frozenset({"gather", "data_movement"})
-
-
-def _declared(a: Args, name: str, fallback: Any) -> Any:
-    """A parameter's value if this version of the op declares it, else what older versions mean."""
-    return a.value(name) if name in a.opdef.by_name else fallback
 
 
 def _flags(op: str, name: str, value: Any, rank: int) -> list[bool]:
@@ -251,7 +246,7 @@ def _checked_indices(op: str, indices: np.ndarray, size: int, negative_ok: bool)
 
 def _check_const_indices(a: Args, size: Any) -> None:
     """validate_indices: reject out-of-range constant indices at compile time."""
-    if not bool(_declared(a, "validate_indices", False)) or a.indices.const is None:
+    if not bool(declared(a, "validate_indices", False)) or a.indices.const is None:
         return
     idx = np.asarray(a.indices.const)
     bad = idx[(idx < 0) | (idx >= size)]
@@ -266,7 +261,7 @@ def _check_const_indices(a: Args, size: Any) -> None:
 def _gather_infer(a: Args) -> TensorType:
     op, x, ind = "gather", a.x, a.indices
     axis = axis_index(op, "axis", int(a.value("axis")), x.rank)
-    bd = int(_declared(a, "batch_dims", 0))
+    bd = int(declared(a, "batch_dims", 0))
     require(
         0 <= bd <= min(axis, ind.rank),
         op,

@@ -13,7 +13,7 @@ import numpy as np
 from anekit.errors import MilTypeError
 from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, require
 from anekit.mil.ops.conv import flops_cost
-from anekit.mil.ops.registry import Args, OpDef, param, register
+from anekit.mil.ops.registry import Args, OpDef, Param, param, register
 from anekit.mil.types import DType, TensorType
 
 MATMUL_DTYPES = frozenset({DType.fp16, DType.fp32, DType.int32})
@@ -152,6 +152,21 @@ def _linear_default_bias(a: Args) -> Any:
     return np.zeros(w.shape[0], dtype=w.dtype.numpy)
 
 
+def _weight_and_bias(domain: str) -> tuple[Param, Param]:
+    """linear's const weight and bias, in x's type domain T (iOS15) or their own, U (iOS17)."""
+    return (
+        param("weight", MATMUL_DTYPES, ranks=(2,), const=True, domain=domain),
+        param(
+            "bias",
+            MATMUL_DTYPES,
+            ranks=(1,),
+            const=True,
+            default=_linear_default_bias,
+            domain=domain,
+        ),
+    )
+
+
 def _linear_reference(x, weight, bias=None):
     y = np.matmul(x, np.asarray(weight).T)
     return y if bias is None else y + bias
@@ -170,18 +185,7 @@ Returns:
 _linear_ios15 = register(
     OpDef(
         name="linear",
-        params=(
-            param("x", MATMUL_DTYPES, ranks=(1, 2, 3), domain="T"),
-            param("weight", MATMUL_DTYPES, ranks=(2,), const=True, domain="T"),
-            param(
-                "bias",
-                MATMUL_DTYPES,
-                ranks=(1,),
-                const=True,
-                default=_linear_default_bias,
-                domain="T",
-            ),
-        ),
+        params=(param("x", MATMUL_DTYPES, ranks=(1, 2, 3), domain="T"), *_weight_and_bias("T")),
         infer=_linear_infer,
         reference=_linear_reference,
         cost=flops_cost(lambda a, outs: 2 * (outs[0].numel or 0) * a.weight.shape[1]),
@@ -192,18 +196,7 @@ _linear_ios15 = register(
 register(
     _linear_ios15.evolve(
         since="ios17",
-        params=(
-            _linear_ios15.params[0],
-            param("weight", MATMUL_DTYPES, ranks=(2,), const=True, domain="U"),
-            param(
-                "bias",
-                MATMUL_DTYPES,
-                ranks=(1,),
-                const=True,
-                default=_linear_default_bias,
-                domain="U",
-            ),
-        ),
+        params=(_linear_ios15.params[0], *_weight_and_bias("U")),
         doc=_LINEAR_DOC + "\niOS17: weight and bias may have another dtype than x.\n",
     )
 )

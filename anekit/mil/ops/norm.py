@@ -14,15 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from anekit.mil.ops.common import FP, INT32, axes_indices, require
+from anekit.mil.ops.common import FP, INT32, axes_indices, per_output_element, require
 from anekit.mil.ops.registry import (
     Args,
     Cost,
-    CostFn,
     InferFn,
     OpDef,
     Param,
-    elementwise_cost,
     param,
     register,
 )
@@ -42,11 +40,6 @@ def _const_param(name: str, *, ranks: tuple[int, ...] | None = (1,), **kw: Any) 
 
 def _epsilon(default: float) -> Param:
     return _const_param("epsilon", ranks=(0,), default=default)
-
-
-def _per_element(flops: float) -> CostFn:
-    """Cost of ``flops`` operations per element (the output has as many as ``x``)."""
-    return lambda a, outs: elementwise_cost(a, outs, flops)
 
 
 def _register_with_ios17_domain(opdef: OpDef) -> None:
@@ -158,7 +151,7 @@ _register_with_ios17_domain(
         infer=_infer_layer_norm,
         reference=_layer_norm,
         # mean, subtract, square, sum, scale by 1/std, gamma, beta
-        cost=_per_element(7),
+        cost=per_output_element(7),
         traits=frozenset({"norm"}),
         doc="""``gamma * (x - mean) / sqrt(var + epsilon) + beta`` over ``axes``.
 
@@ -207,7 +200,7 @@ _register_with_ios17_domain(
         infer=_infer_channel_params(("mean", "variance", "gamma", "beta")),
         reference=_batch_norm,
         # the statistics are constants: subtract, scale, shift
-        cost=_per_element(3),
+        cost=per_output_element(3),
         traits=frozenset({"norm"}),
         doc="""``gamma * (x - mean) / sqrt(variance + epsilon) + beta`` per channel (axis 1).
 
@@ -250,7 +243,7 @@ _register_with_ios17_domain(
         infer=_infer_channel_params(("gamma", "beta")),
         reference=_instance_norm,
         # as layer_norm: mean, subtract, square, sum, scale, gamma, beta
-        cost=_per_element(7),
+        cost=per_output_element(7),
         traits=frozenset({"norm"}),
         doc="""Normalise each (sample, channel) over the spatial axes, then scale and shift.
 
@@ -288,7 +281,7 @@ _register_with_ios17_domain(
         infer=_infer_l2_norm,
         reference=_l2_norm,
         # square, sum, scale
-        cost=_per_element(3),
+        cost=per_output_element(3),
         traits=frozenset({"norm"}),
         doc="""Divide ``x`` by ``sqrt(sum(x**2) + epsilon)`` over its last three axes.
 
@@ -329,7 +322,7 @@ def _local_response_norm(
 
 def _local_response_norm_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
     # square, a window of `size` adds, scale, add k, power, divide
-    return _per_element(int(a.value("size")) + 5)(a, outs)
+    return per_output_element(int(a.value("size")) + 5)(a, outs)
 
 
 _register_with_ios17_domain(

@@ -1,11 +1,11 @@
-"""Type conversion and quantization: ``cast``, ``quantize``, ``dequantize`` and constexpr ops.
+"""Type conversion and quantization: ``cast``, ``quantize`` and ``dequantize``.
 
 Parameter names, defaults, dtype domains and shape rules follow coremltools' op
 definitions (coremltools/converters/mil/mil/ops/defs/, commit e0e2f42):
-iOS15/ and iOS17/elementwise_unary.py (cast), iOS17/quantization_ops.py,
-iOS16/constexpr_ops.py and iOS18/compression.py. Numerics follow coremltools'
-constant folding (coremltools/optimize/_utils.py, ``quantize_by_scale_and_zp``,
-``dequantize_by_scale_and_zp``, ``restore_elements_from_packed_bits``, ``lut_to_dense``).
+iOS15/ and iOS17/elementwise_unary.py (cast) and iOS17/quantization_ops.py. Numerics
+follow coremltools' constant folding (coremltools/optimize/_utils.py,
+``quantize_by_scale_and_zp``, ``dequantize_by_scale_and_zp``). The constexpr ops, which
+share the per-axis parameters and ``affine_dequantize`` defined here, are in constexpr.py.
 
 Exact conversions, and what we refuse to guess:
 
@@ -19,18 +19,10 @@ Exact conversions, and what we refuse to guess:
   saturates to the int8/uint8 range; a NaN input is refused as above.
 - ``dequantize`` and the constexpr ops compute ``(q - zero_point) * scale`` in fp32; the
   result is stored in scale's dtype.
-
-constexpr ops take only constants and are decompressed when the program is loaded
-(or evaluated); their cost is zero, the consumer counts the bytes it reads. The
-iOS16 versions print every parameter as an attribute (``constexpr_x()[...]``). Our
-dtypes have no sub-byte integers (uint1..uint6, int4), so iOS18
-``constexpr_lut_to_dense`` takes uint8 indices (256-entry tables) only, and the iOS18
-form of ``constexpr_sparse_to_dense`` (a uint1 mask) is not declared.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -38,17 +30,12 @@ import numpy as np
 
 from anekit.errors import EvaluationError
 from anekit.mil.ops.common import FP, INT32, STRING, axis_index, numel, require
-from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
+from anekit.mil.ops.registry import Args, Cost, OpDef, Param, param, register
 from anekit.mil.types import DType, TensorType
 
 _CAST15 = frozenset({DType.fp16, DType.fp32, DType.int32, DType.bool})
 _CAST17 = _CAST15 | {DType.int8, DType.uint8, DType.int16, DType.uint16}
-_Q8 = frozenset({DType.int8, DType.uint8})
-_LUT_VALUES = frozenset({DType.int8, DType.uint8, DType.fp16, DType.fp32})
-_UINT8 = frozenset({DType.uint8})
-_UINT32 = frozenset({DType.uint32})
-_CONSTEXPR16 = frozenset({"constexpr", "attributes"})
-_CONSTEXPR18 = frozenset({"constexpr"})
+Q8 = frozenset({DType.int8, DType.uint8})
 
 
 def _reject(op: str, what: str, bad: np.ndarray, total: int) -> EvaluationError:
@@ -111,7 +98,7 @@ _cast15 = register(
 register(_cast15.evolve(since="ios17", params=(param("x", _CAST17), _cast15.params[1])))
 
 
-# -- per-axis parameters (quantize, dequantize, constexpr_affine_dequantize) -------------------
+# -- per-axis parameters (quantize, dequantize; constexpr_affine_dequantize in constexpr.py) ---
 
 
 def _check_per_axis(a: Args, data: str, axis_required: bool) -> None:
@@ -138,6 +125,16 @@ def _check_per_axis(a: Args, data: str, axis_required: bool) -> None:
             )
         if not axis_required:
             require(v.rank == scale.rank, op, name, "zero_point and scale must have one rank")
+
+
+def per_axis_infer(data: str, axis_required: bool) -> Callable[[Args], TensorType]:
+    """Infer of a dequantization: ``data``'s shape in scale's dtype, per-axis parameters checked."""
+
+    def infer(a: Args) -> TensorType:
+        _check_per_axis(a, data, axis_required)
+        return TensorType(a.scale.dtype, getattr(a, data).shape)
+
+    return infer
 
 
 def along_axis(values: np.ndarray | None, rank: int, axis: Any) -> np.ndarray | None:
@@ -167,15 +164,11 @@ def _per_element(flops: float) -> Callable[[Args, tuple[TensorType, ...]], Cost]
     return cost
 
 
-def _no_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
-    return Cost(0.0, 0.0, 0.0)
-
-
-def _axis_param(optional: bool) -> Param:
+def axis_param(optional: bool) -> Param:
     return param("axis", INT32, ranks=(0,), const=True, optional=optional)
 
 
-def _per_axis_param(name: str, dtypes: frozenset[DType], domain: str, optional: bool) -> Param:
+def per_axis_param(name: str, dtypes: frozenset[DType], domain: str, optional: bool) -> Param:
     return param(name, dtypes, ranks=(0, 1), const=True, optional=optional, domain=domain)
 
 
@@ -232,9 +225,9 @@ register(
         name="quantize",
         params=(
             param("input", FP, domain="SrcT"),
-            _per_axis_param("zero_point", _Q8, "DstT", optional=True),
-            _per_axis_param("scale", FP, "SrcT", optional=False),
-            _axis_param(optional=True),
+            per_axis_param("zero_point", Q8, "DstT", optional=True),
+            per_axis_param("scale", FP, "SrcT", optional=False),
+            axis_param(optional=True),
             param("output_dtype", STRING, ranks=(0,), const=True),
         ),
         infer=_quantize_infer,
@@ -261,21 +254,16 @@ register(
 )
 
 
-def _dequantize_infer(a: Args) -> TensorType:
-    _check_per_axis(a, "input", axis_required=False)
-    return TensorType(a.scale.dtype, a.input.shape)
-
-
 register(
     OpDef(
         name="dequantize",
         params=(
-            param("input", _Q8, domain="SrcT"),
-            _per_axis_param("zero_point", _Q8, "SrcT", optional=True),
-            _per_axis_param("scale", FP, "DstT", optional=False),
-            _axis_param(optional=True),
+            param("input", Q8, domain="SrcT"),
+            per_axis_param("zero_point", Q8, "SrcT", optional=True),
+            per_axis_param("scale", FP, "DstT", optional=False),
+            axis_param(optional=True),
         ),
-        infer=_dequantize_infer,
+        infer=per_axis_infer("input", axis_required=False),
         reference=lambda input, scale, zero_point=None, axis=None: affine_dequantize(
             input, zero_point, scale, axis
         ),
@@ -291,329 +279,6 @@ register(
             axis (const int32): the dimension D runs along; only with vector parameters.
         Returns:
             tensor<DstT, input.shape>: the real values.
-        """,
-    )
-)
-
-
-# -- constexpr_affine_dequantize (iOS16) -----------------------------------------------------
-
-
-def _affine_infer(a: Args) -> TensorType:
-    _check_per_axis(a, "quantized_data", axis_required=True)
-    return TensorType(a.scale.dtype, a.quantized_data.shape)
-
-
-register(
-    OpDef(
-        name="constexpr_affine_dequantize",
-        params=(
-            param("quantized_data", _Q8, const=True),
-            _per_axis_param("zero_point", _Q8 | {DType.fp32}, "ZeroPointT", optional=False),
-            _per_axis_param("scale", FP, "DstT", optional=False),
-            _axis_param(optional=False),
-        ),
-        infer=_affine_infer,
-        reference=lambda quantized_data, zero_point, scale, axis: affine_dequantize(
-            quantized_data, zero_point, scale, axis
-        ),
-        cost=_no_cost,
-        traits=_CONSTEXPR16,
-        since="ios16",
-        doc="""A constant stored as 8-bit integers: (quantized_data - zero_point) * scale.
-
-        Every parameter is printed as an attribute: ``constexpr_affine_dequantize()[...]``.
-
-        Args:
-            quantized_data (const tensor<SrcT, [1..]>): the integers (SrcT: int8, uint8).
-            zero_point (const ZeroPointT or tensor<ZeroPointT, [D]>): the offset
-                (ZeroPointT: int8, uint8, fp32).
-            scale (const DstT or tensor<DstT, [D]>): the step (DstT: fp16, fp32).
-            axis (const int32): the dimension vector parameters run along.
-        Returns:
-            const tensor<DstT, quantized_data.shape>: the decompressed values.
-        """,
-    )
-)
-
-
-# -- constexpr_lut_to_dense (iOS16 packed form, iOS18 tensor form) -----------------------------
-
-
-def unpack_bits(packed: np.ndarray, nbits: int, count: int) -> np.ndarray:
-    """``count`` unsigned nbits-wide fields packed least significant bit first, byte by byte."""
-    bits = np.unpackbits(packed.astype(np.uint8), bitorder="little")[: count * nbits]
-    weights = (1 << np.arange(nbits)).astype(np.int64)
-    return bits.reshape(count, nbits).astype(np.int64) @ weights
-
-
-def _shape_param(a: Args) -> tuple[int, ...]:
-    dims = const_ints(a.value("shape"))
-    require(
-        len(dims) >= 1 and all(d > 0 for d in dims),
-        a.opdef.name,
-        "shape",
-        f"expected positive sizes, found {dims}",
-    )
-    return tuple(dims)
-
-
-def _lut16_infer(a: Args) -> TensorType:
-    op, shape = "constexpr_lut_to_dense", _shape_param(a)
-    entries = a.lut.shape[0]
-    require(
-        entries in (2, 4, 16, 64, 256),
-        op,
-        "lut",
-        f"expected 2, 4, 16, 64 or 256 entries, found {entries}",
-    )
-    nbits = entries.bit_length() - 1
-    needed = math.ceil(nbits * math.prod(shape) / 8)
-    require(
-        a.indices.shape[0] == needed,
-        op,
-        "indices",
-        f"{math.prod(shape)} {nbits}-bit indices need {needed} bytes, found {a.indices.shape[0]}",
-    )
-    return TensorType(a.lut.dtype, shape)
-
-
-def _lut16(indices: np.ndarray, lut: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    dims = const_ints(shape)
-    nbits = lut.size.bit_length() - 1
-    return lut[unpack_bits(indices, nbits, math.prod(dims))].reshape(dims)
-
-
-_lut16_op = register(
-    OpDef(
-        name="constexpr_lut_to_dense",
-        params=(
-            param("indices", _UINT8, ranks=(1,), const=True),
-            param("lut", _LUT_VALUES, ranks=(1,), const=True),
-            param("shape", _UINT32, ranks=(1,), const=True),
-        ),
-        infer=_lut16_infer,
-        reference=_lut16,
-        cost=_no_cost,
-        traits=_CONSTEXPR16,
-        since="ios16",
-        doc="""A constant stored as a look-up table and packed n-bit indices (palettization).
-
-        Args:
-            indices (const tensor<uint8, [M]>): prod(shape) indices of n = log2(len(lut)) bits,
-                packed least significant bit first; M = ceil(n * prod(shape) / 8).
-            lut (const tensor<T, [2^n]>): the table, n in {1, 2, 4, 6, 8}
-                (T: int8, uint8, fp16, fp32).
-            shape (const tensor<uint32, [K]>): the output shape.
-        Returns:
-            const tensor<T, shape>: lut[index] for every element, row-major.
-        """,
-    )
-)
-
-
-def _lut18_infer(a: Args) -> TensorType:
-    op, ind, lut = "constexpr_lut_to_dense", a.indices, a.lut
-    require(ind.rank >= 1, op, "indices", f"expected rank >= 1, found {ind.type}")
-    require(
-        lut.rank == ind.rank + 2
-        and all(d % g == 0 for d, g in zip(ind.shape, lut.shape[: ind.rank], strict=True)),
-        op,
-        "lut",
-        f"expected [groups..., 256, vector size] with groups dividing indices "
-        f"{list(ind.shape)}, found {list(lut.shape)}",
-    )
-    require(
-        lut.shape[-2] == 256,
-        op,
-        "lut",
-        f"uint8 indices address 256 entries, found {lut.shape[-2]}",
-    )
-    shape = list(ind.shape)
-    vector = lut.shape[-1]
-    if a.vector_axis is not None:
-        axis = axis_index(op, "vector_axis", int(a.value("vector_axis")), ind.rank)
-        shape[axis] *= vector
-    else:
-        require(vector == 1, op, "vector_axis", f"vectors of {vector} values need a vector_axis")
-    return TensorType(lut.dtype, tuple(shape))
-
-
-def _lut18(indices: np.ndarray, lut: np.ndarray, vector_axis: Any = None) -> np.ndarray:
-    rank = indices.ndim
-    # Element p uses table number p // block on every dimension (block = indices / groups).
-    groups = tuple(
-        (np.arange(d) // (d // g)).reshape([-1 if i == k else 1 for k in range(rank)])
-        for i, (d, g) in enumerate(zip(indices.shape, lut.shape[:rank], strict=True))
-    )
-    vectors = lut[groups + (indices.astype(np.int64),)]  # indices.shape + (vector size,)
-    if vector_axis is None:
-        return vectors[..., 0]
-    axis = int(vector_axis) % rank
-    shape = list(indices.shape)
-    shape[axis] *= lut.shape[-1]
-    return np.moveaxis(vectors, -1, axis + 1).reshape(shape)
-
-
-register(
-    _lut16_op.evolve(
-        since="ios18",
-        params=(
-            param("indices", _UINT8, const=True),
-            param("lut", _LUT_VALUES, const=True),
-            param("vector_axis", INT32, ranks=(0,), const=True, optional=True),
-        ),
-        infer=_lut18_infer,
-        reference=_lut18,
-        traits=_CONSTEXPR18,
-        doc="""A constant stored as per-group look-up tables of scalars or vectors.
-
-        Parameters are op inputs (not attributes) from iOS18. Only uint8 indices are
-        supported (anekit has no sub-byte dtypes), so each table has 256 entries.
-
-        Args:
-            indices (const tensor<uint8, [*D]>): an index into its group's table per element.
-            lut (const tensor<T, [*G, 256, V]>): one table per group; G[i] divides D[i]
-                and element p uses table p // (D / G) (T: int8, uint8, fp16, fp32).
-            vector_axis (const int32): where a table's V-vectors are laid out; required
-                when V > 1.
-        Returns:
-            const tensor<T, [*D with D[vector_axis] * V]>: the decompressed values.
-        """,
-    )
-)
-
-
-# -- constexpr_blockwise_shift_scale (iOS18) -------------------------------------------------
-
-
-def _blockwise_infer(a: Args) -> TensorType:
-    op, data, scale, offset = "constexpr_blockwise_shift_scale", a.data, a.scale, a.offset
-    require(data.rank >= 1, op, "data", f"expected rank >= 1, found {data.type}")
-    require(
-        scale.rank == data.rank
-        and all(d % s == 0 for d, s in zip(data.shape, scale.shape, strict=True)),
-        op,
-        "scale",
-        f"expected one scale per block: rank {data.rank}, sizes dividing {list(data.shape)}, "
-        f"found {list(scale.shape)}",
-    )
-    if offset is not None:
-        require(
-            offset.shape == scale.shape,
-            op,
-            "offset",
-            f"expected scale's shape {list(scale.shape)}, found {list(offset.shape)}",
-        )
-        require(
-            offset.dtype.is_float or offset.dtype == data.dtype,
-            op,
-            "offset",
-            f"an integer offset must have data's dtype {data.dtype}, found {offset.dtype}",
-        )
-    return TensorType(scale.dtype, data.shape)
-
-
-def _per_block(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Repeat each block parameter over its block of a tensor of ``shape``."""
-    for axis, (d, s) in enumerate(zip(shape, values.shape, strict=True)):
-        values = np.repeat(values, d // s, axis=axis)
-    return values
-
-
-def _blockwise(data: np.ndarray, scale: np.ndarray, offset: np.ndarray | None = None) -> Any:
-    values = data.astype(np.float32)
-    if offset is not None:
-        values = values - _per_block(offset.astype(np.float32), data.shape)
-    return values * _per_block(scale.astype(np.float32), data.shape)
-
-
-_DATA = frozenset({DType.int8, DType.uint8, DType.fp16, DType.fp32})
-register(
-    OpDef(
-        name="constexpr_blockwise_shift_scale",
-        params=(
-            param("data", _DATA, const=True),
-            param("scale", FP, const=True),
-            param("offset", _DATA, const=True, optional=True),
-        ),
-        infer=_blockwise_infer,
-        reference=_blockwise,
-        cost=_no_cost,
-        traits=_CONSTEXPR18,
-        since="ios18",
-        doc="""A constant dequantized per block: (data - offset) * scale, computed in fp32.
-
-        Element p uses scale[p // block] with block = data.shape / scale.shape per dimension.
-
-        Args:
-            data (const tensor<SrcT, [*D]>): the stored values (SrcT: int8, uint8, fp16, fp32).
-            scale (const tensor<DstT, [*S]>): one step per block; S[i] divides D[i]
-                (DstT: fp16, fp32).
-            offset (const tensor<OffsetT, [*S]>): one offset per block; an integer offset has
-                data's dtype. Default: none.
-        Returns:
-            const tensor<DstT, D>: the decompressed values.
-        """,
-    )
-)
-
-
-# -- constexpr_sparse_to_dense (iOS16) ---------------------------------------------------------
-
-
-def _sparse_infer(a: Args) -> TensorType:
-    op, shape = "constexpr_sparse_to_dense", _shape_param(a)
-    count = math.prod(shape)
-    mask = np.asarray(a.value("mask"), dtype=np.uint8)
-    require(
-        mask.size == math.ceil(count / 8),
-        op,
-        "mask",
-        f"{count} elements need {math.ceil(count / 8)} mask bytes, found {mask.size}",
-    )
-    bits = np.unpackbits(mask, bitorder="little")
-    require(not bits[count:].any(), op, "mask", "bits past the last element must be 0")
-    require(
-        int(bits.sum()) == a.nonzero_data.shape[0],
-        op,
-        "nonzero_data",
-        f"the mask sets {int(bits.sum())} bits, found {a.nonzero_data.shape[0]} values",
-    )
-    return TensorType(a.nonzero_data.dtype, shape)
-
-
-def _sparse(nonzero_data: np.ndarray, mask: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    dims = const_ints(shape)
-    count = math.prod(dims)
-    dense = np.zeros(count, dtype=nonzero_data.dtype)
-    dense[np.unpackbits(mask.astype(np.uint8), bitorder="little")[:count] == 1] = nonzero_data
-    return dense.reshape(dims)
-
-
-register(
-    OpDef(
-        name="constexpr_sparse_to_dense",
-        params=(
-            param("nonzero_data", _LUT_VALUES, ranks=(1,), const=True),
-            param("mask", _UINT8, ranks=(1,), const=True),
-            param("shape", _UINT32, ranks=(1,), const=True),
-        ),
-        infer=_sparse_infer,
-        reference=_sparse,
-        cost=_no_cost,
-        traits=_CONSTEXPR16,
-        since="ios16",
-        doc="""A constant stored as its non-zero values and a bit mask.
-
-        Args:
-            nonzero_data (const tensor<T, [N]>): the values whose mask bit is set, row-major
-                (T: int8, uint8, fp16, fp32).
-            mask (const tensor<uint8, [ceil(prod(shape) / 8)]>): one bit per element, least
-                significant bit first; N bits set, bits past the end 0.
-            shape (const tensor<uint32, [K]>): the output shape.
-        Returns:
-            const tensor<T, shape>: zeros with the values placed where the mask is set.
         """,
     )
 )

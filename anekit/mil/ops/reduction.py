@@ -28,7 +28,9 @@ from anekit.mil.ops.common import (
     STRING,
     axes_indices,
     axis_index,
+    declared,
     numel,
+    per_output_element,
     require,
 )
 from anekit.mil.ops.registry import (
@@ -38,7 +40,6 @@ from anekit.mil.ops.registry import (
     InferFn,
     OpDef,
     Param,
-    elementwise_cost,
     param,
     register,
 )
@@ -72,14 +73,9 @@ def _require_tensor(a: Args) -> None:
     require(a.x.rank >= 1, a.opdef.name, "x", f"expected rank >= 1, found scalar {a.x.type}")
 
 
-def _declared(a: Args, name: str, fallback: Any) -> Any:
-    """A parameter's value if this version of the op declares it, else what older versions mean."""
-    return a.value(name) if name in a.opdef.by_name else fallback
-
-
 def _index_dtype(a: Args, name: str, length: Any) -> DType:
     """The dtype of an index output chosen by parameter ``name``; int32 where it is not declared."""
-    chosen = str(_declared(a, name, "int32"))
+    chosen = str(declared(a, name, "int32"))
     op = a.opdef.name
     require(chosen in _INDEX_DTYPES, op, name, f"expected one of {_INDEX_DTYPES}, found {chosen!r}")
     if chosen == "uint16" and isinstance(length, int):
@@ -117,10 +113,6 @@ def _per_input_element(flops: float) -> CostFn:
         return Cost(flops * numel(a.x.shape), a.input_bytes(), written)
 
     return cost
-
-
-def _per_output_element(flops: float) -> CostFn:
-    return lambda a, outs: elementwise_cost(a, outs, flops)
 
 
 def _sort_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
@@ -307,7 +299,7 @@ register(
         infer=_infer_same_as_x_along_axis,
         reference=_softmax,
         # max, subtract, exp, sum, divide
-        cost=_per_output_element(5),
+        cost=per_output_element(5),
         traits=frozenset({"softmax"}),
         doc="""``exp(x) / sum(exp(x))`` along ``axis``, shifted by the maximum to avoid overflow.
 
@@ -342,7 +334,7 @@ def _infer_topk(*, minus_one_takes_all: bool) -> InferFn:
             )
         shape = tuple(k if i == axis else d for i, d in enumerate(a.x.shape))
         values = TensorType(a.x.dtype, shape)
-        if not bool(_declared(a, "return_indices", True)):
+        if not bool(declared(a, "return_indices", True)):
             require(
                 "output_indices_dtype" not in a.given,
                 "topk",
@@ -512,7 +504,7 @@ register(
         ),
         infer=_infer_cumsum,
         reference=_cumsum,
-        cost=_per_output_element(1),
+        cost=per_output_element(1),
         doc="""The running sum of ``x`` along ``axis``.
 
         Args:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from anekit.mil.ops.common import FP, INT32, STRING, require
-from anekit.mil.ops.registry import Args, const_ints, param
+from anekit.mil.ops.registry import Args, Param, const_ints, param
 from anekit.mil.ops.shape import UINT32, const_axis, const_vector, declare, static_shape, x_param
 from anekit.mil.types import TensorType
 
@@ -139,96 +139,82 @@ def _to_depth(a: Args, name: str) -> TensorType:
     return TensorType(a.x.dtype, (n, c * b * b, h // b, w // b))
 
 
-def _depth_to_space(x: np.ndarray, block_size: np.ndarray) -> np.ndarray:
+def _channels_to_space(x: np.ndarray, factor: np.ndarray, order: str) -> np.ndarray:
+    """depth_to_space ("DCR") or pixel_shuffle ("CRD"): channel blocks into b x b blocks."""
     n, c, h, w = x.shape
-    b = int(block_size)
-    split = x.reshape(n, b, b, c // (b * b), h, w)  # channel = (i, j, c_out)
-    return split.transpose(0, 3, 4, 1, 5, 2).reshape(n, c // (b * b), h * b, w * b)
+    b = int(factor)
+    if order == "DCR":  # channel = (i, j, c_out)
+        split = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:  # CRD: channel = (c_out, i, j)
+        split = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return split.reshape(n, c // (b * b), h * b, w * b)  # from (n, c_out, h, i, w, j)
 
 
-def _space_to_depth(x: np.ndarray, block_size: np.ndarray) -> np.ndarray:
+def _space_to_channels(x: np.ndarray, factor: np.ndarray, order: str) -> np.ndarray:
+    """space_to_depth ("DCR") or pixel_unshuffle ("CRD"): b x b blocks into channels."""
     n, c, h, w = x.shape
-    b = int(block_size)
+    b = int(factor)
     split = x.reshape(n, c, h // b, b, w // b, b)  # (n, c, h, i, w, j)
-    return split.transpose(0, 3, 5, 1, 2, 4).reshape(n, c * b * b, h // b, w // b)
+    # the channel becomes (i, j, c) for DCR, (c, i, j) for CRD
+    axes = (0, 3, 5, 1, 2, 4) if order == "DCR" else (0, 1, 3, 5, 2, 4)
+    return split.transpose(axes).reshape(n, c * b * b, h // b, w // b)
 
 
-def _pixel_shuffle(x: np.ndarray, upscale_factor: np.ndarray) -> np.ndarray:
-    n, c, h, w = x.shape
-    b = int(upscale_factor)
-    split = x.reshape(n, c // (b * b), b, b, h, w)  # channel = (c_out, i, j)
-    return split.transpose(0, 1, 4, 2, 5, 3).reshape(n, c // (b * b), h * b, w * b)
-
-
-def _pixel_unshuffle(x: np.ndarray, downscale_factor: np.ndarray) -> np.ndarray:
-    n, c, h, w = x.shape
-    b = int(downscale_factor)
-    split = x.reshape(n, c, h // b, b, w // b, b)  # (n, c, h, i, w, j)
-    return split.transpose(0, 1, 3, 5, 2, 4).reshape(n, c * b * b, h // b, w // b)
-
-
-def _block_doc(summary: str, factor: str, factor_type: str, returns: str) -> str:
-    return f"""{summary}
+def _block_op(
+    name: str, factor: Param, order: str, to_space: bool, summary: str, since: str = "ios15"
+) -> None:
+    """Declare a block rearrangement: channel blocks into b x b spatial blocks, or the reverse."""
+    f, (factor_type,) = factor.name, factor.dtypes
+    infer, move = (_to_space, _channels_to_space) if to_space else (_to_depth, _space_to_channels)
+    out = "N, C / b^2, H * b, W * b" if to_space else "N, C * b^2, H / b, W / b"
+    declare(
+        name,
+        (x_param(FP), factor),
+        lambda a: infer(a, f),
+        lambda x, **given: move(x, given[f], order),  # the factor arrives under its own name
+        since=since,
+        doc=f"""{summary}
 
     Args:
         x (tensor<T, [N, C, H, W]>): the tensor (T: fp16, fp32).
-        {factor} (const {factor_type}): the block size (>= 1).
+        {f} (const {factor_type.value}): the block size (>= 1).
     Returns:
-        {returns}
-    """
+        tensor<T, [{out}]>: the rearranged tensor.
+    """,
+    )
 
 
-declare(
+_block_op(
     "depth_to_space",
-    (x_param(FP), const_axis("block_size")),
-    lambda a: _to_space(a, "block_size"),
-    _depth_to_space,
-    doc=_block_doc(
-        "Move channel blocks into b x b spatial blocks, DCR order: "
-        "out[n, c, h*b + i, w*b + j] = x[n, (i*b + j) * C/b^2 + c, h, w].",
-        "block_size",
-        "int32",
-        "tensor<T, [N, C / b^2, H * b, W * b]>: the rearranged tensor.",
-    ),
+    const_axis("block_size"),
+    "DCR",
+    to_space=True,
+    summary="Move channel blocks into b x b spatial blocks, DCR order: "
+    "out[n, c, h*b + i, w*b + j] = x[n, (i*b + j) * C/b^2 + c, h, w].",
 )
-declare(
+_block_op(
     "space_to_depth",
-    (x_param(FP), const_axis("block_size")),
-    lambda a: _to_depth(a, "block_size"),
-    _space_to_depth,
-    doc=_block_doc(
-        "Move b x b spatial blocks into channels: the inverse of depth_to_space.",
-        "block_size",
-        "int32",
-        "tensor<T, [N, C * b^2, H / b, W / b]>: the rearranged tensor.",
-    ),
+    const_axis("block_size"),
+    "DCR",
+    to_space=False,
+    summary="Move b x b spatial blocks into channels: the inverse of depth_to_space.",
 )
-declare(
+_block_op(
     "pixel_shuffle",
-    (x_param(FP), const_axis("upscale_factor")),
-    lambda a: _to_space(a, "upscale_factor"),
-    _pixel_shuffle,
-    doc=_block_doc(
-        "Move channel blocks into b x b spatial blocks, CRD order (torch.nn.PixelShuffle): "
-        "out[n, c, h*b + i, w*b + j] = x[n, c*b^2 + i*b + j, h, w].",
-        "upscale_factor",
-        "int32",
-        "tensor<T, [N, C / b^2, H * b, W * b]>: the rearranged tensor.",
-    ),
+    const_axis("upscale_factor"),
+    "CRD",
+    to_space=True,
+    summary="Move channel blocks into b x b spatial blocks, CRD order (torch.nn.PixelShuffle): "
+    "out[n, c, h*b + i, w*b + j] = x[n, c*b^2 + i*b + j, h, w].",
 )
-declare(
+_block_op(
     "pixel_unshuffle",
-    (x_param(FP), param("downscale_factor", UINT32, ranks=(0,), const=True)),
-    lambda a: _to_depth(a, "downscale_factor"),
-    _pixel_unshuffle,
+    param("downscale_factor", UINT32, ranks=(0,), const=True),
+    "CRD",
+    to_space=False,
+    summary="Move b x b spatial blocks into channels: the inverse of pixel_shuffle "
+    "(torch.nn.PixelUnshuffle).",
     since="ios16",
-    doc=_block_doc(
-        "Move b x b spatial blocks into channels: the inverse of pixel_shuffle "
-        "(torch.nn.PixelUnshuffle).",
-        "downscale_factor",
-        "uint32",
-        "tensor<T, [N, C * b^2, H / b, W / b]>: the rearranged tensor.",
-    ),
 )
 
 
