@@ -26,32 +26,41 @@ def available() -> tuple[bool, str]:
     return True, "NumPy reference backend"
 
 
-def compile(program: Program, **options: Any) -> ReferenceKernel:
-    """Prepare a program for execution."""
+STORAGE_MODES = ("fp16", "fp32")
+
+
+def compile(program: Program, *, storage: str = "fp16", **options: Any) -> ReferenceKernel:
+    """Prepare a program for execution.
+
+    Args:
+        storage (str): ``"fp16"`` (default) rounds every fp16 op output to fp16, as the ANE
+            stores it; ``"fp32"`` keeps fp16 intermediates in fp32 and rounds only the
+            program's outputs (faster, for debugging and comparisons, not ANE-faithful).
+    """
     if options:
-        raise TypeError(f"reference backend takes no options, found {sorted(options)}")
-    return ReferenceKernel(program)
+        raise TypeError(f"reference backend options are: storage; found {sorted(options)}")
+    if storage not in STORAGE_MODES:
+        raise ValueError(f"storage must be one of {STORAGE_MODES}, found {storage!r}")
+    return ReferenceKernel(program, storage=storage)
 
 
-def _storage(dtype: DType) -> Callable[[Any], np.ndarray]:
+def _to_fp16(r: Any) -> np.ndarray:
+    # straight to fp16: a float64 result rounded via fp32 would round twice
+    return np.asarray(r).astype(np.float16).astype(np.float32)
+
+
+def _as_fp32(r: Any) -> np.ndarray:
+    return np.asarray(r, dtype=np.float32)
+
+
+def _storage(dtype: DType, storage: str = "fp16") -> Callable[[Any], np.ndarray]:
     """Return the function that rounds a result to ``dtype`` and holds it for compute."""
     if dtype is DType.fp16:
-
-        def to_fp16(r: Any) -> np.ndarray:
-            with np.errstate(over="ignore", invalid="ignore"):
-                # straight to fp16: a float64 result rounded via fp32 would round twice
-                return np.asarray(r).astype(np.float16).astype(np.float32)
-
-        return to_fp16
+        return _to_fp16 if storage == "fp16" else _as_fp32
     if dtype is DType.string:
         return lambda r: r
     target = dtype.numpy
-
-    def exact(r: Any) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.asarray(r).astype(target, copy=False)
-
-    return exact
+    return lambda r: np.asarray(r).astype(target, copy=False)
 
 
 def _held(v: Value) -> Any:
@@ -68,7 +77,7 @@ class _Step:
 
     __slots__ = ("op", "fn", "consts", "runtime", "variadic", "outs", "rounders")
 
-    def __init__(self, op: Operation, slot_of: dict[int, int]) -> None:
+    def __init__(self, op: Operation, slot_of: dict[int, int], storage: str) -> None:
         if op.opdef.reference is None:
             raise EvaluationError(f"op {op.op_type!r} has no reference implementation")
         self.op = op
@@ -94,7 +103,7 @@ class _Step:
             else:
                 self.consts[p.name] = _held(v)
         self.outs: list[int] = []
-        self.rounders = [_storage(v.type.dtype) for v in op.outputs]
+        self.rounders = [_storage(v.type.dtype, storage) for v in op.outputs]
 
 
 class ReferenceKernel(Kernel):
@@ -102,8 +111,9 @@ class ReferenceKernel(Kernel):
 
     backend = NAME
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, storage: str = "fp16") -> None:
         super().__init__(program)
+        self.storage = storage
         fn = program.main
         slot_of: dict[int, int] = {}
         self._input_slots = []
@@ -115,7 +125,7 @@ class ReferenceKernel(Kernel):
         for op in fn.ops:
             if "const" in op.opdef.traits:
                 continue  # consumers take constants directly (see _held)
-            step = _Step(op, slot_of)
+            step = _Step(op, slot_of, storage)
             for v in op.outputs:
                 slot_of[id(v)] = len(slot_of)
                 step.outs.append(slot_of[id(v)])
@@ -157,22 +167,23 @@ class ReferenceKernel(Kernel):
             env[slot] = store(inputs[name])
         for slot, value in self._constants.items():
             env[slot] = value
-        for step in self._steps:
-            kwargs = dict(step.consts)
-            for name, slot in step.runtime:
-                kwargs[name] = env[slot]
-            for name, items in step.variadic:
-                kwargs[name] = tuple(env[s] if s >= 0 else c for s, c in items)
-            try:
-                with np.errstate(all="ignore"):
+        # fp16 overflow to inf and NaN are the modelled behaviour, not errors
+        with np.errstate(all="ignore"):
+            for step in self._steps:
+                kwargs = dict(step.consts)
+                for name, slot in step.runtime:
+                    kwargs[name] = env[slot]
+                for name, items in step.variadic:
+                    kwargs[name] = tuple(env[s] if s >= 0 else c for s, c in items)
+                try:
                     result = step.fn(**kwargs)
-            except Exception as e:  # a NumPy failure inside an op: report which op
-                op = step.op
-                where = f" (MIL line {op.line})" if op.line else ""
-                raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
-            if len(step.outs) == 1:
-                env[step.outs[0]] = step.rounders[0](result)
-            else:
-                for slot, rounder, r in zip(step.outs, step.rounders, result):
-                    env[slot] = rounder(r)
+                except Exception as e:  # a failure inside an op: report which op
+                    op = step.op
+                    where = f" (MIL line {op.line})" if op.line else ""
+                    raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
+                if len(step.outs) == 1:
+                    env[step.outs[0]] = step.rounders[0](result)
+                else:
+                    for slot, rounder, r in zip(step.outs, step.rounders, result):
+                        env[slot] = rounder(r)
         return env
