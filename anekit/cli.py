@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("anekit.hw.cmd_estimate", "predict a MIL program's run time on a chip, op by op"),
     "doctor": ("anekit.cmd_doctor", "report what this machine offers for the ANE, with a smoke test"),
     "classes": ("anekit.cmd_classes", "list AppleNeuralEngine.framework's _ANE* classes and methods"),
+    "train": ("anekit.train.command", "train a Llama-style transformer with ANE kernels; checkpoint, resume"),
+    "generate": ("anekit.train.generate_command", "sample text from a training checkpoint"),
 }
 
 

@@ -117,3 +117,25 @@ def test_every_registered_op_is_complete() -> None:
         if opdef.name not in covered:
             problems.append(f"{opdef.name}: no test case")
     assert not problems, "\n".join(problems)
+
+
+EXACT_CASES = [
+    c for c in CASES if "exact" in registry.get(c.op, c.opset).traits and c.make_inputs is None
+]
+
+
+@pytest.mark.parametrize("case", EXACT_CASES, ids=lambda c: c.id)
+def test_exact_ops_only_move_values(case: Case) -> None:
+    """An "exact" op's fp16 outputs need no rounding: the reference backend relies on it."""
+    from anekit.backends.reference import ReferenceKernel
+
+    program = build(case)
+    kernel = ReferenceKernel(program, storage="fp32")  # no rounding anywhere in between
+    env = kernel._execute(random_inputs(program, np.random.default_rng(7)))
+    for step in kernel._steps:
+        if "exact" not in step.op.opdef.traits:
+            continue
+        for slot, v in zip(step.outs, step.op.outputs):
+            if v.dtype is mil.DType.fp16:
+                value = np.asarray(env[slot], dtype=np.float32)
+                np.testing.assert_array_equal(value.astype(np.float16).astype(np.float32), value)

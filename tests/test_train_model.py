@@ -63,7 +63,9 @@ def test_every_gradient_of_a_tiny_step_matches_torch(loss_scale: float) -> None:
         loss = model.loss_and_grads(params, grads, tokens, grad_scale=loss_scale)
     grads.flat /= loss_scale
 
-    ref_params = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in params.views.items()}
+    ref_params = {
+        k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in params.views.items()
+    }
     ref_loss = torch_loss(ref_params, tokens, cfg)
     ref_loss.backward()
     assert abs(loss - ref_loss.item()) / ref_loss.item() < LOSS_RTOL

@@ -72,6 +72,13 @@ def _held(v: Value) -> Any:
     return arr.astype(np.float32) if arr.dtype == np.float16 else arr
 
 
+def _already_stored(op: Operation) -> bool:
+    """Whether an "exact" op only moves values that are already fp16."""
+    if "exact" not in op.opdef.traits:
+        return False
+    return all(not v.dtype.is_float or v.dtype is DType.fp16 for v in op.input_values())
+
+
 class _Step:
     """One prepared op: its NumPy function, constant arguments and value slots."""
 
@@ -103,6 +110,8 @@ class _Step:
             else:
                 self.consts[p.name] = _held(v)
         self.outs: list[int] = []
+        if _already_stored(op):
+            storage = "fp32"  # copies of fp16 values: rounding them again changes nothing
         self.rounders = [_storage(v.type.dtype, storage) for v in op.outputs]
 
 
@@ -119,7 +128,8 @@ class ReferenceKernel(Kernel):
         self._input_slots = []
         for v in fn.inputs:
             slot_of[id(v)] = len(slot_of)
-            self._input_slots.append((v.name, slot_of[id(v)], _storage(v.type.dtype)))
+            store = _as_fp32 if v.type.dtype is DType.fp16 else _storage(v.type.dtype)
+            self._input_slots.append((v.name, slot_of[id(v)], store))  # inputs arrive validated
         self._steps: list[_Step] = []
         constants: dict[int, Any] = {}
         for op in fn.ops:

@@ -1,6 +1,6 @@
 """Kernel generators for a Llama-style decoder block: attention and SwiGLU FFN, forward and backward.
 
-Every kernel takes one fp16 input ``x`` of shape ``[1, D, 1, W]`` (a :class:`Packing`
+Every kernel takes one fp16 input ``x`` of shape ``[1, 1, D, W]`` (a :class:`Packing`
 of activations, weights and taps: the dynamic-weight recipe of ANE_NOTES section 5,
 so one compile serves every layer and every step) and returns one fp16 output ``y``
 (a :class:`Layout` of results concatenated on channels). Weight matrices all have
@@ -57,14 +57,19 @@ class KernelDef:
         return f"{self.name}:\n{self.input.describe()}\n{self.output.describe()}"
 
 
-def projection_width(s: BlockShape) -> int:
-    """Columns of the stacked ``[wq | wk | wv | wq_s | wk_s]`` weights (and rows of ``dproj``)."""
-    return 2 * s.q_dim + 3 * s.kv_dim
+def stacked_columns(s: BlockShape) -> dict[str, slice]:
+    """Where ``wq wk wv wq_s wk_s`` sit in their stacked matrix: its columns, and the rows of ``dproj``."""
+    widths = {"wq": s.q_dim, "wk": s.kv_dim, "wv": s.kv_dim, "wq_s": s.q_dim, "wk_s": s.kv_dim}
+    columns, start = {}, 0
+    for name in QKV_WEIGHTS:
+        columns[name] = slice(start, start + widths[name])
+        start += widths[name]
+    return columns
 
 
 def _attention_weights(s: BlockShape) -> list[tuple[str, int, int]]:
-    widths = {"wq": s.q_dim, "wk": s.kv_dim, "wv": s.kv_dim, "wq_s": s.q_dim, "wk_s": s.kv_dim}
-    return [(n, s.dim, widths[n]) for n in QKV_WEIGHTS] + [("wo", s.dim, s.q_dim)]
+    stacked = [(n, s.dim, c.stop - c.start) for n, c in stacked_columns(s).items()]
+    return [*stacked, ("wo", s.dim, s.q_dim)]
 
 
 def _ffn_weights(s: BlockShape) -> list[tuple[str, int, int]]:
@@ -116,24 +121,25 @@ def attention_forward(s: BlockShape) -> KernelDef:
     f = pk.unpack(b, x_in, ["x", "gain", "wo"])
     xn, rstd = L.rmsnorm(b, f["x"], f["gain"], s.eps, "xn")
     proj = L.project(b, pk.span(b, x_in, QKV_WEIGHTS), xn, "proj", transpose_w=True)
-    qk_dim = s.q_dim + s.kv_dim
+    col = stacked_columns(s)
+    qk_dim = s.q_dim + s.kv_dim  # q and k are adjacent, and so are their swapped copies
     cos, sin = _rope_consts(b, s)
     qk = L.rope(
         b,
-        L.channels(b, proj, 0, qk_dim, "qk_lin"),
-        L.channels(b, proj, qk_dim + s.kv_dim, qk_dim, "qk_swapped"),
+        L.channels(b, proj, col["wq"].start, qk_dim, "qk_lin"),
+        L.channels(b, proj, col["wq_s"].start, qk_dim, "qk_swapped"),
         cos,
         sin,
         "qk",
     )
     q_rows = L.query_rows(b, L.channels(b, qk, 0, s.q_dim, "q"), s, "q_rows")
     k_cols = L.kv_columns(b, L.channels(b, qk, s.q_dim, s.kv_dim, "k"), s, "k_cols")
-    v_cols = L.kv_columns(b, L.channels(b, proj, qk_dim, s.kv_dim, "v"), s, "v_cols")
+    v_cols = L.kv_columns(b, L.channels(b, proj, col["wv"].start, s.kv_dim, "v"), s, "v_cols")
     probs = L.attention_probs(b, q_rows, k_cols, _mask(b, s), "probs")
     a_rows = b.matmul(x=probs, y=v_cols, transpose_y=True, name="a_rows")
     o = L.project(b, f["wo"], L.merge_query_rows(b, a_rows, s, "a"), "o", transpose_w=False)
     taps = {"q_rows": q_rows, "k_cols": k_cols, "v_cols": v_cols, "a_rows": a_rows}
-    flat = {n: b.reshape(x=v, shape=[1, out.channels_of(n), 1, s.tokens], name=f"{n}_flat")
+    flat = {n: b.reshape(x=v, shape=[1, 1, out.channels_of(n), s.tokens], name=f"{n}_flat")
             for n, v in taps.items()}  # fmt: skip
     b.output(out.concat(b, {"o": o, "xn": xn, **flat, "rstd": rstd}, OUTPUT))
     return KernelDef("attention_forward", s, b.build(), pk, out)
@@ -151,11 +157,14 @@ def attention_backward(s: BlockShape) -> KernelDef:
     weights, and ``dwq = dW[wq] + dW[wq_s][:, swap]`` (likewise ``dwk``) folds RoPE back.
     """
     pk = attention_backward_packing(s)
-    out = Layout(s.tokens, [("dxn", s.dim), ("dproj", projection_width(s))])
+    out = Layout(s.tokens, [("dxn", s.dim), ("dproj", stacked_columns(s)["wk_s"].stop)])
     b = Builder()
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["dy", "wo"])
-    rows, cols = (s.batch, s.kv_heads, s.group * s.seq, s.head_dim), (s.batch, s.kv_heads, s.head_dim, s.seq)
+    rows, cols = (
+        (s.batch, s.kv_heads, s.group * s.seq, s.head_dim),
+        (s.batch, s.kv_heads, s.head_dim, s.seq),
+    )
     q_rows = pk.unpack_as(b, x_in, "q_rows", rows)
     k_cols = pk.unpack_as(b, x_in, "k_cols", cols)
     v_cols = pk.unpack_as(b, x_in, "v_cols", cols)
@@ -175,17 +184,14 @@ def attention_backward(s: BlockShape) -> KernelDef:
     dq_rows = b.matmul(x=dscores, y=k_cols, transpose_y=True, name="dq_rows")
     dk_cols = b.matmul(x=q_rows, y=dscores, transpose_x=True, name="dk_cols")
 
-    dqk = b.concat(
-        values=(L.merge_query_rows(b, dq_rows, s, "dq"), L.merge_kv_columns(b, dk_cols, s, "dk")),
-        axis=1,
-        interleave=False,
-        name="dqk",
+    dqk = L.stack(
+        b, (L.merge_query_rows(b, dq_rows, s, "dq"), L.merge_kv_columns(b, dk_cols, s, "dk")), "dqk"
     )
     cos, sin = _rope_consts(b, s)
     dqk_c = b.mul(x=dqk, y=cos, name="dqk_c")
     dqk_s = b.mul(x=dqk, y=sin, name="dqk_s")
     dv = L.merge_kv_columns(b, dv_cols, s, "dv")
-    dproj = b.concat(values=(dqk_c, dv, dqk_s), axis=1, interleave=False, name="dproj")
+    dproj = L.stack(b, (dqk_c, dv, dqk_s), "dproj")
     dxn = L.project(b, pk.span(b, x_in, QKV_WEIGHTS), dproj, "dxn", transpose_w=False)
     b.output(out.concat(b, {"dxn": dxn, "dproj": dproj}, OUTPUT))
     return KernelDef("attention_backward", s, b.build(), pk, out)
@@ -244,7 +250,7 @@ def ffn_backward(s: BlockShape) -> KernelDef:
         name="dsilu",
     )
     dh1 = b.mul(x=b.mul(x=du, y=h3, name="dgate"), y=slope, name="dh1")
-    dh13 = b.concat(values=(dh1, dh3), axis=1, interleave=False, name="dh13")
+    dh13 = L.stack(b, (dh1, dh3), "dh13")
     dxn = L.project(b, pk.span(b, x_in, ["w1", "w3"]), dh13, "dxn", transpose_w=False)
     b.output(out.concat(b, {"dxn": dxn, "dh1": dh1, "dh3": dh3}, OUTPUT))
     return KernelDef("ffn_backward", s, b.build(), pk, out)
@@ -258,7 +264,9 @@ GENERATORS = {
 }
 
 
-def block_kernels(s: BlockShape, names: tuple[str, ...] = tuple(GENERATORS)) -> dict[str, KernelDef]:
+def block_kernels(
+    s: BlockShape, names: tuple[str, ...] = tuple(GENERATORS)
+) -> dict[str, KernelDef]:
     """Generate the named kernels (all four by default) for one block shape."""
     unknown = sorted(set(names) - set(GENERATORS))
     if unknown:

@@ -1,8 +1,9 @@
-"""MIL building blocks the kernel generators share: RMSNorm, RoPE, head layouts, causal attention.
+"""MIL building blocks the kernel generators share: projections, RMSNorm, RoPE, head layouts, attention.
 
-Activations are ``[1, C, 1, N]`` (channels, then the token axis of N = batch * seq
-tokens, ANE_NOTES section 3). Attention works on rank-4 head layouts; the GQA head
-pairing lives here, once, for the forward and the backward kernels alike.
+Activations are ``[1, 1, C, N]``: C channels by N = batch * seq tokens (sequence-major),
+the memory order of ANE_NOTES' ``[1, C, 1, S]`` with the channels where ``matmul``
+wants its rows (see :mod:`anekit.nn.packing`). Attention works on rank-4 head layouts;
+the GQA head pairing lives here, once, for the forward and the backward kernels alike.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from anekit.mil.builder import Builder
 from anekit.mil.program import Value
+from anekit.nn.packing import CHANNEL_AXIS
 from anekit.nn.spec import BlockShape
 
 # Added to the scores of future positions. exp() of it underflows to exactly 0 in fp32 for
@@ -21,29 +23,20 @@ from anekit.nn.spec import BlockShape
 MASK_VALUE = -1e4
 
 
-def matrix(b: Builder, x: Value, name: str) -> Value:
-    """``[1, C, 1, N]`` -> ``[1, C, N]``, the rank-3 form ``matmul`` takes."""
-    _, c, _, n = x.shape
-    return b.reshape(x=x, shape=[1, c, n], name=name)
-
-
-def plane(b: Builder, x: Value, name: str) -> Value:
-    """``[1, C, N]`` -> ``[1, C, 1, N]``, back to the activation layout."""
-    _, c, n = x.shape
-    return b.reshape(x=x, shape=[1, c, 1, n], name=name)
-
-
 def project(b: Builder, w: Value, x: Value, name: str, *, transpose_w: bool) -> Value:
-    """``w^T @ x`` (``transpose_w``) or ``w @ x`` for a packed ``[1, D, 1, n]`` weight and ``[1, C, 1, N]`` x."""
-    wm = matrix(b, w, f"{name}_w")
-    xm = matrix(b, x, f"{name}_x")
-    return plane(b, b.matmul(x=wm, y=xm, transpose_x=transpose_w, name=f"{name}_mm"), name)
+    """``w^T @ x`` (``transpose_w``) or ``w @ x``, for a packed weight ``[1, 1, D, n]`` and x ``[1, 1, C, N]``."""
+    return b.matmul(x=w, y=x, transpose_x=transpose_w, name=name)
 
 
 def channels(b: Builder, x: Value, start: int, count: int, name: str) -> Value:
-    """Channels ``start : start + count`` of a ``[1, C, 1, N]`` activation."""
+    """Channels ``start : start + count`` of an activation."""
     n = x.shape[3]
-    return b.slice_by_size(x=x, begin=[0, start, 0, 0], size=[1, count, 1, n], name=name)
+    return b.slice_by_size(x=x, begin=[0, 0, start, 0], size=[1, 1, count, n], name=name)
+
+
+def stack(b: Builder, values: tuple[Value, ...], name: str) -> Value:
+    """Activations of equal width, one on top of the other on the channel axis."""
+    return b.concat(values=values, axis=CHANNEL_AXIS, interleave=False, name=name)
 
 
 def rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) -> tuple[Value, Value]:
@@ -54,10 +47,10 @@ def rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) -> tuple[V
     power of two nearest ``1/sqrt(D)`` (exact in fp16) so that the sum itself stays
     near ``mean(x^2)`` and far from the fp16 limit.
     """
-    d = x.shape[1]
+    d = x.shape[CHANNEL_AXIS]
     shift = round(math.log2(math.sqrt(d)))
     xs = b.mul(x=x, y=2.0**-shift, name=f"{name}_xs")
-    ss = b.reduce_sum_square(x=xs, axes=[1], keep_dims=True, name=f"{name}_ss")
+    ss = b.reduce_sum_square(x=xs, axes=[CHANNEL_AXIS], keep_dims=True, name=f"{name}_ss")
     ms = b.mul(x=ss, y=4.0**shift / d, name=f"{name}_ms")
     # pow(., -0.5), not rsqrt: the form reported to compile (ANE_NOTES section 2.4)
     rstd = b.pow(x=b.add(x=ms, y=eps, name=f"{name}_eps"), y=-0.5, name=f"{name}_rstd")
@@ -72,7 +65,7 @@ def rope_swap(heads: int, head_dim: int) -> np.ndarray:
 
 
 def rope_tables(shape: BlockShape) -> tuple[np.ndarray, np.ndarray]:
-    """RoPE factors for the stacked ``[q; k]`` channels, each ``[1, H*hd + KV*hd, 1, N]`` (fp16).
+    """RoPE factors for the stacked ``[q; k]`` channels, each ``[1, 1, H*hd + KV*hd, N]`` (fp16).
 
     Rotate-half convention (Hugging Face Llama/Qwen): channel ``i`` of a head pairs with
     channel ``i + hd/2`` and turns by ``pos * theta^(-2i/hd)``; token ``n`` is at position
@@ -92,7 +85,7 @@ def rope_tables(shape: BlockShape) -> tuple[np.ndarray, np.ndarray]:
     scale = np.repeat(scale, shape.head_dim)[:, None]
     heads = shape.heads + shape.kv_heads
     return tuple(  # type: ignore[return-value]
-        (np.tile(t, (heads, 1)) * scale)[None, :, None, :].astype(np.float16) for t in (cos, sin)
+        (np.tile(t, (heads, 1)) * scale)[None, None].astype(np.float16) for t in (cos, sin)
     )
 
 
@@ -118,7 +111,7 @@ def rope(b: Builder, x: Value, x_swapped: Value, cos: Value, sin: Value, name: s
 
 
 def query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
-    """``[1, heads*head_dim, 1, N]`` -> ``[B, kv_heads, group*S, head_dim]``."""
+    """``[1, 1, heads*head_dim, N]`` -> ``[B, kv_heads, group*S, head_dim]``."""
     s = shape
     r = b.reshape(x=x, shape=[s.heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
     t = b.transpose(x=r, perm=[2, 0, 3, 1], name=f"{name}_bhsd")
@@ -130,11 +123,11 @@ def merge_query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Valu
     s = shape
     r = b.reshape(x=x, shape=[s.batch, s.heads, s.seq, s.head_dim], name=f"{name}_bhsd")
     t = b.transpose(x=r, perm=[1, 3, 0, 2], name=f"{name}_hdbs")
-    return b.reshape(x=t, shape=[1, s.q_dim, 1, s.tokens], name=name)
+    return b.reshape(x=t, shape=[1, 1, s.q_dim, s.tokens], name=name)
 
 
 def kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
-    """``[1, kv_heads*head_dim, 1, N]`` -> ``[B, kv_heads, head_dim, S]`` (keys/values transposed)."""
+    """``[1, 1, kv_heads*head_dim, N]`` -> ``[B, kv_heads, head_dim, S]`` (keys/values transposed)."""
     s = shape
     r = b.reshape(x=x, shape=[s.kv_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
     return b.transpose(x=r, perm=[2, 0, 1, 3], name=name)
@@ -144,7 +137,7 @@ def merge_kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Valu
     """Inverse of :func:`kv_columns`."""
     s = shape
     t = b.transpose(x=x, perm=[1, 2, 0, 3], name=f"{name}_hdbs")
-    return b.reshape(x=t, shape=[1, s.kv_dim, 1, s.tokens], name=name)
+    return b.reshape(x=t, shape=[1, 1, s.kv_dim, s.tokens], name=name)
 
 
 def query_rows_by_token(rows: np.ndarray, shape: BlockShape) -> np.ndarray:

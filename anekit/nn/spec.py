@@ -38,7 +38,9 @@ class BlockShape:
     def __post_init__(self) -> None:
         for name in ("dim", "heads", "kv_heads", "head_dim", "hidden", "seq", "batch"):
             if getattr(self, name) < 1:
-                raise ValueError(f"BlockShape.{name} must be at least 1, found {getattr(self, name)}")
+                raise ValueError(
+                    f"BlockShape.{name} must be at least 1, found {getattr(self, name)}"
+                )
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"

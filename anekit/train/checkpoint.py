@@ -65,7 +65,9 @@ def save_checkpoint(
         _fsync_dir(tmp)
         if final.exists():  # an older run's checkpoint of the same step, never the one LATEST names
             if _latest_name(out) == final.name:
-                raise CheckpointError(f"refusing to replace {final.name}, the latest checkpoint", path=str(out))
+                raise CheckpointError(
+                    f"refusing to replace {final.name}, the latest checkpoint", path=str(out)
+                )
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(out)
@@ -78,25 +80,35 @@ def save_checkpoint(
     return final
 
 
+def clear_checkpoints(out_dir: str | Path) -> None:
+    """Remove every checkpoint (and ``LATEST``) from ``out_dir``; nothing else in it is touched."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        return
+    (out / LATEST).unlink(missing_ok=True)
+    for p in out.iterdir():
+        if _NAME.fullmatch(p.name) and p.is_dir():
+            shutil.rmtree(p)
+
+
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
     """The checkpoint ``LATEST`` names in ``out_dir``, or None if there is none yet."""
     name = _latest_name(Path(out_dir))
     return None if name is None else Path(out_dir) / name
 
 
-def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
-    """Read a checkpoint (its directory, or an output directory with ``LATEST``); verify every file.
+def read_state(path: str | Path) -> dict[str, Any]:
+    """The ``state.json`` of a checkpoint (its directory, or an output directory with ``LATEST``).
 
-    Returns ``(state, tensors)``. Raises CheckpointError for anything missing, corrupt or
-    of another format.
+    The result also holds ``"directory"``, the checkpoint directory it was read from.
     """
-    from safetensors.numpy import load as st_load  # the "train" extra
-
     directory = Path(path)
     if not (directory / STATE).is_file():
         named = latest_checkpoint(directory) if (directory / LATEST).is_file() else None
         if named is None:
-            raise CheckpointError("no checkpoint here (neither state.json nor LATEST)", path=str(directory))
+            raise CheckpointError(
+                "no checkpoint here (neither state.json nor LATEST)", path=str(directory)
+            )
         directory = named
     try:
         state = json.loads((directory / STATE).read_text())
@@ -105,6 +117,22 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[st
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"expected format {FORMAT!r}, found {found!r}", path=str(directory))
+    if not isinstance(state.get("files"), dict):
+        raise CheckpointError(f"{STATE} lists no files", path=str(directory))
+    state["directory"] = str(directory)
+    return state
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """Read a checkpoint (see :func:`read_state`) and verify every file against its SHA-256.
+
+    Returns ``(state, tensors)``. Raises CheckpointError for anything missing, corrupt or
+    of another format.
+    """
+    from safetensors.numpy import load as st_load  # the "train" extra
+
+    state = read_state(path)
+    directory = Path(state["directory"])
     tensors = {}
     for name, digest in state["files"].items():
         file = directory / name
@@ -121,8 +149,9 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[st
         try:
             tensors[name] = st_load(data)
         except Exception as e:  # safetensors raises its own error types
-            raise CheckpointError(f"{name} is not a safetensors file: {e}", path=str(directory)) from e
-    state["directory"] = str(directory)
+            raise CheckpointError(
+                f"{name} is not a safetensors file: {e}", path=str(directory)
+            ) from e
     return state, tensors
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from anekit.nn.spec import BlockShape
+if TYPE_CHECKING:
+    from anekit.nn.spec import BlockShape
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class ModelConfig:
 
     def block(self, batch: int) -> BlockShape:
         """The kernel shape of one decoder block for ``batch`` sequences."""
+        from anekit.nn.spec import BlockShape  # the kernel generators load only when used
+
         return BlockShape(
             dim=self.dim,
             heads=self.n_heads,
@@ -127,7 +130,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        return cls(**{k: v for k, v in data.items() if k in {f.name for f in dataclasses.fields(cls)}})
+        return cls(
+            **{k: v for k, v in data.items() if k in {f.name for f in dataclasses.fields(cls)}}
+        )
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,9 @@ class NamedConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
-_LLAMA2C = "karpathy/llama2.c README (models table) and model.py (hidden = 2/3 * 4 * dim, multiple of 32)"
+_LLAMA2C = (
+    "karpathy/llama2.c README (models table) and model.py (hidden = 2/3 * 4 * dim, multiple of 32)"
+)
 _MADERIX = "maderix/ANE training/README.md (Stories110M: dim 768, hidden 2048, 12 heads, 12 layers, seq 256)"
 _QWEN3 = (
     "huggingface.co/Qwen/Qwen3-0.6B config.json (hidden 1024, intermediate 3072, 28 layers, "
@@ -162,7 +169,7 @@ CONFIGS: dict[str, NamedConfig] = {
             seq_len=128,
             source="anekit (byte-level demo model)",
         ),
-        TrainConfig(steps=300, batch_size=4, lr=2e-3, min_lr=2e-4, warmup=20),
+        TrainConfig(steps=300, batch_size=2, lr=2e-3, min_lr=2e-4, warmup=20),
     ),
     "stories15m": NamedConfig(
         ModelConfig(

@@ -55,14 +55,18 @@ class Llama2cTokenizer:
         self.path = Path(path)
         data = self.path.read_bytes()
         if len(data) < 4:
-            raise ValueError(f"{self.path}: too short for a llama2.c tokenizer.bin ({len(data)} bytes)")
+            raise ValueError(
+                f"{self.path}: too short for a llama2.c tokenizer.bin ({len(data)} bytes)"
+            )
         (self.max_token_length,) = struct.unpack_from("<i", data, 0)
         self.pieces: list[bytes] = []
         self.scores: list[float] = []
         offset = 4
         while offset < len(data):
             if offset + 8 > len(data):
-                raise ValueError(f"{self.path}: truncated entry {len(self.pieces)} at byte {offset}")
+                raise ValueError(
+                    f"{self.path}: truncated entry {len(self.pieces)} at byte {offset}"
+                )
             score, length = struct.unpack_from("<fi", data, offset)
             offset += 8
             if length < 0 or offset + length > len(data):
@@ -134,7 +138,9 @@ def default_corpus() -> np.ndarray:
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
 
 
-def load_data(path: str | Path | None, tokenizer_path: str | Path | None = None) -> tuple[np.ndarray, Tokenizer]:
+def load_data(
+    path: str | Path | None, tokenizer_path: str | Path | None = None
+) -> tuple[np.ndarray, Tokenizer]:
     """Tokens and tokenizer of a training file: ``.bin`` (llama2.c uint16), anything else text; None: the default corpus."""
     if path is None:
         return default_corpus(), ByteTokenizer()
@@ -148,7 +154,9 @@ def load_data(path: str | Path | None, tokenizer_path: str | Path | None = None)
         raise ValueError(f"{path}: {size} bytes is not a whole number of uint16 tokens")
     tok_path = Path(tokenizer_path) if tokenizer_path else path.with_name("tokenizer.bin")
     if not tok_path.is_file():
-        raise ValueError(f"{path}: llama2.c tokens need their tokenizer; {tok_path} not found (--tokenizer)")
+        raise ValueError(
+            f"{path}: llama2.c tokens need their tokenizer; {tok_path} not found (--tokenizer)"
+        )
     tokenizer = Llama2cTokenizer(tok_path)
     tokens = np.memmap(path, dtype="<u2", mode="r")
     top = int(tokens.max()) if len(tokens) else 0
@@ -164,10 +172,12 @@ class Batches:
 
     The data is cut into windows starting every ``seq`` tokens (input and target
     overlap by one token); each epoch visits every window once, in a permutation
-    fixed by ``(seed, epoch)``, so the position ``(epoch, cursor)`` alone resumes it.
+    fixed by ``(seed, epoch)``, so ``state()`` (seed, epoch, cursor) resumes it.
     """
 
-    def __init__(self, tokens: np.ndarray, seq: int, seed: int, epoch: int = 0, cursor: int = 0) -> None:
+    def __init__(
+        self, tokens: np.ndarray, seq: int, seed: int, epoch: int = 0, cursor: int = 0
+    ) -> None:
         self.tokens = tokens
         self.seq = seq
         self.seed = seed
@@ -193,7 +203,8 @@ class Batches:
         return out
 
     def state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "cursor": self.cursor}
+        """Everything that fixes the rest of the order: ``Batches(tokens, seq, **state)`` resumes."""
+        return {"seed": self.seed, "epoch": self.epoch, "cursor": self.cursor}
 
     def _permutation(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(self.windows)

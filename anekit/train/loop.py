@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from anekit.train.config import ModelConfig, TrainConfig
 from anekit.train.data import Batches
 from anekit.train.model import Model
 from anekit.train.optim import AdamW, LossScaler, clip_grad_norm, learning_rate
-from anekit.train.params import Params, init_params
+from anekit.train.params import Params, init_params, param_specs
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -123,6 +124,7 @@ class Trainer:
             "train": self.cfg.to_dict(),
             "rng": self.rng.bit_generator.state,
             "data": self.data.state(),
+            "data_id": data_fingerprint(self.data.tokens),
             "optimizer": {"t": self.opt.t},
             "loss_scaler": {"scale": self.scaler.scale, "good_steps": self.scaler.good_steps},
             "tokenizer": self.tokenizer,
@@ -137,8 +139,16 @@ class Trainer:
         mine = self.model_cfg.to_dict()
         diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
         if diff:
-            detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r}, run {mine.get(k)!r}" for k in diff)
+            detail = ", ".join(
+                f"{k}: checkpoint {saved.get(k)!r}, run {mine.get(k)!r}" for k in diff
+            )
             raise CheckpointError(f"checkpoint is for another model ({detail})", path=where)
+        if state.get("data_id") != data_fingerprint(self.data.tokens):
+            raise CheckpointError(
+                f"checkpoint was trained on other data ({state.get('data_id')}); this run has "
+                f"{data_fingerprint(self.data.tokens)}: resuming needs the same data",
+                path=where,
+            )
         for name in (MODEL_FILE, OPTIMIZER_FILE):
             if name not in tensors:
                 raise CheckpointError(f"missing {name}", path=where)
@@ -148,7 +158,7 @@ class Trainer:
         try:
             self.step = int(state["step"])
             self.rng.bit_generator.state = state["rng"]
-            self.data = Batches(self.data.tokens, self.model_cfg.seq_len, self.cfg.seed, **state["data"])
+            self.data = Batches(self.data.tokens, self.model_cfg.seq_len, **state["data"])
             self.opt.t = int(state["optimizer"]["t"])
             self.scaler.scale = float(state["loss_scaler"]["scale"])
             self.scaler.good_steps = int(state["loss_scaler"]["good_steps"])
@@ -161,12 +171,38 @@ class Trainer:
         self.model.close()
 
 
+def data_fingerprint(tokens: np.ndarray) -> str:
+    """A short identity of a token array: its length and a hash of its first and last 64 KiB."""
+    head, tail = np.asarray(tokens[:65536]), np.asarray(tokens[-65536:])
+    digest = hashlib.sha256(
+        head.tobytes() + tail.tobytes() + str(tokens.dtype).encode()
+    ).hexdigest()
+    return f"{len(tokens)} tokens, sha256 {digest[:16]}"
+
+
+def load_model(path: str | Path) -> tuple[ModelConfig, Params, dict[str, Any]]:
+    """The config, parameters and state of a checkpoint (for sampling; no optimizer)."""
+    state, tensors = load_checkpoint(path)
+    where = state["directory"]
+    try:
+        cfg = ModelConfig.from_dict(state["model"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"state.json has no valid model config: {e}", path=where) from e
+    if MODEL_FILE not in tensors:
+        raise CheckpointError(f"missing {MODEL_FILE}", path=where)
+    params = Params(param_specs(cfg))
+    _copy_into(params, tensors[MODEL_FILE], "", where)
+    return cfg, params, state
+
+
 def _copy_into(target: Params, arrays: dict[str, np.ndarray], prefix: str, where: str) -> None:
     expected = {prefix + name for name in target}
     found = {k for k in arrays if k.startswith(prefix)} if prefix else set(arrays)
     if expected != found:
         missing, extra = sorted(expected - found)[:5], sorted(found - expected)[:5]
-        raise CheckpointError(f"tensors do not match the model: missing {missing}, unexpected {extra}", path=where)
+        raise CheckpointError(
+            f"tensors do not match the model: missing {missing}, unexpected {extra}", path=where
+        )
     for name in target:
         src = arrays[prefix + name]
         dst = target[name]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from anekit.backends import Kernel, resolve_backend
-from anekit.nn.kernels import QKV_WEIGHTS, KernelDef, block_kernels
+from anekit import backends
+from anekit.backends import Kernel
+from anekit.nn.kernels import QKV_WEIGHTS, KernelDef, block_kernels, stacked_columns
 from anekit.nn.layers import query_rows_by_token, rope_swap
 from anekit.train import functional as F
 from anekit.train.config import ModelConfig
@@ -35,11 +35,8 @@ _ATTENTION_TAPS = ("q_rows", "k_cols", "v_cols", "a_rows")
 
 def compile_kernel(kd: KernelDef, backend: str | None) -> Kernel:
     """Compile one generated kernel; on the ANE in an isolated worker (the compile budget, ANE_NOTES 2.4)."""
-    import anekit
-
-    name = resolve_backend(backend)
-    options: dict[str, Any] = {"isolate": True} if name == "ane" else {}
-    return anekit.compile(kd.program, backend=name, **options)
+    name = backends.resolve_backend(backend)
+    return backends.compile(kd.program, backend=name, isolate=name == "ane")
 
 
 @dataclass
@@ -97,7 +94,9 @@ class Model:
         """Run the decoder on ``tokens [batch, seq]``; returns the trace the backward pass needs."""
         s = self.shape
         if tokens.shape != (s.batch, s.seq):
-            raise ValueError(f"expected tokens of shape [{s.batch}, {s.seq}], found {list(tokens.shape)}")
+            raise ValueError(
+                f"expected tokens of shape [{s.batch}, {s.seq}], found {list(tokens.shape)}"
+            )
         trace = Trace(inputs=tokens.reshape(-1))
         h = np.ascontiguousarray(params["embed"][trace.inputs].T)
         for i in range(self.cfg.n_layers):
@@ -133,7 +132,9 @@ class Model:
         dlogits *= np.float32(grad_scale / len(targets))
         embed = params["embed"]
         grads["embed"] += dlogits.T @ trace.hn.T
-        dh, dgain = F.rmsnorm_backward(embed.T @ dlogits.T, trace.h, trace.rstd, params["final_norm"])
+        dh, dgain = F.rmsnorm_backward(
+            embed.T @ dlogits.T, trace.h, trace.rstd, params["final_norm"]
+        )
         grads["final_norm"] += dgain
         for i in reversed(range(self.cfg.n_layers)):
             dh = self._block_backward(i, params, grads, trace.blocks[i], dh)
@@ -143,35 +144,54 @@ class Model:
     def _block_backward(
         self, i: int, params: Params, grads: Params, block: dict[str, np.ndarray], dh: np.ndarray
     ) -> np.ndarray:
+        """Layer ``i`` backward: ``dh`` is the gradient of the block's output; returns its input's."""
         p = f"layers.{i}."
-        # SwiGLU FFN: h_out = x_ffn + f, so df = dh
+        # SwiGLU FFN: out = x_ffn + f, so the gradient of f is dh
         ffn = self.defs["ffn_forward"].output.split(block["ffn"])
         out = self._run(i, "ffn_backward", dy=dh, h1=ffn["h1"], h3=ffn["h3"])
-        fwd = _fp32(ffn, "u", "xn", "rstd")
         bwd = _fp32(self.defs["ffn_backward"].output.split(out), "dxn", "dh1", "dh3")
+        fwd = _fp32(ffn, "u", "xn", "rstd")
         grads[p + "w2"] += dh @ fwd["u"].T
         grads[p + "w1"] += fwd["xn"] @ bwd["dh1"].T
         grads[p + "w3"] += fwd["xn"] @ bwd["dh3"].T
-        dx, dgain = F.rmsnorm_backward(bwd["dxn"], block["x_ffn"], fwd["rstd"], params[p + "ffn_norm"])
-        grads[p + "ffn_norm"] += dgain
-        dh = dh + dx
-        # attention: h_ffn_in = x_att + o, so do = dh
+        dh = dh + self._norm_backward(
+            p + "ffn_norm", params, grads, bwd["dxn"], block["x_ffn"], fwd["rstd"]
+        )
+        # attention: x_ffn = x_att + o, so the gradient of o is dh
         att = self.defs["attention_forward"].output.split(block["att"])
         out = self._run(i, "attention_backward", dy=dh, **{t: att[t] for t in _ATTENTION_TAPS})
-        bwd = self.defs["attention_backward"].output.split(out)
-        xn = att["xn"].astype(np.float32)
+        bwd = _fp32(self.defs["attention_backward"].output.split(out), "dxn", "dproj")
+        fwd = _fp32(att, "xn", "rstd")
         grads[p + "wo"] += dh @ query_rows_by_token(att["a_rows"], self.shape).astype(np.float32)
-        dw = xn @ bwd["dproj"].T.astype(np.float32)  # stacked [wq | wk | wv | wq_s | wk_s]
-        q, kv = self.shape.q_dim, self.shape.kv_dim
-        grads[p + "wq"] += dw[:, :q] + dw[:, q + 2 * kv : 2 * q + 2 * kv][:, self._swap_q]
-        grads[p + "wk"] += dw[:, q : q + kv] + dw[:, 2 * q + 2 * kv :][:, self._swap_k]
-        grads[p + "wv"] += dw[:, q + kv : q + 2 * kv]
-        dx, dgain = F.rmsnorm_backward(
-            bwd["dxn"].astype(np.float32), block["x_att"], att["rstd"].astype(np.float32),
-            params[p + "attn_norm"],
+        dw = fwd["xn"] @ bwd["dproj"].T  # the gradient of the stacked [wq wk wv wq_s wk_s]
+        col = stacked_columns(self.shape)
+        # RoPE's swapped copies fold back into wq and wk
+        grads[p + "wq"] += dw[:, col["wq"]] + dw[:, col["wq_s"]][:, self._swap_q]
+        grads[p + "wk"] += dw[:, col["wk"]] + dw[:, col["wk_s"]][:, self._swap_k]
+        grads[p + "wv"] += dw[:, col["wv"]]
+        return dh + self._norm_backward(
+            p + "attn_norm", params, grads, bwd["dxn"], block["x_att"], fwd["rstd"]
         )
-        grads[p + "attn_norm"] += dgain
-        return dh + dx
+
+    @staticmethod
+    def _norm_backward(
+        name: str, params: Params, grads: Params, dxn: np.ndarray, x: np.ndarray, rstd: np.ndarray
+    ) -> np.ndarray:
+        dx, dgain = F.rmsnorm_backward(dxn, x, rstd, params[name])
+        grads[name] += dgain
+        return dx
+
+    def predicted_ane_seconds(self, chip: str) -> float | None:
+        """The cost model's ANE time of one micro-batch (every kernel, every layer); None without it.
+
+        CPU work (embedding, norms, classifier, weight gradients, optimizer) is not included.
+        """
+        try:
+            from anekit.hw import estimate
+        except ImportError:
+            return None
+        per_layer = sum(estimate(kd.program, chip).seconds for kd in self.defs.values())
+        return per_layer * self.cfg.n_layers
 
     # -- plumbing -----------------------------------------------------------------------------
     def _run(self, layer: int, kernel: str, **fields: np.ndarray) -> np.ndarray:

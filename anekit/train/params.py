@@ -54,7 +54,11 @@ def param_specs(cfg: ModelConfig) -> list[ParamSpec]:
             ParamSpec(p + "w3", (d, f), True, INIT_STD),
             ParamSpec(p + "w2", (d, f), True, residual_std),
         ]
-    specs += [ParamSpec(f"layers.{i}.{n}", (d,), False, 0.0) for i in range(cfg.n_layers) for n in ("attn_norm", "ffn_norm")]
+    specs += [
+        ParamSpec(f"layers.{i}.{n}", (d,), False, 0.0)
+        for i in range(cfg.n_layers)
+        for n in ("attn_norm", "ffn_norm")
+    ]
     specs.append(ParamSpec("final_norm", (d,), False, 0.0))
     return specs
 

@@ -31,7 +31,7 @@ register(
         infer=lambda a: a.x.type,
         reference=lambda x: np.array(x, copy=True),
         cost=lambda a, outs: Cost(0.0, a.input_bytes(), outs[0].nbytes or 0),
-        traits=frozenset({"data_movement"}),
+        traits=frozenset({"data_movement", "exact"}),
         doc="""Return the input unchanged.
 
         Args:

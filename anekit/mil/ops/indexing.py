@@ -41,7 +41,7 @@ _G15 = frozenset({DType.fp16, DType.fp32, DType.int32})
 _G17 = _G15 | {DType.int16, DType.uint16, DType.int8, DType.uint8}
 _I16 = frozenset({DType.int32, DType.int16, DType.uint16})
 _I17 = _I16 | {DType.int8, DType.uint8}
-_GATHER_TRAITS = frozenset({"gather", "data_movement"})
+_GATHER_TRAITS = frozenset({"gather", "data_movement", "exact"})
 
 
 def _flags(op: str, name: str, value: Any, rank: int) -> list[bool]:
@@ -440,6 +440,7 @@ declare(
         (range_length("range_1d", a.value("start"), a.value("end"), a.value("step")),),
     ),
     _range_reference,
+    traits=frozenset({"data_movement"}),  # start + i * step is arithmetic
     doc="""Return ``start, start + step, ...`` up to ``end`` exclusive, as NumPy's arange.
 
     Args:

@@ -294,7 +294,7 @@ register(
         infer=_upsample_infer("upsample_nearest_neighbor"),
         reference=_nearest_reference,
         cost=_upsample_cost(0.0),
-        traits=frozenset({"data_movement"}),
+        traits=frozenset({"data_movement", "exact"}),
         doc=f"""Upsample the last two dims by repeating the nearest input element.
 
 Args:

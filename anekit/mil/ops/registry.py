@@ -104,6 +104,8 @@ class OpDef:
     infer: InferFn
     reference: Callable[..., Any] | None = None
     cost: CostFn | None = None
+    # "exact": every output element is a copy of an input element (or of a const), so
+    # storing it again in the same dtype changes nothing (the reference backend skips it)
     traits: frozenset[str] = frozenset()
     since: str = "ios15"
     doc: str = ""

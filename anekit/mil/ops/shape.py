@@ -99,9 +99,9 @@ def declare(
     *,
     since: str = "ios15",
     cost: Callable[[Args, tuple[TensorType, ...]], Cost] = moves,
-    traits: frozenset[str] = frozenset({"data_movement"}),
+    traits: frozenset[str] = frozenset({"data_movement", "exact"}),
 ) -> OpDef:
-    """Register a data-movement op."""
+    """Register a data-movement op (by default "exact": every output element is an input's)."""
     return register(
         OpDef(
             name=name,

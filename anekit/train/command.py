@@ -1,0 +1,235 @@
+"""``anekit train``: train a named config on a text or llama2.c file, checkpoint, resume, sample."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anekit.train.config import CONFIGS, ModelConfig, TrainConfig, get_config
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", default="tiny", choices=sorted(CONFIGS), help="model config (default: tiny)"
+    )
+    parser.add_argument(
+        "--data",
+        help="training file: .bin (llama2.c uint16 tokens) or text; default: CPython's pydoc topics",
+    )
+    parser.add_argument(
+        "--tokenizer", help="llama2.c tokenizer.bin for a .bin file (default: next to it)"
+    )
+    parser.add_argument("--steps", type=int, help="optimizer steps (default: the config's)")
+    parser.add_argument("--seed", type=int, help="initialisation and data-order seed")
+    parser.add_argument(
+        "--backend", help="kernel backend: ane | reference (default: best available)"
+    )
+    parser.add_argument("--out", help="checkpoint directory (default: out/train-CONFIG)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the latest checkpoint in --out"
+    )
+    parser.add_argument("--log", help="write one JSON object per step to this .jsonl file")
+    parser.add_argument("--lr", type=float, help="peak learning rate")
+    parser.add_argument("--batch-size", type=int, help="sequences per micro-batch")
+    parser.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
+    parser.add_argument("--warmup", type=int, help="warmup steps")
+    parser.add_argument(
+        "--save-every", type=int, default=100, help="checkpoint every N steps (0: only at the end)"
+    )
+    parser.add_argument(
+        "--chip", default="m4", help="chip for the cost model's predicted ANE time (default: m4)"
+    )
+    parser.add_argument(
+        "--sample-tokens", type=int, default=200, help="tokens to sample at the end (0: none)"
+    )
+    parser.add_argument("--prompt", default="", help="prompt for the final sample")
+
+
+def run(args: argparse.Namespace) -> int:
+    from anekit.train.data import load_data
+
+    named = get_config(args.config)
+    try:
+        tokens, tokenizer = load_data(args.data, args.tokenizer)
+    except ValueError as e:
+        print(f"anekit train: error: {e}", file=sys.stderr)
+        return 2
+    model_cfg = named.model
+    if tokenizer.vocab_size != model_cfg.vocab_size:
+        print(
+            f"vocabulary: {model_cfg.vocab_size} -> {tokenizer.vocab_size} (the data's tokenizer)"
+        )
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    out = Path(args.out or f"out/train-{args.config}")
+    try:
+        train_cfg = _train_config(args, named.train, out)
+    except ValueError as e:
+        print(f"anekit train: error: {e}", file=sys.stderr)
+        return 2
+    return _train(args, model_cfg, train_cfg, tokens, tokenizer, out)
+
+
+def _train_config(args: argparse.Namespace, default: TrainConfig, out: Path) -> TrainConfig:
+    """The run's settings: the config's (or, resuming, the checkpoint's), then the flags given."""
+    base = default
+    if args.resume:
+        from anekit.train.checkpoint import read_state
+
+        base = TrainConfig.from_dict(read_state(out)["train"])
+    flags = {
+        "steps": args.steps,
+        "seed": args.seed,
+        "lr": args.lr,
+        "batch_size": args.batch_size,
+        "grad_accum": args.grad_accum,
+        "warmup": args.warmup,
+    }
+    changes = {k: v for k, v in flags.items() if v is not None}
+    if "lr" in changes and base.min_lr > changes["lr"]:
+        changes["min_lr"] = changes["lr"] / 10
+    if "steps" in changes and base.warmup >= changes["steps"] and "warmup" not in changes:
+        changes["warmup"] = max(changes["steps"] // 10, 1)
+    return dataclasses.replace(base, **changes)
+
+
+def _train(
+    args, model_cfg: ModelConfig, train_cfg: TrainConfig, tokens, tokenizer, out: Path
+) -> int:
+    from anekit.train.checkpoint import latest_checkpoint
+    from anekit.train.loop import Trainer
+
+    existing = latest_checkpoint(out)
+    if existing is not None and not args.resume:
+        print(
+            f"anekit train: error: {out} already holds a run (latest: {existing.name}); "
+            "pass --resume to continue it or choose another --out",
+            file=sys.stderr,
+        )
+        return 2
+    trainer = Trainer(model_cfg, train_cfg, tokens, args.backend, tokenizer.describe())
+    try:
+        if args.resume:
+            state = trainer.restore(out)
+            print(f"resumed from {state['directory']} at step {trainer.step}")
+        _print_header(trainer, args.chip)
+        history = _loop(trainer, out, args)
+        if trainer.step >= train_cfg.steps and args.sample_tokens > 0:
+            _print_sample(trainer, tokenizer, args)
+        if history:
+            tail = history[-min(20, len(history)) :]
+            print(
+                f"loss {history[0]:.3f} at the first step -> {np.mean(tail):.3f} "
+                f"(mean of the last {len(tail)}) over {len(history)} steps"
+            )
+    finally:
+        trainer.close()
+    return 0
+
+
+def _print_header(trainer, chip: str) -> None:
+    m, c = trainer.model_cfg, trainer.cfg
+    print(
+        f"config {m.name}: {m.n_params() / 1e6:.2f}M parameters, {m.n_layers} layers, dim {m.dim}, "
+        f"heads {m.n_heads}/{m.n_kv_heads}, hidden {m.hidden_dim}, vocab {m.vocab_size}, seq {m.seq_len}"
+    )
+    print(
+        f"training: {c.steps} steps of {trainer.tokens_per_step} tokens "
+        f"({c.batch_size} x {c.grad_accum} x {m.seq_len}), lr {c.lr:g}, seed {c.seed}"
+    )
+    model = trainer.model
+    print(
+        f"backend {model.backend}: {len(model.kernels)} kernels compiled once in "
+        f"{model.compile_seconds * 1e3:.0f} ms, shared by {m.n_layers} layers"
+    )
+    if model.backend != "ane":
+        seconds = model.predicted_ane_seconds(chip)
+        if seconds is not None:
+            print(
+                f"cost model: {seconds * c.grad_accum * 1e3:.1f} ms of ANE kernel time per step "
+                f"on {chip} (CPU work not included)"
+            )
+
+
+def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
+    """Run to the configured step count; checkpoint periodically, at the end and on Ctrl-C."""
+    total = trainer.cfg.steps
+    history: list[float] = []
+    log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed in finally)
+    bar = _progress(trainer.step, total)
+    every = max(total // 20, 1)
+    saved_at = trainer.step
+    try:
+        while trainer.step < total:
+            result = trainer.train_step()
+            history.append(result.loss)
+            record = result.record()
+            if log:
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+            elif result.step % every == 0 or result.step == total:
+                _print_step(record, total, float(np.mean(history[-every:])))
+            if args.save_every and result.step % args.save_every == 0:
+                trainer.save(out)
+                saved_at = trainer.step
+    except KeyboardInterrupt:
+        if trainer.step > saved_at:
+            path = trainer.save(out)
+            print(
+                f"\ninterrupted: saved step {trainer.step} to {path}; continue with --resume",
+                file=sys.stderr,
+            )
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        if log:
+            log.close()
+    if trainer.step > saved_at:
+        path = trainer.save(out)
+        print(f"saved {path}")
+    return history
+
+
+def _progress(start: int, total: int) -> Any:
+    """A tqdm bar when stderr is a terminal and tqdm is installed, else None (plain lines)."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
+
+
+def _print_step(record: dict[str, Any], total: int, mean_loss: float) -> None:
+    print(  # the loss is the mean since the previous line: single steps are noisy
+        f"step {record['step']:>5}/{total}  loss {mean_loss:.4f}  lr {record['lr']:.2e}  "
+        f"{record['ms']:.0f} ms  {record['tokens_per_s']:.0f} tok/s"
+        + ("  (skipped: fp16 overflow)" if record["skipped"] else ""),
+        flush=True,
+    )
+
+
+def _print_sample(trainer, tokenizer, args: argparse.Namespace) -> None:
+    from anekit.train.model import Model
+    from anekit.train.sample import generate
+
+    start = time.perf_counter()
+    with Model(trainer.model_cfg, 1, args.backend, training=False) as model:
+        model.load(trainer.params)
+        text = generate(
+            model, trainer.params, tokenizer, args.prompt, args.sample_tokens, trainer.rng
+        )
+    print(f"--- sample ({args.sample_tokens} tokens, {time.perf_counter() - start:.1f} s) ---")
+    print(text)
+    print("---")
