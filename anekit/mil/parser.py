@@ -38,6 +38,12 @@ _CONST_LINE = re.compile(
     r'\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)'
     r'\[name = string\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z'
 )
+# A whole-line op whose arguments are names or tuples of names (see _Parser.op_line)
+_OP_LINE = re.compile(
+    r"\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = (?P<op>\w+)\((?P<args>[\w =,()]*)\)"
+    r'\[name = string\("(?P<op_name>\w+)"\)\];\s*\Z'
+)
+_ARG = re.compile(r"(\w+) = (\([\w, ]*\)|\w+)")
 _BLOB_LITERAL = re.compile(
     r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = string\("(?P<path>[^"\\]*)"\), '
     r"offset = uint64\((?P<offset>\d+)\)\)\)\Z"
@@ -240,7 +246,7 @@ class _Parser:
 
     def statement(self, opset: str) -> Operation:
         start = self.i
-        fast = self.const_line(start, opset)
+        fast = self.const_line(start, opset) or self.op_line(start, opset)
         if fast is not None:
             return fast
         declared: list[tuple[TensorType, str, int]] = []
@@ -363,6 +369,47 @@ class _Parser:
         out.producer = op
         self.env[name] = out
         self.i = start + 1
+        return op
+
+    def op_line(self, start: int, opset: str) -> Operation | None:
+        """A whole-line single-output op whose arguments are all names, or None.
+
+        The common statement shape is read with one regular expression instead of
+        token by token. Anything that does not fit exactly, or fails a check, returns
+        None so the general path parses it and reports errors with their position.
+        """
+        line_no = bisect_right(self.line_starts, start) - 1
+        if self.line_starts[line_no] != start:
+            return None
+        m = _OP_LINE.match(self.lines[line_no])
+        if m is None:
+            return None
+        declared = _TYPES.get(m.group("type"))
+        name, args_text = m.group("name"), m.group("args")
+        pairs = _ARG.findall(args_text)
+        if declared is None or name in self.env or ", ".join(f"{k} = {v}" for k, v in pairs) != args_text:
+            return None
+        inputs: dict[str, Any] = {}
+        for key, ref in pairs:
+            if key in inputs:
+                return None
+            names = ref[1:-1].split(", ") if ref.startswith("(") else None
+            try:
+                inputs[key] = tuple(self.env[n] for n in names) if names is not None else self.env[ref]
+            except KeyError:
+                return None
+        try:
+            opdef = registry.get(m.group("op"), opset)
+            types = check_op(opdef, inputs)
+        except MilTypeError:
+            return None
+        if types != (declared,):
+            return None
+        out = Value(name, declared)
+        op = Operation(opdef, inputs, (out,), {"name": m.group("op_name")}, line_no + 1)
+        out.producer = op
+        self.env[name] = out
+        self.i = self.line_starts[line_no + 1]
         return op
 
     def blob_literal(self, text: str) -> Value | None:

@@ -26,28 +26,32 @@ def _sdpa_infer(a: Args) -> TensorType:
         q.rank == k.rank == v.rank,
         OP,
         "key",
-        f"query, key and value need the same rank, found {list(q.shape)}, {list(k.shape)}, "
-        f"{list(v.shape)}",
+        lambda: (
+            f"query, key and value need the same rank, found {list(q.shape)}, {list(k.shape)}, "
+            f"{list(v.shape)}"
+        ),
     )
-    require(q.rank >= 3, OP, "query", f"expected rank >= 3 [B, *, L, E], found {list(q.shape)}")
+    require(
+        q.rank >= 3, OP, "query", lambda: f"expected rank >= 3 [B, *, L, E], found {list(q.shape)}"
+    )
     for name, t in (("key", k), ("value", v)):
         require(
             t.shape[:-2] == q.shape[:-2],
             OP,
             name,
-            f"batch dims {list(t.shape[:-2])} differ from query's {list(q.shape[:-2])}",
+            lambda: f"batch dims {list(t.shape[:-2])} differ from query's {list(q.shape[:-2])}",
         )
     require(
         k.shape[-1] == q.shape[-1],
         OP,
         "key",
-        f"embedding dim E of key {list(k.shape)} differs from query {list(q.shape)}",
+        lambda: f"embedding dim E of key {list(k.shape)} differs from query {list(q.shape)}",
     )
     require(
         v.shape[-2] == k.shape[-2],
         OP,
         "value",
-        f"sequence length S of value {list(v.shape)} differs from key {list(k.shape)}",
+        lambda: f"sequence length S of value {list(v.shape)} differs from key {list(k.shape)}",
     )
     mask = a.attn_mask
     if mask is not None:
@@ -65,8 +69,10 @@ def _sdpa_infer(a: Args) -> TensorType:
             fits,
             OP,
             "attn_mask",
-            f"expected a shape that broadcasts to the scores [B, *, L, S] = {list(expected)}, "
-            f"found {list(mask.shape)}",
+            lambda: (
+                f"expected a shape that broadcasts to the scores [B, *, L, S] = {list(expected)}, "
+                f"found {list(mask.shape)}"
+            ),
         )
     return TensorType(q.dtype, (*q.shape[:-1], v.shape[-1]))
 

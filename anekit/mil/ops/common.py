@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,10 +56,14 @@ def axes_indices(op: str, param: str, axes: Any, rank: int) -> list[int]:
     return result
 
 
-def require(cond: bool, op: str, param: str | None, message: str) -> None:
-    """Raise MilTypeError(message) unless ``cond`` holds."""
+def require(cond: bool, op: str, param: str | None, message: str | Callable[[], str]) -> None:
+    """Raise MilTypeError(message) unless ``cond`` holds.
+
+    Pass a formatted message as a lambda: inference runs for every op of every
+    program parsed or built, and most messages are never shown.
+    """
     if not cond:
-        raise MilTypeError(message, op=op, param=param)
+        raise MilTypeError(message() if callable(message) else message, op=op, param=param)
 
 
 def numel(shape: tuple) -> int:

@@ -93,7 +93,7 @@ def _shape_param(a: Args) -> tuple[int, ...]:
         len(dims) >= 1 and all(d > 0 for d in dims),
         a.opdef.name,
         "shape",
-        f"expected positive sizes, found {dims}",
+        lambda: f"expected positive sizes, found {dims}",
     )
     return tuple(dims)
 
@@ -105,7 +105,7 @@ def _lut16_infer(a: Args) -> TensorType:
         entries in (2, 4, 16, 64, 256),
         op,
         "lut",
-        f"expected 2, 4, 16, 64 or 256 entries, found {entries}",
+        lambda: f"expected 2, 4, 16, 64 or 256 entries, found {entries}",
     )
     nbits = entries.bit_length() - 1
     needed = math.ceil(nbits * math.prod(shape) / 8)
@@ -113,7 +113,9 @@ def _lut16_infer(a: Args) -> TensorType:
         a.indices.shape[0] == needed,
         op,
         "indices",
-        f"{math.prod(shape)} {nbits}-bit indices need {needed} bytes, found {a.indices.shape[0]}",
+        lambda: (
+            f"{math.prod(shape)} {nbits}-bit indices need {needed} bytes, found {a.indices.shape[0]}"
+        ),
     )
     return TensorType(a.lut.dtype, shape)
 
@@ -154,20 +156,22 @@ _lut16_op = register(
 
 def _lut18_infer(a: Args) -> TensorType:
     op, ind, lut = "constexpr_lut_to_dense", a.indices, a.lut
-    require(ind.rank >= 1, op, "indices", f"expected rank >= 1, found {ind.type}")
+    require(ind.rank >= 1, op, "indices", lambda: f"expected rank >= 1, found {ind.type}")
     require(
         lut.rank == ind.rank + 2
         and all(d % g == 0 for d, g in zip(ind.shape, lut.shape[: ind.rank], strict=True)),
         op,
         "lut",
-        f"expected [groups..., 256, vector size] with groups dividing indices "
-        f"{list(ind.shape)}, found {list(lut.shape)}",
+        lambda: (
+            f"expected [groups..., 256, vector size] with groups dividing indices "
+            f"{list(ind.shape)}, found {list(lut.shape)}"
+        ),
     )
     require(
         lut.shape[-2] == 256,
         op,
         "lut",
-        f"uint8 indices address 256 entries, found {lut.shape[-2]}",
+        lambda: f"uint8 indices address 256 entries, found {lut.shape[-2]}",
     )
     shape = list(ind.shape)
     vector = lut.shape[-1]
@@ -175,7 +179,9 @@ def _lut18_infer(a: Args) -> TensorType:
         axis = axis_index(op, "vector_axis", int(a.value("vector_axis")), ind.rank)
         shape[axis] *= vector
     else:
-        require(vector == 1, op, "vector_axis", f"vectors of {vector} values need a vector_axis")
+        require(
+            vector == 1, op, "vector_axis", lambda: f"vectors of {vector} values need a vector_axis"
+        )
     return TensorType(lut.dtype, tuple(shape))
 
 
@@ -229,27 +235,29 @@ register(
 
 def _blockwise_infer(a: Args) -> TensorType:
     op, data, scale, offset = "constexpr_blockwise_shift_scale", a.data, a.scale, a.offset
-    require(data.rank >= 1, op, "data", f"expected rank >= 1, found {data.type}")
+    require(data.rank >= 1, op, "data", lambda: f"expected rank >= 1, found {data.type}")
     require(
         scale.rank == data.rank
         and all(d % s == 0 for d, s in zip(data.shape, scale.shape, strict=True)),
         op,
         "scale",
-        f"expected one scale per block: rank {data.rank}, sizes dividing {list(data.shape)}, "
-        f"found {list(scale.shape)}",
+        lambda: (
+            f"expected one scale per block: rank {data.rank}, sizes dividing {list(data.shape)}, "
+            f"found {list(scale.shape)}"
+        ),
     )
     if offset is not None:
         require(
             offset.shape == scale.shape,
             op,
             "offset",
-            f"expected scale's shape {list(scale.shape)}, found {list(offset.shape)}",
+            lambda: f"expected scale's shape {list(scale.shape)}, found {list(offset.shape)}",
         )
         require(
             offset.dtype.is_float or offset.dtype == data.dtype,
             op,
             "offset",
-            f"an integer offset must have data's dtype {data.dtype}, found {offset.dtype}",
+            lambda: f"an integer offset must have data's dtype {data.dtype}, found {offset.dtype}",
         )
     return TensorType(scale.dtype, data.shape)
 
@@ -310,7 +318,7 @@ def _sparse_infer(a: Args) -> TensorType:
         mask.size == math.ceil(count / 8),
         op,
         "mask",
-        f"{count} elements need {math.ceil(count / 8)} mask bytes, found {mask.size}",
+        lambda: f"{count} elements need {math.ceil(count / 8)} mask bytes, found {mask.size}",
     )
     bits = np.unpackbits(mask, bitorder="little")
     require(not bits[count:].any(), op, "mask", "bits past the last element must be 0")
@@ -318,7 +326,7 @@ def _sparse_infer(a: Args) -> TensorType:
         int(bits.sum()) == a.nonzero_data.shape[0],
         op,
         "nonzero_data",
-        f"the mask sets {int(bits.sum())} bits, found {a.nonzero_data.shape[0]} values",
+        lambda: f"the mask sets {int(bits.sum())} bits, found {a.nonzero_data.shape[0]} values",
     )
     return TensorType(a.nonzero_data.dtype, shape)
 

@@ -104,10 +104,16 @@ def int_vector(op: str, a: Args, name: str, length: int, minimum: int) -> list[i
     """A const int vector parameter, checked for length and lower bound."""
     values = const_ints(a.value(name))
     require(
-        len(values) == length, op, name, f"expected {length} values, found {len(values)}: {values}"
+        len(values) == length,
+        op,
+        name,
+        lambda: f"expected {length} values, found {len(values)}: {values}",
     )
     require(
-        all(v >= minimum for v in values), op, name, f"expected values >= {minimum}, found {values}"
+        all(v >= minimum for v in values),
+        op,
+        name,
+        lambda: f"expected values >= {minimum}, found {values}",
     )
     return values
 
@@ -119,7 +125,7 @@ def static_spatial(op: str, x: Any) -> list[int]:
         all(isinstance(d, int) for d in sizes),
         op,
         "x",
-        f"expected static spatial dims, found shape {list(x.shape)}",
+        lambda: f"expected static spatial dims, found shape {list(x.shape)}",
     )
     return sizes
 
@@ -134,7 +140,10 @@ def pad_type_of(op: str, a: Args, allowed: Sequence[str]) -> str:
             param="pad_type",
         )
     require(
-        pad_type in allowed, op, "pad_type", f"expected one of {list(allowed)}, found {pad_type!r}"
+        pad_type in allowed,
+        op,
+        "pad_type",
+        lambda: f"expected one of {list(allowed)}, found {pad_type!r}",
     )
     return pad_type
 
@@ -158,8 +167,10 @@ def window_out(
         all(o > 0 for o in out),
         op,
         "x",
-        f"output spatial dims {out} are empty: input {sizes}, kernel {list(kernel)}, "
-        f"dilations {list(dilations)}, strides {strides}, pads {pads}",
+        lambda: (
+            f"output spatial dims {out} are empty: input {sizes}, kernel {list(kernel)}, "
+            f"dilations {list(dilations)}, strides {strides}, pads {pads}"
+        ),
     )
     return out
 
@@ -187,12 +198,14 @@ def _weight_is_runtime(w: Any) -> bool:
 def _groups_of(op: str, a: Args) -> int:
     """The groups parameter, checked to be positive and to divide the input channels."""
     groups, c_in = int(a.value("groups")), a.x.shape[1]
-    require(groups >= 1, op, "groups", f"expected groups >= 1, found {groups}")
+    require(groups >= 1, op, "groups", lambda: f"expected groups >= 1, found {groups}")
     require(
         c_in % groups == 0,
         op,
         "groups",
-        f"input channels C_in = {c_in} (x {list(a.x.shape)}) are not divisible by groups = {groups}",
+        lambda: (
+            f"input channels C_in = {c_in} (x {list(a.x.shape)}) are not divisible by groups = {groups}"
+        ),
     )
     return groups
 
@@ -204,7 +217,7 @@ def _check_bias(op: str, a: Args, c_out: Any) -> None:
             tuple(a.bias.shape) == (c_out,),
             op,
             "bias",
-            f"expected shape [{c_out}] (C_out), found {list(a.bias.shape)}",
+            lambda: f"expected shape [{c_out}] (C_out), found {list(a.bias.shape)}",
         )
 
 
@@ -216,16 +229,20 @@ def _conv_infer(pad_types: Sequence[str]) -> Callable[[Args], TensorType]:
             w.rank == x.rank and w.shape[1] == c_in // groups,
             op,
             "weight",
-            f"expected shape [C_out, C_in/groups = {c_in // groups}, *kernel] of rank {x.rank} "
-            f"(x {list(x.shape)}, groups {groups}), found {list(w.shape)}",
+            lambda: (
+                f"expected shape [C_out, C_in/groups = {c_in // groups}, *kernel] of rank {x.rank} "
+                f"(x {list(x.shape)}, groups {groups}), found {list(w.shape)}"
+            ),
         )
         c_out = w.shape[0]
         require(
             c_out % groups == 0,
             op,
             "weight",
-            f"output channels C_out = {c_out} (weight {list(w.shape)}) are not divisible by "
-            f"groups = {groups}",
+            lambda: (
+                f"output channels C_out = {c_out} (weight {list(w.shape)}) are not divisible by "
+                f"groups = {groups}"
+            ),
         )
         _check_bias(op, a, c_out)
         dilations = int_vector(op, a, "dilations", x.rank - 2, 1)
@@ -233,7 +250,7 @@ def _conv_infer(pad_types: Sequence[str]) -> Callable[[Args], TensorType]:
             not (_weight_is_runtime(w) and any(d > 1 for d in dilations)),
             op,
             "dilations",
-            f"a runtime weight needs dilations of 1, found {dilations}",
+            lambda: f"a runtime weight needs dilations of 1, found {dilations}",
         )
         out = window_out(op, a, w.shape[2:], dilations, pad_types)
         return TensorType(x.dtype, (x.shape[0], c_out, *out))
@@ -376,8 +393,10 @@ def _conv_transpose_infer(a: Args) -> TensorType:
         w.rank == x.rank and w.shape[0] == c_in,
         op,
         "weight",
-        f"expected shape [C_in = {c_in}, C_out/groups, *kernel] of rank {x.rank}, "
-        f"found {list(w.shape)}",
+        lambda: (
+            f"expected shape [C_in = {c_in}, C_out/groups, *kernel] of rank {x.rank}, "
+            f"found {list(w.shape)}"
+        ),
     )
     c_out = w.shape[1] * groups
     _check_bias(op, a, c_out)
@@ -394,13 +413,15 @@ def _conv_transpose_infer(a: Args) -> TensorType:
             len(given) == x.rank and given[:2] == [x.shape[0], c_out],
             op,
             "output_shape",
-            f"expected {x.rank} values starting [N, C_out] = [{x.shape[0]}, {c_out}], found {given}",
+            lambda: (
+                f"expected {x.rank} values starting [N, C_out] = [{x.shape[0]}, {c_out}], found {given}"
+            ),
         )
         output_shape = given
     _, out, _ = _transpose_geometry(
         sizes, w.shape[2:], strides, dilations, pad_type, pad, output_shape
     )
-    require(all(o > 0 for o in out), op, "pad", f"output spatial dims {out} are empty")
+    require(all(o > 0 for o in out), op, "pad", lambda: f"output spatial dims {out} are empty")
     return TensorType(x.dtype, (x.shape[0], c_out, *out))
 
 

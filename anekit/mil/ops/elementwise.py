@@ -260,30 +260,41 @@ def _ios17_own_domain(opdef: OpDef, names: tuple[str, ...]) -> OpDef:
 # -- checks of const values -----------------------------------------------------------------
 def _check_gelu_mode(a: Args) -> None:
     mode = a.value("mode")
-    require(mode in _GELU, "gelu", "mode", f"expected one of {sorted(_GELU)}, found {mode!r}")
+    require(
+        mode in _GELU, "gelu", "mode", lambda: f"expected one of {sorted(_GELU)}, found {mode!r}"
+    )
 
 
 def _check_clip_order(a: Args) -> None:
     alpha, beta = float(a.value("alpha")), float(a.value("beta"))
-    require(alpha < beta, "clip", "beta", f"expected alpha < beta (iOS17), found {alpha} >= {beta}")
+    require(
+        alpha < beta,
+        "clip",
+        "beta",
+        lambda: f"expected alpha < beta (iOS17), found {alpha} >= {beta}",
+    )
 
 
 def _check_prelu(a: Args) -> None:
     x, alpha = a.x, np.asarray(a.value("alpha"))
-    require(x.rank in (3, 4, 5), "prelu", "x", f"expected rank 3, 4 or 5, found rank {x.rank}")
+    require(
+        x.rank in (3, 4, 5), "prelu", "x", lambda: f"expected rank 3, 4 or 5, found rank {x.rank}"
+    )
     channels = x.shape[1]
     require(
         not isinstance(channels, int) or alpha.shape == (channels,),
         "prelu",
         "alpha",
-        f"expected one value per channel (shape [{channels}]), found shape {list(alpha.shape)}",
+        lambda: (
+            f"expected one value per channel (shape [{channels}]), found shape {list(alpha.shape)}"
+        ),
     )
     # coremltools' prelu.type_inference: ranks 3 and 5 need a single shared slope (tolerance 1e-5).
     require(
         x.rank == 4 or alpha.size == 0 or bool(np.all(np.abs(alpha - alpha.flat[0]) <= 1e-5)),
         "prelu",
         "alpha",
-        f"rank {x.rank} inputs need equal alpha values, found {alpha.tolist()}",
+        lambda: f"rank {x.rank} inputs need equal alpha values, found {alpha.tolist()}",
     )
 
 

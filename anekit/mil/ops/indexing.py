@@ -46,13 +46,20 @@ _GATHER_TRAITS = frozenset({"gather", "data_movement", "exact"})
 
 def _flags(op: str, name: str, value: Any, rank: int) -> list[bool]:
     flags = [bool(v) for v in np.atleast_1d(value)] if value is not None else [False] * rank
-    require(len(flags) == rank, op, name, f"expected {rank} flags (rank of x), found {len(flags)}")
+    require(
+        len(flags) == rank,
+        op,
+        name,
+        lambda: f"expected {rank} flags (rank of x), found {len(flags)}",
+    )
     return flags
 
 
 def _ints(op: str, name: str, value: Any, rank: int) -> list[int]:
     ints = const_ints(value)
-    require(len(ints) == rank, op, name, f"expected {rank} entries (rank of x), found {ints}")
+    require(
+        len(ints) == rank, op, name, lambda: f"expected {rank} entries (rank of x), found {ints}"
+    )
     return ints
 
 
@@ -86,25 +93,29 @@ def slice_items(shape: tuple, spec: dict[str, Any]) -> tuple[int | slice, ...]:
                 -d <= index < d,
                 op,
                 "begin",
-                f"index {index} out of range for dimension {i} of size {d}",
+                lambda: f"index {index} out of range for dimension {i} of size {d}",
             )
             items.append(index % d)
             continue
         step = stride[i]
         stop = None if masks["end_mask"][i] else end[i]
-        require(step != 0, op, "stride", f"stride of dimension {i} is 0")
+        require(step != 0, op, "stride", lambda: f"stride of dimension {i} is 0")
         require(
             not (step < 0 and stop is not None and stop < -d),
             op,
             "end",
-            f"end {stop} < -{d} with negative stride on dimension {i} is ambiguous; use end_mask",
+            lambda: (
+                f"end {stop} < -{d} with negative stride on dimension {i} is ambiguous; use end_mask"
+            ),
         )
         chosen = slice(start, stop, step)
         require(
             len(range(*chosen.indices(d))) > 0,
             op,
             "end",
-            f"dimension {i} (size {d}) slices to nothing: begin {start}, end {stop}, stride {step}",
+            lambda: (
+                f"dimension {i} (size {d}) slices to nothing: begin {start}, end {stop}, stride {step}"
+            ),
         )
         items.append(chosen)
     return tuple(items)
@@ -177,10 +188,10 @@ def size_window(op: str, shape: tuple, begin: Any, size: Any) -> list[tuple[int,
     starts = _ints(op, "begin", begin, rank) if begin is not None else None
     window = []
     for i, (d, s) in enumerate(zip(shape, sizes, strict=True)):
-        require(s == -1 or s >= 1, op, "size", f"expected sizes >= 1 or -1, found {sizes}")
+        require(s == -1 or s >= 1, op, "size", lambda: f"expected sizes >= 1 or -1, found {sizes}")
         if starts is None:
             require(s >= 1, op, "size", "-1 (to the end) needs a constant begin")
-            require(s <= d, op, "size", f"size {s} exceeds dimension {i} of size {d}")
+            require(s <= d, op, "size", lambda: f"size {s} exceeds dimension {i} of size {d}")
             window.append((0, s))
             continue
         b = starts[i] + d if starts[i] < 0 else starts[i]
@@ -189,7 +200,7 @@ def size_window(op: str, shape: tuple, begin: Any, size: Any) -> list[tuple[int,
             0 <= b < d and b + length <= d,
             op,
             "begin",
-            f"window [{starts[i]}, +{s}) leaves dimension {i} of size {d}",
+            lambda: f"window [{starts[i]}, +{s}) leaves dimension {i} of size {d}",
         )
         window.append((b, length))
     return window
@@ -254,7 +265,7 @@ def _check_const_indices(a: Args, size: Any) -> None:
         not bad.size,
         a.opdef.name,
         "indices",
-        f"index {bad.flat[0] if bad.size else 0} out of [0, {size})",
+        lambda: f"index {bad.flat[0] if bad.size else 0} out of [0, {size})",
     )
 
 
@@ -266,13 +277,15 @@ def _gather_infer(a: Args) -> TensorType:
         0 <= bd <= min(axis, ind.rank),
         op,
         "batch_dims",
-        f"expected 0 <= batch_dims <= min(axis {axis}, rank(indices) {ind.rank}), found {bd}",
+        lambda: (
+            f"expected 0 <= batch_dims <= min(axis {axis}, rank(indices) {ind.rank}), found {bd}"
+        ),
     )
     require(
         x.shape[:bd] == ind.shape[:bd],
         op,
         "indices",
-        f"leading {bd} dimensions differ: x {list(x.shape)}, indices {list(ind.shape)}",
+        lambda: f"leading {bd} dimensions differ: x {list(x.shape)}, indices {list(ind.shape)}",
     )
     _check_const_indices(a, x.shape[axis])
     return TensorType(x.dtype, x.shape[:axis] + ind.shape[bd:] + x.shape[axis + 1 :])
@@ -305,7 +318,9 @@ def _along_infer(a: Args) -> TensorType:
         same,
         op,
         "indices",
-        f"expected x's shape except on axis {axis}, found x {list(x.shape)}, indices {list(ind.shape)}",
+        lambda: (
+            f"expected x's shape except on axis {axis}, found x {list(x.shape)}, indices {list(ind.shape)}"
+        ),
     )
     _check_const_indices(a, x.shape[axis])
     return TensorType(x.dtype, ind.shape)
@@ -387,7 +402,9 @@ _gather_versions(_along15, _along)
 
 def _fill_infer(a: Args) -> TensorType:
     dims = const_ints(a.value("shape"))
-    require(all(d > 0 for d in dims), "fill", "shape", f"expected positive sizes, found {dims}")
+    require(
+        all(d > 0 for d in dims), "fill", "shape", lambda: f"expected positive sizes, found {dims}"
+    )
     # a.value is Args' method, so the parameter named "value" is read through __getattr__.
     return TensorType(a.__getattr__("value").dtype, tuple(dims))
 
@@ -416,7 +433,9 @@ def range_length(op: str, start: Any, end: Any, step: Any) -> int:
         n >= 1,
         op,
         "end",
-        f"the range from {start} to {end} by {step} is empty; tensors need at least one element",
+        lambda: (
+            f"the range from {start} to {end} by {step} is empty; tensors need at least one element"
+        ),
     )
     return n
 
@@ -454,7 +473,7 @@ declare(
 
 
 def _shape_infer(a: Args) -> TensorType:
-    require(a.x.rank >= 1, "shape", "x", f"expected rank >= 1, found scalar {a.x.type}")
+    require(a.x.rank >= 1, "shape", "x", lambda: f"expected rank >= 1, found scalar {a.x.type}")
     return TensorType(DType.int32, (a.x.rank,))
 
 
@@ -479,7 +498,7 @@ declare(
 
 def _one_hot_infer(a: Args) -> TensorType:
     depth = int(a.value("one_hot_vector_size"))
-    require(depth >= 1, "one_hot", "one_hot_vector_size", f"expected >= 1, found {depth}")
+    require(depth >= 1, "one_hot", "one_hot_vector_size", lambda: f"expected >= 1, found {depth}")
     axis = axis_index("one_hot", "axis", int(a.value("axis")), a.indices.rank + 1)
     shape = list(a.indices.shape)
     shape.insert(axis, depth)
@@ -530,7 +549,7 @@ declare(
 
 
 def _band_part_infer(a: Args) -> TensorType:
-    require(a.x.rank >= 2, "band_part", "x", f"expected rank >= 2, found {a.x.type}")
+    require(a.x.rank >= 2, "band_part", "x", lambda: f"expected rank >= 2, found {a.x.type}")
     return a.x.type
 
 

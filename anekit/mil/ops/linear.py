@@ -26,7 +26,12 @@ def _matmul_shape(a: Args) -> tuple[Any, ...]:
     for name, shape in (("x", xs), ("y", ys)):
         flag = f"transpose_{name}"
         if bool(a.value(flag)):
-            require(len(shape) >= 2, op, flag, f"{name} is rank 1 {shape}; it cannot be transposed")
+            require(
+                len(shape) >= 2,
+                op,
+                flag,
+                lambda: f"{name} is rank 1 {shape}; it cannot be transposed",
+            )
             shape[-1], shape[-2] = shape[-2], shape[-1]
     x_vec, y_vec = len(xs) == 1, len(ys) == 1
     xm = [1, *xs] if x_vec else xs
@@ -36,9 +41,11 @@ def _matmul_shape(a: Args) -> tuple[Any, ...]:
         k_x == k_y or not (isinstance(k_x, int) and isinstance(k_y, int)),
         op,
         "y",
-        f"inner dimensions differ: x {list(a.x.shape)} gives K = {k_x}, y {list(a.y.shape)} "
-        f"gives K = {k_y} (transpose_x={bool(a.value('transpose_x'))}, "
-        f"transpose_y={bool(a.value('transpose_y'))})",
+        lambda: (
+            f"inner dimensions differ: x {list(a.x.shape)} gives K = {k_x}, y {list(a.y.shape)} "
+            f"gives K = {k_y} (transpose_x={bool(a.value('transpose_x'))}, "
+            f"transpose_y={bool(a.value('transpose_y'))})"
+        ),
     )
     try:
         batch = broadcast(
@@ -63,8 +70,10 @@ def _matmul_infer_ios17(a: Args) -> TensorType:
         x_const != y_const or a.x.dtype == a.y.dtype,
         "matmul",
         "y",
-        f"x is {a.x.dtype} and y is {a.y.dtype}: dtypes may differ only when exactly one of "
-        "them is const",
+        lambda: (
+            f"x is {a.x.dtype} and y is {a.y.dtype}: dtypes may differ only when exactly one of "
+            "them is const"
+        ),
     )
     return TensorType(a.y.dtype if x_const and not y_const else a.x.dtype, _matmul_shape(a))
 
@@ -132,14 +141,14 @@ def _linear_infer(a: Args) -> TensorType:
         w.shape[1] == d_in,
         op,
         "weight",
-        f"expected shape [D_out, D_in = {d_in}] (x {list(x.shape)}), found {list(w.shape)}",
+        lambda: f"expected shape [D_out, D_in = {d_in}] (x {list(x.shape)}), found {list(w.shape)}",
     )
     if a.bias is not None:
         require(
             tuple(a.bias.shape) == (w.shape[0],),
             op,
             "bias",
-            f"expected shape [{w.shape[0]}] (D_out), found {list(a.bias.shape)}",
+            lambda: f"expected shape [{w.shape[0]}] (D_out), found {list(a.bias.shape)}",
         )
     return TensorType(x.dtype, (*x.shape[:-1], w.shape[0]))
 
@@ -225,14 +234,16 @@ def _einsum_pattern(equation: str) -> tuple[tuple[int, ...], ...] | None:
 
 def _einsum_infer(a: Args) -> TensorType:
     op, values = "einsum", a.values
-    require(len(values) == 2, op, "values", f"expected 2 tensors, found {len(values)}")
+    require(len(values) == 2, op, "values", lambda: f"expected 2 tensors, found {len(values)}")
     equation = a.value("equation")
     require(
         _einsum_pattern(equation) in _EINSUM_PATTERNS,
         op,
         "equation",
-        f"unsupported equation {equation!r}; coremltools accepts only "
-        f"{' and '.join(repr(p) for p in _EINSUM_PATTERNS.values())} (letters may be renamed)",
+        lambda: (
+            f"unsupported equation {equation!r}; coremltools accepts only "
+            f"{' and '.join(repr(p) for p in _EINSUM_PATTERNS.values())} (letters may be renamed)"
+        ),
     )
     x, y = values
     rank = len(equation.partition(",")[0])
@@ -240,15 +251,19 @@ def _einsum_infer(a: Args) -> TensorType:
         x.rank == rank and y.rank == rank,
         op,
         "values",
-        f"equation {equation!r} needs two rank-{rank} tensors, found {list(x.shape)} and "
-        f"{list(y.shape)}",
+        lambda: (
+            f"equation {equation!r} needs two rank-{rank} tensors, found {list(x.shape)} and "
+            f"{list(y.shape)}"
+        ),
     )
     require(
         x.shape[-1] == y.shape[-3],
         op,
         "values",
-        f"contracted dims differ: x {list(x.shape)} dim -1 is {x.shape[-1]}, "
-        f"y {list(y.shape)} dim -3 is {y.shape[-3]}",
+        lambda: (
+            f"contracted dims differ: x {list(x.shape)} dim -1 is {x.shape[-1]}, "
+            f"y {list(y.shape)} dim -3 is {y.shape[-3]}"
+        ),
     )
     batch_axes = (-2, -4) if rank == 4 else (-2,)
     out = [*x.shape[:-1], y.shape[-1]]
@@ -258,7 +273,7 @@ def _einsum_infer(a: Args) -> TensorType:
             dx == dy or 1 in (dx, dy),
             op,
             "values",
-            f"dim {axis} of x {list(x.shape)} and y {list(y.shape)} do not broadcast",
+            lambda: f"dim {axis} of x {list(x.shape)} and y {list(y.shape)} do not broadcast",
         )
         out[axis] = dy if dx == 1 else dx
     return TensorType(x.dtype, tuple(out))

@@ -63,7 +63,9 @@ def _require_shape(a: Args, name: str, expected: tuple) -> None:
         tuple(value.shape) == tuple(expected),
         a.opdef.name,
         name,
-        f"expected shape {list(expected)} (from x {list(a.x.shape)}), found {list(value.shape)}",
+        lambda: (
+            f"expected shape {list(expected)} (from x {list(a.x.shape)}), found {list(value.shape)}"
+        ),
     )
 
 
@@ -72,7 +74,7 @@ def _require_rank_at_least(a: Args, rank: int) -> None:
         a.x.rank >= rank,
         a.opdef.name,
         "x",
-        f"expected rank >= {rank}, found rank {a.x.rank} {a.x.type}",
+        lambda: f"expected rank >= {rank}, found rank {a.x.rank} {a.x.type}",
     )
 
 
@@ -302,7 +304,7 @@ _register_with_ios17_domain(
 
 def _infer_local_response_norm(a: Args) -> TensorType:
     size = int(a.value("size"))
-    require(size >= 1, "local_response_norm", "size", f"expected size >= 1, found {size}")
+    require(size >= 1, "local_response_norm", "size", lambda: f"expected size >= 1, found {size}")
     return a.x.type
 
 

@@ -42,13 +42,15 @@ def _pool_infer(
             nsp <= max_spatial,
             op,
             "x",
-            f"expected at most {max_spatial} spatial dims (rank {max_spatial + 2}), "
-            f"found {list(x.shape)}",
+            lambda: (
+                f"expected at most {max_spatial} spatial dims (rank {max_spatial + 2}), "
+                f"found {list(x.shape)}"
+            ),
         )
         kernel = int_vector(op, a, "kernel_sizes", nsp, 1)
         ceil_mode = bool(a.value("ceil_mode"))
         if ceil_mode:  # coremltools' restrictions (iOS15/pool.py)
-            require(nsp <= 2, op, "ceil_mode", f"needs 1 or 2 spatial dims, found {nsp}")
+            require(nsp <= 2, op, "ceil_mode", lambda: f"needs 1 or 2 spatial dims, found {nsp}")
             require(
                 a.value("pad_type") != "same", op, "ceil_mode", "must be false with pad_type same"
             )
@@ -57,7 +59,7 @@ def _pool_infer(
                 pad[0::2] == pad[1::2],
                 op,
                 "pad",
-                f"ceil_mode needs symmetric padding (before == after), found {pad}",
+                lambda: f"ceil_mode needs symmetric padding (before == after), found {pad}",
             )
         out = window_out(op, a, kernel, [1] * nsp, pad_types, ceil_mode)
         return TensorType(x.dtype, (*x.shape[:2], *out))
@@ -208,16 +210,16 @@ def _out_size(size: int, scale) -> int:
 
 def _scaled_size(op: str, a: Args, name: str, size: int) -> int:
     scale = a.value(name)
-    require(bool(scale > 0), op, name, f"expected a positive scale, found {scale}")
+    require(bool(scale > 0), op, name, lambda: f"expected a positive scale, found {scale}")
     out = _out_size(size, scale)
-    require(out > 0, op, name, f"scale {scale} gives an empty output for size {size}")
+    require(out > 0, op, name, lambda: f"scale {scale} gives an empty output for size {size}")
     return out
 
 
 def _upsample_infer(op: str) -> Callable[[Args], TensorType]:
     def infer(a: Args) -> TensorType:
         x = a.x
-        require(x.rank >= 3, op, "x", f"expected rank >= 3, found {list(x.shape)}")
+        require(x.rank >= 3, op, "x", lambda: f"expected rank >= 3, found {list(x.shape)}")
         height = _scaled_size(op, a, "scale_factor_height", x.shape[-2])
         width = _scaled_size(op, a, "scale_factor_width", x.shape[-1])
         return TensorType(x.dtype, (*x.shape[:-2], height, width))

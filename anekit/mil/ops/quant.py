@@ -69,7 +69,7 @@ def _cast_infer(a: Args) -> TensorType:
     targets = a.opdef.by_name["x"].dtypes or frozenset()
     name = str(a.value("dtype"))
     known = sorted(d.value for d in targets)
-    require(name in known, "cast", "dtype", f"expected one of {known}, found {name!r}")
+    require(name in known, "cast", "dtype", lambda: f"expected one of {known}, found {name!r}")
     return TensorType(DType(name), a.x.shape)
 
 
@@ -104,7 +104,12 @@ register(_cast15.evolve(since="ios17", params=(param("x", _CAST17), _cast15.para
 def _check_per_axis(a: Args, data: str, axis_required: bool) -> None:
     """scale (and zero_point) are scalars, or vectors along ``axis`` of ``data``."""
     op, shape = a.opdef.name, getattr(a, data).shape
-    require(len(shape) >= 1, op, data, f"expected rank >= 1, found scalar {getattr(a, data).type}")
+    require(
+        len(shape) >= 1,
+        op,
+        data,
+        lambda: f"expected rank >= 1, found scalar {getattr(a, data).type}",
+    )
     scale, zero = a.scale, a.zero_point
     axis = a.value("axis")
     if scale.rank == 0 and not axis_required:
@@ -115,13 +120,15 @@ def _check_per_axis(a: Args, data: str, axis_required: bool) -> None:
     for name, v in (("scale", scale), ("zero_point", zero)):
         if v is None:
             continue
-        require(v.rank <= 1, op, name, f"expected a scalar or a vector, found {v.type}")
+        require(v.rank <= 1, op, name, lambda: f"expected a scalar or a vector, found {v.type}")
         if v.rank == 1:
             require(
                 v.shape[0] == shape[axis],
                 op,
                 name,
-                f"expected {shape[axis]} values ({data} dimension {axis}), found {v.shape[0]}",
+                lambda: (
+                    f"expected {shape[axis]} values ({data} dimension {axis}), found {v.shape[0]}"
+                ),
             )
         if not axis_required:
             require(v.rank == scale.rank, op, name, "zero_point and scale must have one rank")
@@ -181,21 +188,21 @@ def _quantize_infer(a: Args) -> TensorType:
         out in ("int8", "uint8"),
         "quantize",
         "output_dtype",
-        f"expected int8 or uint8, found {out!r}",
+        lambda: f"expected int8 or uint8, found {out!r}",
     )
     if a.zero_point is not None:
         require(
             a.zero_point.dtype.value == out,
             "quantize",
             "zero_point",
-            f"dtype {a.zero_point.dtype} differs from output_dtype {out}",
+            lambda: f"dtype {a.zero_point.dtype} differs from output_dtype {out}",
         )
     scale = np.asarray(a.value("scale"))
     require(
         bool(np.all(scale != 0)),
         "quantize",
         "scale",
-        f"expected non-zero scales, found {scale.ravel().tolist()}",
+        lambda: f"expected non-zero scales, found {scale.ravel().tolist()}",
     )
     _check_per_axis(a, "input", axis_required=False)
     return TensorType(DType(out), a.input.shape)

@@ -70,20 +70,27 @@ def _flag_param(name: str, default: bool) -> Param:
 
 
 def _require_tensor(a: Args) -> None:
-    require(a.x.rank >= 1, a.opdef.name, "x", f"expected rank >= 1, found scalar {a.x.type}")
+    require(
+        a.x.rank >= 1, a.opdef.name, "x", lambda: f"expected rank >= 1, found scalar {a.x.type}"
+    )
 
 
 def _index_dtype(a: Args, name: str, length: Any) -> DType:
     """The dtype of an index output chosen by parameter ``name``; int32 where it is not declared."""
     chosen = str(declared(a, name, "int32"))
     op = a.opdef.name
-    require(chosen in _INDEX_DTYPES, op, name, f"expected one of {_INDEX_DTYPES}, found {chosen!r}")
+    require(
+        chosen in _INDEX_DTYPES,
+        op,
+        name,
+        lambda: f"expected one of {_INDEX_DTYPES}, found {chosen!r}",
+    )
     if chosen == "uint16" and isinstance(length, int):
         require(
             length <= 65536,
             op,
             name,
-            f"uint16 indices cannot address an axis of length {length} (at most 65536)",
+            lambda: f"uint16 indices cannot address an axis of length {length} (at most 65536)",
         )
     return DType(chosen)
 
@@ -325,12 +332,14 @@ def _infer_topk(*, minus_one_takes_all: bool) -> InferFn:
         if k == -1 and minus_one_takes_all:
             k = length
         else:
-            require(k >= 1, "topk", "k", f"expected k >= 1, found {k}")
+            require(k >= 1, "topk", "k", lambda: f"expected k >= 1, found {k}")
             require(
                 not isinstance(length, int) or k <= length,
                 "topk",
                 "k",
-                f"k = {k} is larger than axis {axis} of x (length {length}, shape {list(a.x.shape)})",
+                lambda: (
+                    f"k = {k} is larger than axis {axis} of x (length {length}, shape {list(a.x.shape)})"
+                ),
             )
         shape = tuple(k if i == axis else d for i, d in enumerate(a.x.shape))
         values = TensorType(a.x.dtype, shape)
@@ -476,7 +485,7 @@ def _infer_cumsum(a: Args) -> TensorType:
         -1 <= axis < a.x.rank,
         "cumsum",
         "axis",
-        f"expected an axis in [-1, {a.x.rank - 1}] for rank {a.x.rank}, found {axis}",
+        lambda: f"expected an axis in [-1, {a.x.rank - 1}] for rank {a.x.rank}, found {axis}",
     )
     return a.x.type
 

@@ -69,7 +69,7 @@ def static_shape(a: Args, name: str = "x") -> tuple[int, ...]:
         all(isinstance(d, int) for d in shape),
         a.opdef.name,
         name,
-        f"expected a static shape, found {list(shape)}",
+        lambda: f"expected a static shape, found {list(shape)}",
     )
     return tuple(shape)
 
@@ -133,9 +133,11 @@ def reshape_target(op: str, x_shape: tuple[int, ...], spec: list[int], right_zer
         all(d >= -1 for d in spec),
         op,
         "shape",
-        f"expected dimensions >= -1, found shape {spec}",
+        lambda: f"expected dimensions >= -1, found shape {spec}",
     )
-    require(spec.count(-1) <= 1, op, "shape", f"at most one -1 is allowed, found shape {spec}")
+    require(
+        spec.count(-1) <= 1, op, "shape", lambda: f"at most one -1 is allowed, found shape {spec}"
+    )
     out = list(spec)
     if 0 in spec:
         if right_zeros:
@@ -149,7 +151,7 @@ def reshape_target(op: str, x_shape: tuple[int, ...], spec: list[int], right_zer
                 len(spec) == len(x_shape),
                 op,
                 "shape",
-                f"a 0 in shape {spec} needs len(shape) == rank(x) = {len(x_shape)}",
+                lambda: f"a 0 in shape {spec} needs len(shape) == rank(x) = {len(x_shape)}",
             )
             out = [x_shape[i] if d == 0 else d for i, d in enumerate(spec)]
     total = math.prod(x_shape)
@@ -159,8 +161,10 @@ def reshape_target(op: str, x_shape: tuple[int, ...], spec: list[int], right_zer
             known > 0 and total % known == 0,
             op,
             "shape",
-            f"shape {spec} cannot hold x {list(x_shape)}: {total} elements are not a "
-            f"multiple of the {known} elements the other dimensions give",
+            lambda: (
+                f"shape {spec} cannot hold x {list(x_shape)}: {total} elements are not a "
+                f"multiple of the {known} elements the other dimensions give"
+            ),
         )
         out[out.index(-1)] = total // known
     count = math.prod(out)
@@ -168,7 +172,7 @@ def reshape_target(op: str, x_shape: tuple[int, ...], spec: list[int], right_zer
         count == total,
         op,
         "shape",
-        f"shape {spec} has {count} elements but x {list(x_shape)} has {total}",
+        lambda: f"shape {spec} has {count} elements but x {list(x_shape)} has {total}",
     )
     return tuple(out)
 
@@ -218,7 +222,7 @@ def _perm(a: Args) -> list[int]:
         len(perm) == a.x.rank,
         "transpose",
         "perm",
-        f"expected {a.x.rank} entries (rank of x), found perm {perm}",
+        lambda: f"expected {a.x.rank} entries (rank of x), found perm {perm}",
     )
     return axes_indices("transpose", "perm", perm, a.x.rank) if perm else []
 
@@ -250,7 +254,7 @@ def squeezed_shape(op: str, shape: tuple, axes: Any) -> tuple:
 
 
 def _squeeze_infer(a: Args) -> TensorType:
-    require(a.x.rank >= 1, "squeeze", "x", f"expected rank >= 1, found {a.x.type}")
+    require(a.x.rank >= 1, "squeeze", "x", lambda: f"expected rank >= 1, found {a.x.type}")
     return _like_x(a, squeezed_shape("squeeze", a.x.shape, a.value("axes")))
 
 
@@ -301,7 +305,9 @@ register(with_dtypes(_expand15, "ios17", x=T17))
 def flattened_shape(op: str, shape: tuple, axis: int) -> tuple[int, int]:
     """(product of dims before axis, product of dims from axis); axis in [-rank, rank]."""
     rank = len(shape)
-    require(-rank <= axis <= rank, op, "axis", f"axis {axis} out of range [-{rank}, {rank}]")
+    require(
+        -rank <= axis <= rank, op, "axis", lambda: f"axis {axis} out of range [-{rank}, {rank}]"
+    )
     axis = axis + rank if axis < 0 else axis
     return math.prod(shape[:axis]), math.prod(shape[axis:])
 
@@ -359,7 +365,9 @@ def _concat_infer(a: Args) -> TensorType:
     require(len(values) >= 1, "concat", "values", "expected at least one tensor")
     first = values[0]
     rank = first.rank
-    require(rank >= 1, "concat", "values", f"expected tensors of rank >= 1, found {first.type}")
+    require(
+        rank >= 1, "concat", "values", lambda: f"expected tensors of rank >= 1, found {first.type}"
+    )
     axis = axis_index("concat", "axis", int(a.value("axis")), rank)
     interleave = bool(a.value("interleave"))
     for v in values[1:]:
@@ -373,7 +381,7 @@ def _concat_infer(a: Args) -> TensorType:
             same,
             "concat",
             "values",
-            f"expected {rule}, found {list(first.shape)} and {list(v.shape)}",
+            lambda: f"expected {rule}, found {list(first.shape)} and {list(v.shape)}",
         )
     shape = list(first.shape)
     shape[axis] = sum(v.shape[axis] for v in values)
@@ -422,7 +430,7 @@ def _stack_infer(a: Args) -> TensorType:
             v.shape == first.shape,
             "stack",
             "values",
-            f"expected equal shapes, found {list(first.shape)} and {list(v.shape)}",
+            lambda: f"expected equal shapes, found {list(first.shape)} and {list(v.shape)}",
         )
     axis = axis_index("stack", "axis", int(a.value("axis")), first.rank + 1)
     shape = list(first.shape)
@@ -461,7 +469,7 @@ def piece_sizes(op: str, shape: tuple, axis: int, num_splits: Any, sizes: Any) -
             n >= 1 and length % n == 0,
             op,
             "num_splits",
-            f"num_splits {n} does not divide dimension {axis} of size {length}",
+            lambda: f"num_splits {n} does not divide dimension {axis} of size {length}",
         )
         return [length // n] * n
     pieces = const_ints(sizes)
@@ -469,19 +477,19 @@ def piece_sizes(op: str, shape: tuple, axis: int, num_splits: Any, sizes: Any) -
         all(s > 0 for s in pieces) and sum(pieces) == length,
         op,
         "split_sizes",
-        f"expected positive sizes summing to {length} (dimension {axis}), found {pieces}",
+        lambda: f"expected positive sizes summing to {length} (dimension {axis}), found {pieces}",
     )
     require(
         num_splits is None or int(num_splits) == len(pieces),
         op,
         "num_splits",
-        f"num_splits {num_splits} differs from the {len(pieces)} split_sizes {pieces}",
+        lambda: f"num_splits {num_splits} differs from the {len(pieces)} split_sizes {pieces}",
     )
     return pieces
 
 
 def _split_axis_sizes(a: Args) -> tuple[int, list[int]]:
-    require(a.x.rank >= 1, "split", "x", f"expected rank >= 1, found {a.x.type}")
+    require(a.x.rank >= 1, "split", "x", lambda: f"expected rank >= 1, found {a.x.type}")
     axis = axis_index("split", "axis", int(a.value("axis")), a.x.rank)
     return axis, piece_sizes(
         "split", a.x.shape, axis, a.value("num_splits"), a.value("split_sizes")
@@ -532,7 +540,7 @@ def _tile_shape(op: str, shape: tuple, reps: Any) -> tuple:
         len(counts) == len(shape) and all(r > 0 for r in counts),
         op,
         "reps",
-        f"expected {len(shape)} positive counts (rank of x), found reps {counts}",
+        lambda: f"expected {len(shape)} positive counts (rank of x), found reps {counts}",
     )
     return tuple(d * r for d, r in zip(shape, counts, strict=True))
 

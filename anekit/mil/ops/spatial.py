@@ -33,13 +33,20 @@ def pad_widths(op: str, shape: tuple, pad: Any, mode: str) -> list[tuple[int, in
     """(before, after) for every dimension; ``pad`` covers the last len(pad) / 2 of them."""
     amounts = const_ints(pad)
     rank = len(shape)
-    require(mode in _PAD_MODES, op, "mode", f"expected one of {sorted(_PAD_MODES)}, found {mode!r}")
+    require(
+        mode in _PAD_MODES,
+        op,
+        "mode",
+        lambda: f"expected one of {sorted(_PAD_MODES)}, found {mode!r}",
+    )
     require(
         len(amounts) % 2 == 0 and len(amounts) // 2 <= rank and min(amounts, default=0) >= 0,
         op,
         "pad",
-        f"expected an even count of non-negative sizes for at most {rank} dimensions, "
-        f"found pad {amounts}",
+        lambda: (
+            f"expected an even count of non-negative sizes for at most {rank} dimensions, "
+            f"found pad {amounts}"
+        ),
     )
     widths = [(0, 0)] * (rank - len(amounts) // 2) + list(
         zip(amounts[::2], amounts[1::2], strict=True)
@@ -52,8 +59,10 @@ def pad_widths(op: str, shape: tuple, pad: Any, mode: str) -> list[tuple[int, in
                 max(before, after) <= d - limit,
                 op,
                 "pad",
-                f"{mode} padding of dimension {i} (size {d}) is at most {d - limit}, "
-                f"found ({before}, {after})",
+                lambda: (
+                    f"{mode} padding of dimension {i} (size {d}) is at most {d - limit}, "
+                    f"found ({before}, {after})"
+                ),
             )
     return widths
 
@@ -102,14 +111,16 @@ declare(
 
 
 def _nchw(a: Args) -> tuple[int, int, int, int]:
-    require(a.x.rank == 4, a.opdef.name, "x", f"expected rank 4 (N, C, H, W), found {a.x.type}")
+    require(
+        a.x.rank == 4, a.opdef.name, "x", lambda: f"expected rank 4 (N, C, H, W), found {a.x.type}"
+    )
     n, c, h, w = static_shape(a)
     return n, c, h, w
 
 
 def _factor(a: Args, name: str) -> int:
     f = int(a.value(name))
-    require(f >= 1, a.opdef.name, name, f"expected a positive factor, found {f}")
+    require(f >= 1, a.opdef.name, name, lambda: f"expected a positive factor, found {f}")
     return f
 
 
@@ -121,7 +132,7 @@ def _to_space(a: Args, name: str) -> TensorType:
         c % (b * b) == 0,
         a.opdef.name,
         "x",
-        f"channels {c} are not a multiple of {name}^2 = {b * b}",
+        lambda: f"channels {c} are not a multiple of {name}^2 = {b * b}",
     )
     return TensorType(a.x.dtype, (n, c // (b * b), h * b, w * b))
 
@@ -134,7 +145,7 @@ def _to_depth(a: Args, name: str) -> TensorType:
         h % b == 0 and w % b == 0,
         a.opdef.name,
         "x",
-        f"spatial size {h}x{w} is not a multiple of {name} {b}",
+        lambda: f"spatial size {h}x{w} is not a multiple of {name} {b}",
     )
     return TensorType(a.x.dtype, (n, c * b * b, h // b, w // b))
 
@@ -226,14 +237,14 @@ def _block_pairs(a: Args, name: str) -> tuple[list[int], list[tuple[int, int]]]:
         len(block) == 2 and min(block) >= 1,
         op,
         "block_shape",
-        f"expected 2 positive sizes, found {block}",
+        lambda: f"expected 2 positive sizes, found {block}",
     )
     given = np.asarray(a.value(name))
     require(
         given.shape == (2, 2) and given.min() >= 0,
         op,
         name,
-        f"expected non-negative tensor<int32, [2, 2]>, found shape {list(given.shape)}",
+        lambda: f"expected non-negative tensor<int32, [2, 2]>, found shape {list(given.shape)}",
     )
     pairs = [(int(given[i, 0]), int(given[i, 1])) for i in range(2)]
     return block, pairs
@@ -247,7 +258,7 @@ def _space_to_batch_infer(a: Args) -> TensorType:
         all(p % b == 0 for p, b in zip(padded, block, strict=True)),
         "space_to_batch",
         "paddings",
-        f"padded spatial size {padded} is not a multiple of block_shape {block}",
+        lambda: f"padded spatial size {padded} is not a multiple of block_shape {block}",
     )
     return TensorType(
         a.x.dtype, (n * block[0] * block[1], c, padded[0] // block[0], padded[1] // block[1])
@@ -269,10 +280,10 @@ def _batch_to_space_infer(a: Args) -> TensorType:
         n % (block[0] * block[1]) == 0,
         "batch_to_space",
         "x",
-        f"batch {n} is not a multiple of block_shape {block[0]} x {block[1]}",
+        lambda: f"batch {n} is not a multiple of block_shape {block[0]} x {block[1]}",
     )
     out = [d * b - c0 - c1 for d, b, (c0, c1) in zip((h, w), block, crops, strict=True)]
-    require(min(out) >= 1, "batch_to_space", "crops", f"crops {crops} leave no elements")
+    require(min(out) >= 1, "batch_to_space", "crops", lambda: f"crops {crops} leave no elements")
     return TensorType(a.x.dtype, (n // (block[0] * block[1]), c, out[0], out[1]))
 
 
