@@ -44,9 +44,39 @@ def compile(program: Program, *, storage: str = "fp16", **options: Any) -> Refer
     return ReferenceKernel(program, storage=storage)
 
 
-def _to_fp16(r: Any) -> np.ndarray:
-    # straight to fp16: a float64 result rounded via fp32 would round twice
-    return np.asarray(r).astype(np.float16).astype(np.float32)
+_FP16_MIN_NORMAL = np.float32(2.0**-14)
+_FP16_OVERFLOW = np.float32(65520.0)  # the smallest magnitude that rounds to inf
+_HALF = np.float32(0.5)
+
+
+def round_to_fp16(r: Any) -> np.ndarray:
+    """Round to the nearest fp16 value (ties to even), held in a new float32 array.
+
+    Exactly ``x.astype(float16).astype(float32)``, computed on the float32 bits: twice as
+    fast, and free of NumPy's scalar path for fp16 subnormals, which is about 20x slower
+    and common in training (small gradients, softmax tails).
+    """
+    r = np.asarray(r)
+    if r.dtype != np.float32:  # a float64 result rounds once, straight to fp16
+        return r.astype(np.float16).astype(np.float32)
+    if r.ndim == 0:  # NumPy gives scalars, not arrays, for 0-d arithmetic
+        return round_to_fp16(r.reshape(1)).reshape(())
+    bits = r.view(np.uint32)
+    t = np.right_shift(bits, 13)  # round half to even at the 10th mantissa bit
+    t &= 1
+    t += 0xFFF
+    t += bits
+    t &= 0xFFFFE000
+    y = t.view(np.float32)
+    a = np.abs(r)
+    small = a < _FP16_MIN_NORMAL
+    if small.any():  # fp16 subnormals are multiples of 2^-24: float32's grid just above 0.5
+        y[small] = np.copysign((a[small] + _HALF) - _HALF, r[small])
+    special = ~(a < _FP16_OVERFLOW)  # overflow, inf or NaN
+    if special.any():
+        v = r[special]
+        y[special] = np.where(np.isnan(v), v, np.copysign(np.inf, v))
+    return y
 
 
 def _as_fp32(r: Any) -> np.ndarray:
@@ -56,7 +86,7 @@ def _as_fp32(r: Any) -> np.ndarray:
 def _storage(dtype: DType, storage: str = "fp16") -> Callable[[Any], np.ndarray]:
     """Return the function that rounds a result to ``dtype`` and holds it for compute."""
     if dtype is DType.fp16:
-        return _to_fp16 if storage == "fp16" else _as_fp32
+        return round_to_fp16 if storage == "fp16" else _as_fp32
     if dtype is DType.string:
         return lambda r: r
     target = dtype.numpy
