@@ -47,6 +47,7 @@ def compile(program: Program, *, storage: str = "fp16", **options: Any) -> Refer
 _FP16_MIN_NORMAL = np.float32(2.0**-14)
 _FP16_OVERFLOW = np.float32(65520.0)  # the smallest magnitude that rounds to inf
 _HALF = np.float32(0.5)
+_BIT_ROUNDING_FROM = 4096  # elements; below this NumPy's conversion is faster (benchmarks/runtime.py)
 
 
 def round_to_fp16(r: Any) -> np.ndarray:
@@ -57,10 +58,11 @@ def round_to_fp16(r: Any) -> np.ndarray:
     and common in training (small gradients, softmax tails).
     """
     r = np.asarray(r)
-    if r.dtype != np.float32:  # a float64 result rounds once, straight to fp16
-        return r.astype(np.float16).astype(np.float32)
-    if r.ndim == 0:  # NumPy gives scalars, not arrays, for 0-d arithmetic
-        return round_to_fp16(r.reshape(1)).reshape(())
+    # A float64 result rounds once, straight to fp16; small arrays are dominated by the
+    # per-call cost of the dozen NumPy calls below, so they convert directly too.
+    if r.dtype != np.float32 or r.size < _BIT_ROUNDING_FROM:
+        with np.errstate(over="ignore"):  # overflow to inf is the modelled result
+            return r.astype(np.float16).astype(np.float32)
     bits = r.view(np.uint32)
     t = np.right_shift(bits, 13)  # round half to even at the 10th mantissa bit
     t &= 1
