@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
-    except AnekitError as err:
+    except (AnekitError, OSError) as err:  # bad input, unreadable path: a message, no traceback
         print(f"anekit {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -11,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from anekit.backends import compile, resolve_backend
-from anekit.mil.parser import load, parse
-from anekit.mil.program import Program
+from anekit.backends.base import TensorSpec, convert_input
+from anekit.mil.parser import decode_mil, load, parse
+from anekit.mil.program import Program, write_atomic
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +38,7 @@ def read_program(model: str, weights: str | None = None) -> Program:
         return load(path)
     mil_path = path / "model.mil" if path.is_dir() else path
     try:
-        text = mil_path.read_text(encoding="utf-8")
+        text = decode_mil(mil_path.read_bytes(), str(mil_path))
     except OSError as e:
         raise SystemExit(f"anekit: cannot read {mil_path}: {e.strerror}") from e
     default = mil_path.parent / "weights" if (mil_path.parent / "weights").is_dir() else mil_path.parent
@@ -46,18 +48,27 @@ def read_program(model: str, weights: str | None = None) -> Program:
 def gather_inputs(program: Program, specs: list[str], random: bool, seed: int) -> dict[str, np.ndarray]:
     """Inputs from NAME=FILE.npy arguments, and random values for the rest when asked."""
     arrays: dict[str, np.ndarray] = {}
+    names = [v.name for v in program.inputs]
     for spec in specs:
         name, sep, file = spec.partition("=")
         if not sep:
             raise SystemExit(f"anekit run: --input expects NAME=FILE.npy, found {spec!r}")
-        arrays[name] = np.load(file, allow_pickle=False)
+        if name in arrays:
+            raise SystemExit(f"anekit run: --input {spec!r}: {name!r} is given twice")
+        if name not in names:
+            raise SystemExit(f"anekit run: --input {spec!r}: the program's inputs are {names}")
+        try:
+            arrays[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:  # missing, not .npy, or object (pickled) data
+            message = f"anekit run: --input {spec!r}: cannot read {file} as .npy: {e}"
+            raise SystemExit(message) from e
     rng = np.random.default_rng(seed)
     for v in program.inputs:
         if v.name in arrays:
             continue
         if not random:
             raise SystemExit(f"anekit run: no value for input {v.name!r} {v.type}; give --input or --random")
-        shape = tuple(int(d) for d in v.shape)
+        shape = TensorSpec.of(v).shape
         if v.dtype.is_float:
             arrays[v.name] = rng.standard_normal(shape).astype(v.dtype.numpy)
         elif v.dtype.is_int:
@@ -65,6 +76,13 @@ def gather_inputs(program: Program, specs: list[str], random: bool, seed: int) -
         else:
             arrays[v.name] = rng.random(shape) < 0.5
     return arrays
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write arrays as an .npz file at exactly ``path``, atomically."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_atomic(path, buffer.getvalue())
 
 
 def summarise(name: str, a: np.ndarray) -> dict[str, object]:
@@ -80,19 +98,25 @@ def summarise(name: str, a: np.ndarray) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.repeat < 1:
+        raise SystemExit(f"anekit run: --repeat must be >= 1, found {args.repeat}")
     program = read_program(args.model, args.weights)
     inputs = gather_inputs(program, args.input, args.random, args.seed)
+    try:  # before compiling: a wrong --input file should not cost a compile
+        inputs = {v.name: convert_input(TensorSpec.of(v), inputs[v.name]) for v in program.inputs}
+    except ValueError as e:  # wrong shape, or a dtype that would lose data
+        raise SystemExit(f"anekit run: {e}") from e
     backend = resolve_backend(args.backend)
     start = time.perf_counter()
     with compile(program, backend=backend) as kernel:
         compile_s = time.perf_counter() - start
         times = []
-        for _ in range(max(args.repeat, 1)):
+        for _ in range(args.repeat):
             t0 = time.perf_counter()
             outputs = kernel(**inputs)
             times.append(time.perf_counter() - t0)
     if args.out:
-        np.savez(args.out, **outputs)
+        write_npz(Path(args.out), outputs)
     rows = [summarise(name, a) for name, a in outputs.items()]
     timing = {"compile_ms": compile_s * 1e3, "run_ms": float(np.median(times)) * 1e3, "repeat": len(times)}
     if args.json:

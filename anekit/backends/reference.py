@@ -191,6 +191,7 @@ class ReferenceKernel(Kernel):
         return result
 
     def run(self) -> None:
+        self._check_open()
         env = self._execute(self._in_buffers)
         for name, slot, _ in self._out_slots:
             np.copyto(self._out_buffers[name], env[slot], casting="unsafe")

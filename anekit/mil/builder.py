@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +43,7 @@ class Builder:
     def __init__(self, opset: str = "ios18", function: str = "main") -> None:
         if opset not in registry.OPSETS:
             raise ValueError(f"unknown opset {opset!r}; expected one of {registry.OPSETS}")
+        _check_name(function, "function name")
         self.opset = opset
         self.function = function
         self._inputs: list[Value] = []
@@ -49,12 +51,15 @@ class Builder:
         self._outputs: list[Value] = []
         self._names: set[str] = set()
         self._inlined: set[int] = set()  # const ops whose value an attribute-only op took in
+        self._built: set[int] = set()  # values a built Program holds: renaming them would change it
+        self._own: set[int] = set()  # every value this function defines (inputs, op outputs)
 
     # -- values ---------------------------------------------------------------------------
     def input(self, name: str, shape: Sequence[int], dtype: str | DType = "fp16") -> Value:
         """Declare a function input of the given shape and dtype."""
-        v = Value(self._claim(name), TensorType(DType(dtype), tuple(int(d) for d in shape)))
+        v = Value(self._claim(name), TensorType(DType(dtype), _dims(name, shape)))
         self._inputs.append(v)
+        self._own.add(id(v))
         return v
 
     def const(self, value: Any, name: str | None = None, dtype: str | DType | None = None) -> Value:
@@ -66,6 +71,10 @@ class Builder:
     def weight(self, name: str, array: Any, dtype: str | DType | None = None) -> Value:
         """Add a constant stored in its own weight file (``BLOBFILE``), as the ANE compiler prefers."""
         arr = _as_array(array, dtype)
+        if arr.size == 0:
+            raise ValueError(
+                f"weight {name!r}: shape {arr.shape} is empty; a weight file cannot hold it"
+            )
         file = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "weight"
         inline = Value("", TensorType(dtype_of(arr), tuple(arr.shape)), None, arr)
         inline.blob = BlobRef(f"{WEIGHTS_PREFIX}{self._claim_file(file)}.bin", 64)
@@ -73,7 +82,16 @@ class Builder:
 
     def output(self, value: Value, name: str | None = None) -> Value:
         """Mark a value as a function output, renaming it to ``name``."""
+        self._check_own(value)
+        if any(v is value for v in self._outputs):
+            raise ValueError(f"value {value.name!r} is already an output")
         if name is not None and name != value.name:
+            _check_name(name, "output name")
+            if id(value) in self._built:
+                raise ValueError(
+                    f"cannot rename {value.name!r} to {name!r}: a Program built earlier holds it; "
+                    "name outputs before build()"
+                )
             if name in self._names:
                 raise ValueError(f"output name {name!r} is already used by another value")
             self._names.discard(value.name)
@@ -93,6 +111,8 @@ class Builder:
             self.function, tuple(self._inputs), self._live_ops(), tuple(self._outputs), self.opset
         )
         check_function(fn)
+        self._built.update(id(v) for v in fn.inputs)
+        self._built.update(id(v) for op in fn.ops for v in op.outputs)
         return Program({self.function: fn})
 
     # -- ops ------------------------------------------------------------------------------
@@ -167,6 +187,7 @@ class Builder:
         if "const" in opdef.traits:
             outs[0].const = inputs["val"].const
         self._ops.append(op)
+        self._own.update(id(v) for v in outs)
         return outs[0] if len(outs) == 1 else outs
 
     def _const_op(self, inline: Value, name: str) -> Value:
@@ -185,9 +206,15 @@ class Builder:
         self._inlined.add(id(producer))
         return producer.inputs["val"]
 
+    def _check_own(self, value: Any) -> None:
+        """Reject what is not a Value of this builder's function."""
+        if not isinstance(value, Value):
+            raise TypeError(f"expected a Value of this Builder, found {type(value).__name__}")
+        if id(value) not in self._own:
+            raise ValueError(f"value {value.name!r} does not belong to this Builder's function")
+
     def _claim(self, name: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"invalid MIL name {name!r}: use letters, digits and underscores")
+        _check_name(name, "MIL name")
         if name in self._names:
             raise ValueError(f"name {name!r} is already used in this function")
         self._names.add(name)
@@ -214,6 +241,22 @@ class Builder:
         return candidate
 
 
+def _check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"invalid {what} {name!r}: use letters, digits and underscores")
+
+
+def _dims(name: str, shape: Sequence[int]) -> tuple[int, ...]:
+    """The dims of input ``name``: non-negative integers, nothing rounded."""
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"input {name!r}: expected a shape of integers, found {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"input {name!r}: dimensions must be >= 0, found {list(dims)}")
+    return dims
+
+
 def _tuple(v: Any) -> Any:
     return tuple(v) if isinstance(v, (list, tuple)) else v
 
@@ -222,9 +265,13 @@ def _as_array(value: Any, dtype: str | DType | None) -> np.ndarray:
     arr = np.asarray(value)
     if dtype is not None:
         target = DType(dtype).numpy
-        converted = arr.astype(target)
-        if arr.dtype.kind in "iu" and not np.array_equal(converted, arr):
-            raise ValueError(f"values do not fit in {dtype}")
+        with np.errstate(over="ignore", invalid="ignore"):  # both are checked just below
+            converted = arr.astype(target)
+        if arr.dtype.kind in "iuf" and converted.dtype.kind in "iu":
+            if not np.array_equal(converted, arr):
+                raise ValueError(f"values do not fit in {dtype} (out of range or not integers)")
+        elif arr.dtype.kind in "iuf" and (np.isinf(converted) & ~np.isinf(arr)).any():
+            raise ValueError(f"values overflow {dtype} (finite values would become inf)")
         return converted
     if arr.dtype == np.float64:
         raise TypeError(

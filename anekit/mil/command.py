@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from anekit.mil.parser import load, parse
+from anekit.mil.parser import decode_mil, load, parse
 from anekit.mil.text import DIALECTS
 
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         program = load(path)
         original = (path / "model.mil").read_text(encoding="utf-8")
     else:
-        original = path.read_text(encoding="utf-8")
+        original = decode_mil(path.read_bytes(), str(path))
         weights = path.parent / "weights" if (path.parent / "weights").is_dir() else path.parent
         program = parse(original, weights, file=str(path))
     text = program.to_text(args.dialect)

@@ -40,6 +40,7 @@ _BLOB_LITERAL = re.compile(
 )
 # literal text -> its parsed, read-only Value (see TokenReader.cache_literal)
 _LITERALS: dict[str, Value] = {}
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
 _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
@@ -433,4 +434,4 @@ def _unquote(tok: str) -> str:
     body = tok[1:-1]
     if "\\" not in body:
         return body
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)

@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import MilTypeError
+from anekit.errors import MilSyntaxError, MilTypeError
 from anekit.mil.lexer import IDENT, SCALAR_NAMES, TYPES, TokenReader
 from anekit.mil.ops import registry
 from anekit.mil.program import Function, Operation, Program, Value
@@ -51,10 +51,24 @@ def load(directory: str | Path) -> Program:
     root = Path(directory)
     mil_path = root / "model.mil"
     try:
-        text = mil_path.read_text(encoding="utf-8")
+        data = mil_path.read_bytes()
     except OSError as e:
         raise FileNotFoundError(f"{mil_path}: cannot read model.mil ({e.strerror})") from e
-    return parse(text, root / "weights", file=str(mil_path))
+    return parse(decode_mil(data, str(mil_path)), root / "weights", file=str(mil_path))
+
+
+def decode_mil(data: bytes, file: str) -> str:
+    """The UTF-8 text of a MIL file, newlines as ``read_text`` gives them; bad bytes are errors."""
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        raise MilSyntaxError(
+            f"expected UTF-8 text, found byte 0x{data[e.start]:02x}",
+            line=data.count(b"\n", 0, e.start) + 1,
+            column=len(data[line_start : e.start].decode("utf-8", "replace")) + 1,
+            file=file,
+        ) from None
 
 
 class _Parser(TokenReader):

@@ -209,7 +209,9 @@ def _unpack_ops(packing: Packing, opset: str) -> Function:
             size=list(s.packed_shape),
         )
         if s.packed_shape != s.shape:
-            part = b.reshape(name=f"{packing.name}_{i}_r", x=part, shape=list(s.shape))
+            # an int32 array, not a list: a rank-0 input's shape is empty and has no dtype
+            shape = np.array(s.shape, dtype=np.int32)
+            part = b.reshape(name=f"{packing.name}_{i}_r", x=part, shape=shape)
         b.output(part, s.name)
     return b.build().main
 

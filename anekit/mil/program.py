@@ -182,11 +182,17 @@ class Program:
 
     def save(self, directory: str | os.PathLike[str], dialect: str = "ios18") -> Path:
         """Write ``model.mil`` and ``weights/*.bin`` into ``directory`` (created if needed)."""
+        # Everything that can fail on the program runs before the first write, so a
+        # rejected save leaves an existing model directory as it was.
+        text = self.to_text(dialect).encode("utf-8")
+        files = self.weight_files()
         out = Path(directory)
         (out / "weights").mkdir(parents=True, exist_ok=True)
-        for path, data in self.weight_files().items():
-            write_atomic(out / "weights" / path[len(WEIGHTS_PREFIX) :], data)
-        write_atomic(out / "model.mil", self.to_text(dialect).encode("utf-8"))
+        for path, data in files.items():
+            target = out / "weights" / path[len(WEIGHTS_PREFIX) :]
+            target.parent.mkdir(parents=True, exist_ok=True)  # a parsed path may name a subdir
+            write_atomic(target, data)
+        write_atomic(out / "model.mil", text)
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -207,9 +213,14 @@ def _same_weights(a: Program, b: Program) -> bool:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write a file so a crash leaves either the old or the new content, never a mix."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the file asked for, not the temporary one
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         with os.fdopen(fd, "wb") as f:
+            # mkstemp creates the file 0600; give it the mode an ordinary open() would.
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -217,6 +228,13 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; the restrictive stand-in lasts a moment)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def literal_value(raw: Any, p: Param, args: Args | None = None) -> Value:

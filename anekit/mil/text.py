@@ -136,7 +136,9 @@ def _type_text(t: TensorType, legacy: bool) -> str:
 
 
 def _string(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    # \r too: a reader that translates newlines would otherwise split the line
+    escaped = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return '"' + escaped + '"'
 
 
 def _element(dtype: DType, x: Any) -> str:

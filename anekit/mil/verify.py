@@ -96,9 +96,13 @@ def check_function(fn: Function) -> None:
                 )
         for v in op.outputs:
             _define(defined, v, op.line)
+    returned: set[str] = set()
     for v in fn.outputs:
         if v.name not in defined:
             raise MilTypeError(f"function {fn.name!r} returns undefined value {v.name!r}")
+        if v.name in returned:  # output names are a kernel's interface: each names one output
+            raise MilTypeError(f"function {fn.name!r} returns {v.name!r} more than once")
+        returned.add(v.name)
 
 
 def _define(defined: set[str], v: Value, line: int | None) -> None:
