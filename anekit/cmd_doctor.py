@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from anekit.doctor import format_report, report
@@ -18,6 +19,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json and Path(args.json).is_dir():
+        print(
+            f"anekit doctor: --json {args.json} is a directory; expected a file name",
+            file=sys.stderr,
+        )
+        return 2
     r = report(smoke=not args.no_smoke)
     print(format_report(r))
     if args.json:

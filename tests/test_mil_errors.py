@@ -222,3 +222,16 @@ def test_mutated_programs_raise_only_anekit_errors(text: str) -> None:
     except AnekitError:
         return
     assert mil.parse(program.to_text()).to_text() == program.to_text()
+
+
+@pytest.mark.parametrize("cut", ['name = string(', 'name = string("s"', "val = bool(", "val = fp16("])
+def test_text_ending_inside_a_literal_is_a_syntax_error(cut: str) -> None:
+    text = BASE[: BASE.index(cut) + len(cut)]
+    with pytest.raises(MilSyntaxError, match="end of input"):
+        mil.parse(text)
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path) -> None:
+    from anekit.mil.parser import decode_mil
+
+    assert decode_mil(b"\xef\xbb\xbf" + BASE.encode(), "m.mil") == BASE

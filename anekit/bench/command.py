@@ -67,10 +67,6 @@ def run(args: argparse.Namespace) -> int:
         if missing is not None:
             print(f"anekit bench: {missing}", file=sys.stderr)
             return 2
-    problem = _prepare_outputs(args)
-    if problem is not None:
-        print(f"anekit bench: {problem}", file=sys.stderr)
-        return 2
     chip = args.chip
     if chip is None:
         chip, reason = default_chip()
@@ -79,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         chip = get_chip(chip).name
     except ValueError as e:
         print(f"anekit bench: --chip: {e}", file=sys.stderr)
+        return 2
+    problem = _prepare_outputs(args)
+    if problem is not None:
+        print(f"anekit bench: {problem}", file=sys.stderr)
         return 2
     total = sum(len(cases) for _, cases in runner.plan(args.suite, args.quick))
     with _Progress(total) as progress:
@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare_outputs(args: argparse.Namespace) -> str | None:
     """Create the output directories before measuring, so a long run cannot fail at the end."""
+    for flag, file in (("--json", args.json), ("--report", args.report)):
+        if file and Path(file).is_dir():
+            return f"{flag} {file} is a directory; expected a file name"
     dirs = [Path(f).parent for f in (args.json, args.report) if f]
     dirs += [Path(args.plot)] if args.plot else []
     for d in dirs:

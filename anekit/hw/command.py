@@ -17,9 +17,19 @@ def add_program_arguments(parser: argparse.ArgumentParser) -> None:
         "path", help="a model.mil file, or a model directory (model.mil + weights/)"
     )
     parser.add_argument(
-        "--chip", help=f"chip profile ({', '.join(chips())}); default: the host's, else m4"
+        "--chip",
+        type=chip_name,
+        help=f"chip profile ({', '.join(chips())}); default: the host's, else m4",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def chip_name(text: str) -> str:
+    """An argparse ``type`` for ``--chip``: an unknown name is a usage error, not a traceback."""
+    try:
+        return get_chip(text).name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def load_program(path_text: str) -> Program | None:
@@ -27,7 +37,7 @@ def load_program(path_text: str) -> Program | None:
 
     Returns None, having said why on stderr, when the path does not exist.
     """
-    from anekit.mil.parser import load, parse
+    from anekit.mil.parser import decode_mil, load, parse
 
     path = Path(path_text)
     if not path.exists():
@@ -36,7 +46,7 @@ def load_program(path_text: str) -> Program | None:
     if path.is_dir():
         return load(path)
     weights = path.parent / "weights" if (path.parent / "weights").is_dir() else path.parent
-    return parse(path.read_text(encoding="utf-8"), weights, file=str(path))
+    return parse(decode_mil(path.read_bytes(), str(path)), weights, file=str(path))
 
 
 def resolve_chip(name: str | None) -> Chip:

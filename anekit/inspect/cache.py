@@ -61,7 +61,8 @@ def list_bundles(root: str | Path, *, now: float | None = None) -> list[Bundle]:
     """Every ``*.bundle`` directory under ``root``, sorted by path."""
     root = Path(root)
     if not root.is_dir():
-        raise InspectError("expected a cache directory; it does not exist", file=str(root))
+        found = "a file" if root.exists() else "nothing (it does not exist)"
+        raise InspectError(f"expected a cache directory, found {found}", file=str(root))
     now = time.time() if now is None else now
     bundles = []
     for path in sorted(p for p in root.rglob("*.bundle") if p.is_dir()):

@@ -271,7 +271,7 @@ class TokenReader:
             raise self.error("uint64 literal outside BLOBFILE", index)
         t = self.type()
         self.expect("(")
-        if t.dtype is DType.string and not t.shape and self.toks[self.i + 1] == ")":
+        if t.dtype is DType.string and not t.shape and self.toks[self.i + 1 : self.i + 2] == [")"]:
             value = Value("", t, None, self.element(DType.string))  # names: the common case
         elif self.peek() == "BLOBFILE":
             value = self.blobfile(t, index)

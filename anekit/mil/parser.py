@@ -59,8 +59,8 @@ def load(directory: str | Path) -> Program:
 
 def decode_mil(data: bytes, file: str) -> str:
     """The UTF-8 text of a MIL file, newlines as ``read_text`` gives them; bad bytes are errors."""
-    try:
-        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    try:  # utf-8-sig: editors on Windows start files with a byte-order mark
+        return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         line_start = data.rfind(b"\n", 0, e.start) + 1
         raise MilSyntaxError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from anekit.train.config import CONFIGS, ModelConfig, TrainConfig, get_config
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from anekit.hw.command import chip_name
+
     parser.add_argument(
         "--config", default="tiny", choices=sorted(CONFIGS), help="model config (default: tiny)"
     )
@@ -27,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--tokenizer", help="llama2.c tokenizer.bin for a .bin file (default: next to it)"
     )
     parser.add_argument("--steps", type=int, help="optimizer steps (default: the config's)")
-    parser.add_argument("--seed", type=int, help="initialisation and data-order seed")
+    parser.add_argument("--seed", type=non_negative(int), help="initialisation and data-order seed")
     parser.add_argument(
         "--backend", help="kernel backend: ane | reference (default: best available)"
     )
@@ -41,15 +44,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
     parser.add_argument("--warmup", type=int, help="warmup steps")
     parser.add_argument(
-        "--save-every", type=int, default=100, help="checkpoint every N steps (0: only at the end)"
+        "--save-every",
+        type=non_negative(int),
+        default=100,
+        help="checkpoint every N steps (0: only at the end)",
     )
     parser.add_argument(
-        "--chip", default="m4", help="chip for the cost model's predicted ANE time (default: m4)"
+        "--chip",
+        default="m4",
+        type=chip_name,
+        help="chip for the cost model's predicted ANE time (default: m4)",
     )
     parser.add_argument(
-        "--sample-tokens", type=int, default=200, help="tokens to sample at the end (0: none)"
+        "--sample-tokens",
+        type=non_negative(int),
+        default=200,
+        help="tokens to sample at the end (0: none)",
     )
     parser.add_argument("--prompt", default="", help="prompt for the final sample")
+
+
+def non_negative(kind: type) -> Any:
+    """An argparse ``type``: a finite ``kind`` (int or float) that is at least 0."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,6 +92,13 @@ def run(args: argparse.Namespace) -> int:
             f"vocabulary: {model_cfg.vocab_size} -> {tokenizer.vocab_size} (the data's tokenizer)"
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
+    if len(tokens) <= model_cfg.seq_len:
+        print(
+            f"anekit train: error: {args.data or 'the default corpus'} has {len(tokens)} tokens; "
+            f"config {args.config} needs at least {model_cfg.seq_len + 1} (seq_len + 1)",
+            file=sys.stderr,
+        )
+        return 2
     out = Path(args.out or f"out/train-{args.config}")
     try:
         train_cfg = _train_config(args, named.train, out)
@@ -80,9 +112,16 @@ def _train_config(args: argparse.Namespace, default: TrainConfig, out: Path) -> 
     """The run's settings: the config's (or, resuming, the checkpoint's), then the flags given."""
     base = default
     if args.resume:
+        from anekit.errors import CheckpointError
         from anekit.train.checkpoint import read_state
 
-        base = TrainConfig.from_dict(read_state(out)["train"])
+        state = read_state(out)
+        try:
+            base = TrainConfig.from_dict(state["train"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(
+                f"state.json has no valid train config: {e!r}", path=state["directory"]
+            ) from e
     flags = {
         "steps": args.steps,
         "seed": args.seed,
@@ -118,6 +157,10 @@ def _train(
         if args.resume:
             state = trainer.restore(out)
             print(f"resumed from {state['directory']} at step {trainer.step}")
+            if trainer.step >= train_cfg.steps:
+                print(
+                    f"nothing to train: the run already has {trainer.step} of {train_cfg.steps} steps"
+                )
         _print_header(trainer, args.chip)
         history = _loop(trainer, out, args)
         if trainer.step >= train_cfg.steps and args.sample_tokens > 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -120,8 +121,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError("steps, batch_size and grad_accum must be at least 1")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"need 0 <= min_lr <= lr, found min_lr={self.min_lr}, lr={self.lr}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be at least 0, found {self.warmup}")
+        if not 0 <= self.min_lr <= self.lr < math.inf:
+            raise ValueError(
+                f"need 0 <= min_lr <= lr < inf, found min_lr={self.min_lr}, lr={self.lr}"
+            )
         if self.loss_scale <= 0:
             raise ValueError(f"loss_scale must be positive, found {self.loss_scale}")
 

@@ -77,6 +77,8 @@ class Llama2cTokenizer:
             self.pieces.append(data[offset : offset + length])
             self.scores.append(score)
             offset += length
+        if len(self.pieces) < 2:  # a model needs at least two tokens to predict between
+            raise ValueError(f"{self.path}: {len(self.pieces)} token(s); expected at least 2")
         self.vocab_size = len(self.pieces)
         self._ids = {p: i for i, p in enumerate(self.pieces)}
 
@@ -142,6 +144,11 @@ def load_data(
     path: str | Path | None, tokenizer_path: str | Path | None = None
 ) -> tuple[np.ndarray, Tokenizer]:
     """Tokens and tokenizer of a training file: ``.bin`` (llama2.c uint16), anything else text; None: the default corpus."""
+    if tokenizer_path is not None and (path is None or Path(path).suffix != ".bin"):
+        raise ValueError(
+            f"a tokenizer ({tokenizer_path}) applies only to llama2.c .bin data; "
+            f"found {'the default corpus' if path is None else repr(str(path))}, read as UTF-8 bytes"
+        )
     if path is None:
         return default_corpus(), ByteTokenizer()
     path = Path(path)
@@ -158,7 +165,8 @@ def load_data(
             f"{path}: llama2.c tokens need their tokenizer; {tok_path} not found (--tokenizer)"
         )
     tokenizer = Llama2cTokenizer(tok_path)
-    tokens = np.memmap(path, dtype="<u2", mode="r")
+    # np.memmap refuses an empty file; an empty array lets the caller report the length
+    tokens = np.memmap(path, dtype="<u2", mode="r") if size else np.zeros(0, dtype="<u2")
     top = int(tokens.max()) if len(tokens) else 0
     if top >= tokenizer.vocab_size:
         raise ValueError(

@@ -8,18 +8,25 @@ import numpy as np
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from anekit.train.command import non_negative
+
     parser.add_argument(
         "--ckpt", required=True, help="checkpoint directory, or a training --out directory"
     )
     parser.add_argument("--prompt", default="", help="text to continue")
-    parser.add_argument("--tokens", type=int, default=200, help="tokens to generate (default: 200)")
     parser.add_argument(
-        "--temperature", type=float, default=0.8, help="0 picks the most likely token"
+        "--tokens", type=non_negative(int), default=200, help="tokens to generate (default: 200)"
     )
     parser.add_argument(
-        "--top-k", type=int, default=40, help="sample among the k most likely (0: all)"
+        "--temperature", type=non_negative(float), default=0.8, help="0 picks the most likely token"
     )
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument(
+        "--top-k",
+        type=non_negative(int),
+        default=40,
+        help="sample among the k most likely (0: all)",
+    )
+    parser.add_argument("--seed", type=non_negative(int), default=0, help="sampling seed")
     parser.add_argument(
         "--backend", help="kernel backend: ane | reference (default: best available)"
     )
