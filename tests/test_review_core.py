@@ -251,3 +251,14 @@ def test_run_writes_outputs_at_exactly_the_path_given(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy", "model", "outputs"]
     with np.load(out) as saved:
         np.testing.assert_array_equal(saved["y"], x + np.float16(2.0))
+
+
+def test_write_atomic_onto_a_directory_names_the_target(tmp_path) -> None:
+    from anekit.mil.program import write_atomic
+
+    target = tmp_path / "out.npz"
+    target.mkdir()
+    with pytest.raises(OSError) as info:
+        write_atomic(target, b"data")
+    assert info.value.filename == str(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.npz"]  # no temporary file left

@@ -225,6 +225,9 @@ def write_atomic(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from e  # not the temporary name
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
