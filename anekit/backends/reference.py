@@ -57,12 +57,17 @@ def round_to_fp16(r: Any) -> np.ndarray:
     fast, and free of NumPy's scalar path for fp16 subnormals, which is about 20x slower
     and common in training (small gradients, softmax tails).
     """
+    with np.errstate(over="ignore"):  # overflow to inf is the modelled result
+        return _round_to_fp16(r)
+
+
+def _round_to_fp16(r: Any) -> np.ndarray:
+    """``round_to_fp16`` for callers that already silence overflow (the executor)."""
     r = np.asarray(r)
     # A float64 result rounds once, straight to fp16; small arrays are dominated by the
     # per-call cost of the dozen NumPy calls below, so they convert directly too.
     if r.dtype != np.float32 or r.size < _BIT_ROUNDING_FROM:
-        with np.errstate(over="ignore"):  # overflow to inf is the modelled result
-            return r.astype(np.float16).astype(np.float32)
+        return r.astype(np.float16).astype(np.float32)
     bits = r.view(np.uint32)
     t = np.right_shift(bits, 13)  # round half to even at the 10th mantissa bit
     t &= 1
@@ -88,7 +93,7 @@ def _as_fp32(r: Any) -> np.ndarray:
 def _storage(dtype: DType, storage: str = "fp16") -> Callable[[Any], np.ndarray]:
     """Return the function that rounds a result to ``dtype`` and holds it for compute."""
     if dtype is DType.fp16:
-        return round_to_fp16 if storage == "fp16" else _as_fp32
+        return _round_to_fp16 if storage == "fp16" else _as_fp32
     if dtype is DType.string:
         return lambda r: r
     target = dtype.numpy

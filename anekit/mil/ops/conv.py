@@ -274,7 +274,11 @@ def _conv_reference(x, weight, strides, pad_type, pad, dilations, groups, bias=N
         windows = np.moveaxis(windows, range(2 + nsp, 2 + 2 * nsp), range(2, 2 + nsp))
     cols = windows.reshape(n, g, (c // g) * taps, -1)
     w = np.asarray(weight, dtype=np.float32).reshape(g, weight.shape[0] // g, -1)
-    y = np.matmul(w, np.asarray(cols, dtype=np.float32)).reshape(n, weight.shape[0], *out)
+    cols = np.asarray(cols, dtype=np.float32)
+    # one image, one group (every transformer projection): a plain 2-D BLAS product is
+    # about a quarter faster than NumPy's batched matmul over a batch of one
+    y = w[0] @ cols[0, 0] if n == g == 1 else np.matmul(w, cols)
+    y = y.reshape(n, weight.shape[0], *out)
     if bias is not None:
         y += np.asarray(bias, dtype=np.float32).reshape(-1, *([1] * nsp))
     return y
