@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+DEMO_MARKER = ".anekit-demo"  # marks a directory whose checkpoints the demo may replace
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps (default: 300)")
@@ -24,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.train import command as train
-    from anekit.train.checkpoint import clear_checkpoints
+    from anekit.train.checkpoint import clear_checkpoints, latest_checkpoint
 
     parser = argparse.ArgumentParser(prog="anekit train")
     train.configure(parser)
@@ -33,5 +35,13 @@ def run(args: argparse.Namespace) -> int:
          "--sample-tokens", "240", "--prompt", "The "]
     )  # fmt: skip
     train_args.backend = args.backend
-    clear_checkpoints(Path(args.out))
+    out = Path(args.out)
+    if latest_checkpoint(out) is not None and not (out / DEMO_MARKER).is_file():
+        raise SystemExit(
+            f"anekit demo: {out} holds a training run that the demo did not make; "
+            "the demo replaces its checkpoints, so pick another --out"
+        )
+    clear_checkpoints(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).write_text("checkpoints here are replaced by each `anekit demo`\n")
     return train.run(train_args)

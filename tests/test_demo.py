@@ -1,0 +1,27 @@
+"""``anekit demo`` trains, samples, and never replaces a run it did not make."""
+
+from __future__ import annotations
+
+import pytest
+
+from anekit.cli import main
+
+
+def test_demo_trains_and_marks_its_directory(tmp_path, capsys) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--steps", "2", "--backend", "reference", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "--- sample" in printed
+    assert (out / ".anekit-demo").is_file() and (out / "LATEST").is_file()
+    # a second demo may replace the first one's checkpoints
+    assert main(["demo", "--steps", "2", "--backend", "reference", "--out", str(out)]) == 0
+
+
+def test_demo_refuses_a_directory_holding_another_run(tmp_path) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "--config", "tiny", "--steps", "1", "--backend", "reference",
+                 "--out", str(out), "--sample-tokens", "0"]) == 0  # fmt: skip
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(SystemExit, match="did not make"):
+        main(["demo", "--steps", "2", "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == before
