@@ -133,7 +133,7 @@ class _Step:
         for p in op.opdef.params:
             v = op.inputs.get(p.name)
             if v is None:
-                v = args.__getattr__(p.name)  # declared default, or None (not getattr: "value")
+                v = getattr(args, p.name)  # declared default, or None
                 if v is None:
                     continue
             if isinstance(v, tuple):

@@ -139,7 +139,7 @@ class Builder:
         args = Args(opdef, inputs)
         for p in opdef.params:
             if p.name not in inputs and p.has_default:
-                default = args.__getattr__(p.name)  # a parameter may be named "value"
+                default = getattr(args, p.name)
                 if default is not None:
                     inputs[p.name] = place(default, f"{base}_{p.name}")
         types = check_op(opdef, inputs)

@@ -76,13 +76,6 @@ def _check_domains(opdef: OpDef, inputs: dict[str, Any]) -> None:
                 )
 
 
-def at_line(err: MilTypeError, line: int | None, file: str | None = None) -> MilTypeError:
-    """Return the same type error located at a source line."""
-    if err.line is not None or line is None:
-        return err
-    return MilTypeError(err.message, op=err.op, param=err.param, line=line, file=file)
-
-
 def check_function(fn: Function) -> None:
     """Check SSA form: names unique, every use defined earlier, outputs defined."""
     defined: set[str] = set()

@@ -15,13 +15,8 @@ OP = "scaled_dot_product_attention"
 SOFTMAX_FLOPS_PER_ELEMENT = 5.0
 
 
-def _value(a: Args):
-    # the parameter "value" is shadowed by the method Args.value()
-    return a.given["value"]
-
-
 def _sdpa_infer(a: Args) -> TensorType:
-    q, k, v = a.query, a.key, _value(a)
+    q, k, v = a.query, a.key, a.value
     require(
         q.rank == k.rank == v.rank,
         OP,
@@ -91,7 +86,7 @@ def _sdpa_reference(query, key, value, attn_mask=None):
 
 
 def _sdpa_flops(a: Args, outs: tuple[TensorType, ...]) -> float:
-    q, k, v = a.query.shape, a.key.shape, _value(a).shape
+    q, k, v = a.query.shape, a.key.shape, a.value.shape
     scores = numel(tuple(q[:-1])) * k[-2]  # B * L * S
     return scores * (2 * q[-1] + 2 * v[-1] + SOFTMAX_FLOPS_PER_ELEMENT)
 

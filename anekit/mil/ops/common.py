@@ -78,7 +78,7 @@ def numel(shape: tuple) -> int:
 
 def declared(a: Args, name: str, fallback: Any) -> Any:
     """A parameter's value if this version of the op declares it, else what older versions mean."""
-    return a.value(name) if name in a.opdef.by_name else fallback
+    return a.const(name) if name in a.opdef.by_name else fallback
 
 
 def per_output_element(flops: float) -> CostFn:

@@ -88,7 +88,7 @@ def unpack_bits(packed: np.ndarray, nbits: int, count: int) -> np.ndarray:
 
 
 def _shape_param(a: Args) -> tuple[int, ...]:
-    dims = const_ints(a.value("shape"))
+    dims = const_ints(a.const("shape"))
     require(
         len(dims) >= 1 and all(d > 0 for d in dims),
         a.opdef.name,
@@ -176,7 +176,7 @@ def _lut18_infer(a: Args) -> TensorType:
     shape = list(ind.shape)
     vector = lut.shape[-1]
     if a.vector_axis is not None:
-        axis = axis_index(op, "vector_axis", int(a.value("vector_axis")), ind.rank)
+        axis = axis_index(op, "vector_axis", int(a.const("vector_axis")), ind.rank)
         shape[axis] *= vector
     else:
         require(
@@ -313,7 +313,7 @@ register(
 def _sparse_infer(a: Args) -> TensorType:
     op, shape = "constexpr_sparse_to_dense", _shape_param(a)
     count = math.prod(shape)
-    mask = np.asarray(a.value("mask"), dtype=np.uint8)
+    mask = np.asarray(a.const("mask"), dtype=np.uint8)
     require(
         mask.size == math.ceil(count / 8),
         op,

@@ -102,7 +102,7 @@ def window_view(
 
 def int_vector(op: str, a: Args, name: str, length: int, minimum: int) -> list[int]:
     """A const int vector parameter, checked for length and lower bound."""
-    values = const_ints(a.value(name))
+    values = const_ints(a.const(name))
     require(
         len(values) == length,
         op,
@@ -132,7 +132,7 @@ def static_spatial(op: str, x: Any) -> list[int]:
 
 def pad_type_of(op: str, a: Args, allowed: Sequence[str]) -> str:
     """The pad_type string, checked against the pad types this opset accepts."""
-    pad_type = a.value("pad_type")
+    pad_type = a.const("pad_type")
     if pad_type in PAD_TYPES and pad_type not in allowed:
         raise MilTypeError(
             f"pad_type {pad_type!r} needs opset ios16 or later (accepted here: {list(allowed)})",
@@ -197,7 +197,7 @@ def _weight_is_runtime(w: Any) -> bool:
 
 def _groups_of(op: str, a: Args) -> int:
     """The groups parameter, checked to be positive and to divide the input channels."""
-    groups, c_in = int(a.value("groups")), a.x.shape[1]
+    groups, c_in = int(a.const("groups")), a.x.shape[1]
     require(groups >= 1, op, "groups", lambda: f"expected groups >= 1, found {groups}")
     require(
         c_in % groups == 0,
@@ -410,7 +410,7 @@ def _conv_transpose_infer(a: Args) -> TensorType:
     dilations = int_vector(op, a, "dilations", nsp, 1)
     pad = int_vector(op, a, "pad", 2 * nsp, 0)
     pad_type = pad_type_of(op, a, PAD_TYPES_IOS15)
-    output_shape = a.value("output_shape")
+    output_shape = a.const("output_shape")
     if output_shape is not None:
         given = const_ints(output_shape)
         require(

@@ -259,14 +259,14 @@ def _ios17_own_domain(opdef: OpDef, names: tuple[str, ...]) -> OpDef:
 
 # -- checks of const values -----------------------------------------------------------------
 def _check_gelu_mode(a: Args) -> None:
-    mode = a.value("mode")
+    mode = a.const("mode")
     require(
         mode in _GELU, "gelu", "mode", lambda: f"expected one of {sorted(_GELU)}, found {mode!r}"
     )
 
 
 def _check_clip_order(a: Args) -> None:
-    alpha, beta = float(a.value("alpha")), float(a.value("beta"))
+    alpha, beta = float(a.const("alpha")), float(a.const("beta"))
     require(
         alpha < beta,
         "clip",
@@ -276,7 +276,7 @@ def _check_clip_order(a: Args) -> None:
 
 
 def _check_prelu(a: Args) -> None:
-    x, alpha = a.x, np.asarray(a.value("alpha"))
+    x, alpha = a.x, np.asarray(a.const("alpha"))
     require(
         x.rank in (3, 4, 5), "prelu", "x", lambda: f"expected rank 3, 4 or 5, found rank {x.rank}"
     )

@@ -131,7 +131,7 @@ _SLICE_SPEC = ("begin", "end", "stride", "begin_mask", "end_mask", "squeeze_mask
 
 
 def _slice_by_index_infer(a: Args) -> TensorType:
-    items = slice_items(a.x.shape, {k: a.value(k) for k in _SLICE_SPEC})
+    items = slice_items(a.x.shape, {k: a.const(k) for k in _SLICE_SPEC})
     return TensorType(a.x.dtype, _sliced_shape(a.x.shape, items))
 
 
@@ -207,7 +207,7 @@ def size_window(op: str, shape: tuple, begin: Any, size: Any) -> list[tuple[int,
 
 
 def _slice_by_size_infer(a: Args) -> TensorType:
-    window = size_window("slice_by_size", a.x.shape, a.value("begin"), a.value("size"))
+    window = size_window("slice_by_size", a.x.shape, a.const("begin"), a.const("size"))
     return TensorType(a.x.dtype, tuple(length for _, length in window))
 
 
@@ -271,7 +271,7 @@ def _check_const_indices(a: Args, size: Any) -> None:
 
 def _gather_infer(a: Args) -> TensorType:
     op, x, ind = "gather", a.x, a.indices
-    axis = axis_index(op, "axis", int(a.value("axis")), x.rank)
+    axis = axis_index(op, "axis", int(a.const("axis")), x.rank)
     bd = int(declared(a, "batch_dims", 0))
     require(
         0 <= bd <= min(axis, ind.rank),
@@ -310,7 +310,7 @@ def _gather(negative_ok: bool):
 
 def _along_infer(a: Args) -> TensorType:
     op, x, ind = "gather_along_axis", a.x, a.indices
-    axis = axis_index(op, "axis", int(a.value("axis")), x.rank)
+    axis = axis_index(op, "axis", int(a.const("axis")), x.rank)
     same = ind.rank == x.rank and all(
         d == e for i, (d, e) in enumerate(zip(x.shape, ind.shape, strict=True)) if i != axis
     )
@@ -401,12 +401,11 @@ _gather_versions(_along15, _along)
 
 
 def _fill_infer(a: Args) -> TensorType:
-    dims = const_ints(a.value("shape"))
+    dims = const_ints(a.const("shape"))
     require(
         all(d > 0 for d in dims), "fill", "shape", lambda: f"expected positive sizes, found {dims}"
     )
-    # a.value is Args' method, so the parameter named "value" is read through __getattr__.
-    return TensorType(a.__getattr__("value").dtype, tuple(dims))
+    return TensorType(a.value.dtype, tuple(dims))
 
 
 declare(
@@ -456,7 +455,7 @@ declare(
     (_scalar_const("end"), _scalar_const("start"), _scalar_const("step")),
     lambda a: TensorType(
         a.start.dtype,
-        (range_length("range_1d", a.value("start"), a.value("end"), a.value("step")),),
+        (range_length("range_1d", a.const("start"), a.const("end"), a.const("step")),),
     ),
     _range_reference,
     traits=frozenset({"data_movement"}),  # start + i * step is arithmetic
@@ -497,9 +496,9 @@ declare(
 
 
 def _one_hot_infer(a: Args) -> TensorType:
-    depth = int(a.value("one_hot_vector_size"))
+    depth = int(a.const("one_hot_vector_size"))
     require(depth >= 1, "one_hot", "one_hot_vector_size", lambda: f"expected >= 1, found {depth}")
-    axis = axis_index("one_hot", "axis", int(a.value("axis")), a.indices.rank + 1)
+    axis = axis_index("one_hot", "axis", int(a.const("axis")), a.indices.rank + 1)
     shape = list(a.indices.shape)
     shape.insert(axis, depth)
     return TensorType(a.on_value.dtype, tuple(shape))

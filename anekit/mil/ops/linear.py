@@ -25,7 +25,7 @@ def _matmul_shape(a: Args) -> tuple[Any, ...]:
     op, xs, ys = "matmul", list(a.x.shape), list(a.y.shape)
     for name, shape in (("x", xs), ("y", ys)):
         flag = f"transpose_{name}"
-        if bool(a.value(flag)):
+        if bool(a.const(flag)):
             require(
                 len(shape) >= 2,
                 op,
@@ -43,8 +43,8 @@ def _matmul_shape(a: Args) -> tuple[Any, ...]:
         "y",
         lambda: (
             f"inner dimensions differ: x {list(a.x.shape)} gives K = {k_x}, y {list(a.y.shape)} "
-            f"gives K = {k_y} (transpose_x={bool(a.value('transpose_x'))}, "
-            f"transpose_y={bool(a.value('transpose_y'))})"
+            f"gives K = {k_y} (transpose_x={bool(a.const('transpose_x'))}, "
+            f"transpose_y={bool(a.const('transpose_y'))})"
         ),
     )
     try:
@@ -87,7 +87,7 @@ def _matmul_reference(x, y, transpose_x=False, transpose_y=False):
 
 
 def _matmul_cost(a: Args, outs: tuple[TensorType, ...]) -> float:
-    k = a.x.shape[-2] if bool(a.value("transpose_x")) else a.x.shape[-1]
+    k = a.x.shape[-2] if bool(a.const("transpose_x")) else a.x.shape[-1]
     return 2 * (outs[0].numel or 0) * (k if isinstance(k, int) else 0)
 
 
@@ -235,7 +235,7 @@ def _einsum_pattern(equation: str) -> tuple[tuple[int, ...], ...] | None:
 def _einsum_infer(a: Args) -> TensorType:
     op, values = "einsum", a.values
     require(len(values) == 2, op, "values", lambda: f"expected 2 tensors, found {len(values)}")
-    equation = a.value("equation")
+    equation = a.const("equation")
     require(
         _einsum_pattern(equation) in _EINSUM_PATTERNS,
         op,

@@ -115,7 +115,7 @@ def _channel_shape(x: np.ndarray) -> list[int]:
 
 
 def _infer_layer_norm(a: Args) -> TensorType:
-    axes = sorted(axes_indices("layer_norm", "axes", a.value("axes"), a.x.rank))
+    axes = sorted(axes_indices("layer_norm", "axes", a.const("axes"), a.x.rank))
     normalized = tuple(a.x.shape[i] for i in axes)
     for name in ("gamma", "beta"):
         _require_shape(a, name, normalized)
@@ -303,7 +303,7 @@ _register_with_ios17_domain(
 
 
 def _infer_local_response_norm(a: Args) -> TensorType:
-    size = int(a.value("size"))
+    size = int(a.const("size"))
     require(size >= 1, "local_response_norm", "size", lambda: f"expected size >= 1, found {size}")
     return a.x.type
 
@@ -324,7 +324,7 @@ def _local_response_norm(
 
 def _local_response_norm_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
     # square, a window of `size` adds, scale, add k, power, divide
-    return per_output_element(int(a.value("size")) + 5)(a, outs)
+    return per_output_element(int(a.const("size")) + 5)(a, outs)
 
 
 _register_with_ios17_domain(

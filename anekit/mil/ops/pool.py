@@ -48,13 +48,13 @@ def _pool_infer(
             ),
         )
         kernel = int_vector(op, a, "kernel_sizes", nsp, 1)
-        ceil_mode = bool(a.value("ceil_mode"))
+        ceil_mode = bool(a.const("ceil_mode"))
         if ceil_mode:  # coremltools' restrictions (iOS15/pool.py)
             require(nsp <= 2, op, "ceil_mode", lambda: f"needs 1 or 2 spatial dims, found {nsp}")
             require(
-                a.value("pad_type") != "same", op, "ceil_mode", "must be false with pad_type same"
+                a.const("pad_type") != "same", op, "ceil_mode", "must be false with pad_type same"
             )
-            pad = const_ints(a.value("pad"))
+            pad = const_ints(a.const("pad"))
             require(
                 pad[0::2] == pad[1::2],
                 op,
@@ -172,7 +172,7 @@ def _pool(
             # one operation per window position of every output element
             cost=flops_cost(
                 lambda a, outs: (
-                    (outs[0].numel or 0) * numel(tuple(const_ints(a.value("kernel_sizes"))))
+                    (outs[0].numel or 0) * numel(tuple(const_ints(a.const("kernel_sizes"))))
                 )
             ),
             traits=frozenset({"pool"}),
@@ -209,7 +209,7 @@ def _out_size(size: int, scale) -> int:
 
 
 def _scaled_size(op: str, a: Args, name: str, size: int) -> int:
-    scale = a.value(name)
+    scale = a.const(name)
     require(bool(scale > 0), op, name, lambda: f"expected a positive scale, found {scale}")
     out = _out_size(size, scale)
     require(out > 0, op, name, lambda: f"scale {scale} gives an empty output for size {size}")
@@ -228,9 +228,9 @@ def _upsample_infer(op: str) -> Callable[[Args], TensorType]:
 
 
 def _bilinear_infer_ios16(a: Args) -> TensorType:
-    half = a.value("half_pixel_centers")
+    half = a.const("half_pixel_centers")
     require(
-        not (bool(a.value("align_corners")) and half is not None and bool(half)),
+        not (bool(a.const("align_corners")) and half is not None and bool(half)),
         "upsample_bilinear",
         "half_pixel_centers",
         "align_corners and half_pixel_centers cannot both be true",

@@ -67,7 +67,7 @@ def cast_values(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def _cast_infer(a: Args) -> TensorType:
     targets = a.opdef.by_name["x"].dtypes or frozenset()
-    name = str(a.value("dtype"))
+    name = str(a.const("dtype"))
     known = sorted(d.value for d in targets)
     require(name in known, "cast", "dtype", lambda: f"expected one of {known}, found {name!r}")
     return TensorType(DType(name), a.x.shape)
@@ -111,7 +111,7 @@ def _check_per_axis(a: Args, data: str, axis_required: bool) -> None:
         lambda: f"expected rank >= 1, found scalar {getattr(a, data).type}",
     )
     scale, zero = a.scale, a.zero_point
-    axis = a.value("axis")
+    axis = a.const("axis")
     if scale.rank == 0 and not axis_required:
         require(axis is None, op, "axis", "a scalar scale takes no axis")
     if scale.rank == 1 or axis_required:
@@ -183,7 +183,7 @@ def per_axis_param(name: str, dtypes: frozenset[DType], domain: str, optional: b
 
 
 def _quantize_infer(a: Args) -> TensorType:
-    out = str(a.value("output_dtype"))
+    out = str(a.const("output_dtype"))
     require(
         out in ("int8", "uint8"),
         "quantize",
@@ -197,7 +197,7 @@ def _quantize_infer(a: Args) -> TensorType:
             "zero_point",
             lambda: f"dtype {a.zero_point.dtype} differs from output_dtype {out}",
         )
-    scale = np.asarray(a.value("scale"))
+    scale = np.asarray(a.const("scale"))
     require(
         bool(np.all(scale != 0)),
         "quantize",

@@ -124,7 +124,7 @@ def _per_input_element(flops: float) -> CostFn:
 
 def _sort_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
     """A comparison sort along one axis: n log2 n comparisons per line of length n."""
-    n = a.x.shape[axis_index(a.opdef.name, "axis", int(a.value("axis")), a.x.rank)]
+    n = a.x.shape[axis_index(a.opdef.name, "axis", int(a.const("axis")), a.x.rank)]
     per_element = max(1, math.ceil(math.log2(n))) if isinstance(n, int) and n > 1 else 1
     return _per_input_element(per_element)(a, outs)
 
@@ -140,10 +140,10 @@ def _stable_order(x: np.ndarray, axis: int, ascending: bool) -> np.ndarray:
 
 def _infer_reduce_axes(a: Args) -> TensorType:
     _require_tensor(a)
-    given = a.value("axes")
+    given = a.const("axes")
     rank = a.x.rank
     axes = list(range(rank)) if given is None else axes_indices(a.opdef.name, "axes", given, rank)
-    return TensorType(a.x.dtype, _reduced_shape(a.x.shape, axes, bool(a.value("keep_dims"))))
+    return TensorType(a.x.dtype, _reduced_shape(a.x.shape, axes, bool(a.const("keep_dims"))))
 
 
 def _reference_over_axes(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
@@ -229,8 +229,8 @@ for _name, _fn, _flops, _what in (
 
 def _infer_reduce_arg(a: Args) -> TensorType:
     _require_tensor(a)
-    axis = axis_index(a.opdef.name, "axis", int(a.value("axis")), a.x.rank)
-    shape = _reduced_shape(a.x.shape, [axis], bool(a.value("keep_dims")))
+    axis = axis_index(a.opdef.name, "axis", int(a.const("axis")), a.x.rank)
+    shape = _reduced_shape(a.x.shape, [axis], bool(a.const("keep_dims")))
     return TensorType(_index_dtype(a, "output_dtype", a.x.shape[axis]), shape)
 
 
@@ -289,7 +289,7 @@ _reduce_arg("reduce_argmin", np.argmin, "smallest element")
 
 def _infer_same_as_x_along_axis(a: Args) -> TensorType:
     _require_tensor(a)
-    axis_index(a.opdef.name, "axis", int(a.value("axis")), a.x.rank)
+    axis_index(a.opdef.name, "axis", int(a.const("axis")), a.x.rank)
     return a.x.type
 
 
@@ -326,9 +326,9 @@ register(
 def _infer_topk(*, minus_one_takes_all: bool) -> InferFn:
     def infer(a: Args) -> TensorType | tuple[TensorType, TensorType]:
         _require_tensor(a)
-        axis = axis_index("topk", "axis", int(a.value("axis")), a.x.rank)
+        axis = axis_index("topk", "axis", int(a.const("axis")), a.x.rank)
         length = a.x.shape[axis]
-        k = int(a.value("k"))
+        k = int(a.const("k"))
         if k == -1 and minus_one_takes_all:
             k = length
         else:
@@ -421,7 +421,7 @@ _topk16 = register(
 
 
 def _default_indices_dtype(a: Args) -> str | None:
-    return "int32" if bool(a.value("return_indices")) else None
+    return "int32" if bool(a.const("return_indices")) else None
 
 
 register(
@@ -479,7 +479,7 @@ register(
 
 def _infer_cumsum(a: Args) -> TensorType:
     _require_tensor(a)
-    axis = int(a.value("axis"))
+    axis = int(a.const("axis"))
     # coremltools accepts only -1 among negative axes (iOS15/tensor_operation.py, cumsum).
     require(
         -1 <= axis < a.x.rank,

@@ -173,9 +173,9 @@ class Args:
         self._resolved[name] = value
         return value
 
-    def value(self, name: str) -> Any:
+    def const(self, name: str) -> Any:
         """Return a parameter's compile-time value (None if omitted without default)."""
-        v = self.__getattr__(name)  # not getattr: a parameter may be named "value"
+        v = getattr(self, name)
         return None if v is None else v.const
 
     def input_bytes(self) -> int:
@@ -228,12 +228,6 @@ def names() -> list[str]:
 def as_tuple(result: TensorType | tuple[TensorType, ...]) -> tuple[TensorType, ...]:
     """Normalise an infer result to a tuple of output types."""
     return result if isinstance(result, tuple) else (result,)
-
-
-def shape_error(opdef_or_name: OpDef | str, param_name: str | None, message: str) -> MilTypeError:
-    """Return a MilTypeError for a shape/type rule an op's inference found broken."""
-    name = opdef_or_name if isinstance(opdef_or_name, str) else opdef_or_name.name
-    return MilTypeError(message, op=name, param=param_name)
 
 
 def const_ints(value: Any) -> list[int]:

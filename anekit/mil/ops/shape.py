@@ -179,7 +179,7 @@ def reshape_target(op: str, x_shape: tuple[int, ...], spec: list[int], right_zer
 
 def _reshape(right_zeros: bool) -> tuple[Callable[[Args], TensorType], Callable[..., np.ndarray]]:
     def infer(a: Args) -> TensorType:
-        spec = const_ints(a.value("shape"))
+        spec = const_ints(a.const("shape"))
         return _like_x(a, reshape_target("reshape", static_shape(a), spec, right_zeros))
 
     def reference(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
@@ -217,7 +217,7 @@ register(
 
 
 def _perm(a: Args) -> list[int]:
-    perm = const_ints(a.value("perm")) if a.x.rank else []
+    perm = const_ints(a.const("perm")) if a.x.rank else []
     require(
         len(perm) == a.x.rank,
         "transpose",
@@ -255,7 +255,7 @@ def squeezed_shape(op: str, shape: tuple, axes: Any) -> tuple:
 
 def _squeeze_infer(a: Args) -> TensorType:
     require(a.x.rank >= 1, "squeeze", "x", lambda: f"expected rank >= 1, found {a.x.type}")
-    return _like_x(a, squeezed_shape("squeeze", a.x.shape, a.value("axes")))
+    return _like_x(a, squeezed_shape("squeeze", a.x.shape, a.const("axes")))
 
 
 _squeeze15 = declare(
@@ -287,7 +287,7 @@ def expanded_shape(op: str, shape: tuple, axes: Any) -> tuple:
 _expand15 = declare(
     "expand_dims",
     (x_param(), const_vector("axes")),
-    lambda a: _like_x(a, expanded_shape("expand_dims", a.x.shape, a.value("axes"))),
+    lambda a: _like_x(a, expanded_shape("expand_dims", a.x.shape, a.const("axes"))),
     lambda x, axes: x.reshape(expanded_shape("expand_dims", x.shape, axes)),
     doc="""Insert dimensions of size 1.
 
@@ -315,7 +315,7 @@ def flattened_shape(op: str, shape: tuple, axis: int) -> tuple[int, int]:
 declare(
     "flatten2d",
     (x_param(), const_axis("axis", 1)),
-    lambda a: _like_x(a, flattened_shape("flatten2d", static_shape(a), int(a.value("axis")))),
+    lambda a: _like_x(a, flattened_shape("flatten2d", static_shape(a), int(a.const("axis")))),
     lambda x, axis: x.reshape(flattened_shape("flatten2d", x.shape, int(axis))),
     doc="""Flatten x to a matrix: dimensions before ``axis`` make the rows, the rest the columns.
 
@@ -336,7 +336,7 @@ def _reverse_reference(x: np.ndarray, axes: np.ndarray | None = None) -> np.ndar
 
 def _reverse_infer(a: Args) -> TensorType:
     if a.axes is not None:
-        axes_indices("reverse", "axes", a.value("axes"), a.x.rank)
+        axes_indices("reverse", "axes", a.const("axes"), a.x.rank)
     return a.x.type
 
 
@@ -368,8 +368,8 @@ def _concat_infer(a: Args) -> TensorType:
     require(
         rank >= 1, "concat", "values", lambda: f"expected tensors of rank >= 1, found {first.type}"
     )
-    axis = axis_index("concat", "axis", int(a.value("axis")), rank)
-    interleave = bool(a.value("interleave"))
+    axis = axis_index("concat", "axis", int(a.const("axis")), rank)
+    interleave = bool(a.const("interleave"))
     for v in values[1:]:
         same = v.rank == rank and all(
             d == e
@@ -432,7 +432,7 @@ def _stack_infer(a: Args) -> TensorType:
             "values",
             lambda: f"expected equal shapes, found {list(first.shape)} and {list(v.shape)}",
         )
-    axis = axis_index("stack", "axis", int(a.value("axis")), first.rank + 1)
+    axis = axis_index("stack", "axis", int(a.const("axis")), first.rank + 1)
     shape = list(first.shape)
     shape.insert(axis, len(values))
     return TensorType(first.dtype, tuple(shape))
@@ -490,9 +490,9 @@ def piece_sizes(op: str, shape: tuple, axis: int, num_splits: Any, sizes: Any) -
 
 def _split_axis_sizes(a: Args) -> tuple[int, list[int]]:
     require(a.x.rank >= 1, "split", "x", lambda: f"expected rank >= 1, found {a.x.type}")
-    axis = axis_index("split", "axis", int(a.value("axis")), a.x.rank)
+    axis = axis_index("split", "axis", int(a.const("axis")), a.x.rank)
     return axis, piece_sizes(
-        "split", a.x.shape, axis, a.value("num_splits"), a.value("split_sizes")
+        "split", a.x.shape, axis, a.const("num_splits"), a.const("split_sizes")
     )
 
 
@@ -548,7 +548,7 @@ def _tile_shape(op: str, shape: tuple, reps: Any) -> tuple:
 declare(
     "tile",
     (x_param(), const_vector("reps")),
-    lambda a: _like_x(a, _tile_shape("tile", a.x.shape, a.value("reps"))),
+    lambda a: _like_x(a, _tile_shape("tile", a.x.shape, a.const("reps"))),
     lambda x, reps: np.tile(x, const_ints(reps)),
     doc="""Repeat x along every dimension.
 

@@ -68,7 +68,7 @@ def pad_widths(op: str, shape: tuple, pad: Any, mode: str) -> list[tuple[int, in
 
 
 def _pad_infer(a: Args) -> TensorType:
-    widths = pad_widths("pad", a.x.shape, a.value("pad"), str(a.value("mode")))
+    widths = pad_widths("pad", a.x.shape, a.const("pad"), str(a.const("mode")))
     return TensorType(
         a.x.dtype, tuple(d + b + e for d, (b, e) in zip(a.x.shape, widths, strict=True))
     )
@@ -119,7 +119,7 @@ def _nchw(a: Args) -> tuple[int, int, int, int]:
 
 
 def _factor(a: Args, name: str) -> int:
-    f = int(a.value(name))
+    f = int(a.const(name))
     require(f >= 1, a.opdef.name, name, lambda: f"expected a positive factor, found {f}")
     return f
 
@@ -232,14 +232,14 @@ _block_op(
 def _block_pairs(a: Args, name: str) -> tuple[list[int], list[tuple[int, int]]]:
     """block_shape (2 positive sizes) and the (2, 2) paddings or crops of the spatial dims."""
     op = a.opdef.name
-    block = const_ints(a.value("block_shape"))
+    block = const_ints(a.const("block_shape"))
     require(
         len(block) == 2 and min(block) >= 1,
         op,
         "block_shape",
         lambda: f"expected 2 positive sizes, found {block}",
     )
-    given = np.asarray(a.value(name))
+    given = np.asarray(a.const(name))
     require(
         given.shape == (2, 2) and given.min() >= 0,
         op,
