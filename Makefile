@@ -22,15 +22,16 @@ demo: $(VENV)/.train-installed
 	OPENBLAS_NUM_THREADS=1 $(PY) -m anekit demo
 
 test: $(VENV)/.test-installed
-	$(PY) -m ruff check anekit tests benchmarks
+	$(PY) -m ruff check anekit tests benchmarks tools
+	$(PY) -m ruff format --check anekit tests benchmarks tools
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test-installed
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 lint: $(VENV)/.test-installed
-	$(PY) -m ruff check anekit tests benchmarks
-	$(PY) -m ruff format --check anekit tests benchmarks
+	$(PY) -m ruff check anekit tests benchmarks tools
+	$(PY) -m ruff format --check anekit tests benchmarks tools
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -21,13 +21,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "read compiled ANE binaries (hwx, E5), weight.bin and the compile cache",
     ),
     "run": ("anekit.backends.command", "run a MIL program on a backend and summarise its outputs"),
-    "bench": ("anekit.bench.command", "measure the ANE experiments; compare with cost model and published"),
+    "bench": (
+        "anekit.bench.command",
+        "measure the ANE experiments; compare with cost model and published",
+    ),
     "chips": ("anekit.hw.cmd_chips", "list the chip profiles and the source of every number"),
     "check": ("anekit.hw.cmd_check", "check a MIL program against a chip's known ANE constraints"),
     "estimate": ("anekit.hw.cmd_estimate", "predict a MIL program's run time on a chip, op by op"),
-    "doctor": ("anekit.cmd_doctor", "report what this machine offers for the ANE, with a smoke test"),
-    "classes": ("anekit.cmd_classes", "list AppleNeuralEngine.framework's _ANE* classes and methods"),
-    "train": ("anekit.train.command", "train a Llama-style transformer with ANE kernels; checkpoint, resume"),
+    "doctor": (
+        "anekit.cmd_doctor",
+        "report what this machine offers for the ANE, with a smoke test",
+    ),
+    "classes": (
+        "anekit.cmd_classes",
+        "list AppleNeuralEngine.framework's _ANE* classes and methods",
+    ),
+    "train": (
+        "anekit.train.command",
+        "train a Llama-style transformer with ANE kernels; checkpoint, resume",
+    ),
     "generate": ("anekit.train.generate_command", "sample text from a training checkpoint"),
 }
 

@@ -106,7 +106,9 @@ class WeightFileError(AnekitError):
 class BackendUnavailable(AnekitError):
     """The requested backend does not exist or cannot run on this machine."""
 
-    def __init__(self, message: str, *, backend: str | None = None, available: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, message: str, *, backend: str | None = None, available: tuple[str, ...] = ()
+    ) -> None:
         self.backend = backend
         self.available = tuple(available)
         if available:

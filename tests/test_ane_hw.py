@@ -22,7 +22,6 @@ RNG = np.random.default_rng(2024)
 ATOL, RTOL = 2e-2, 2e-2
 
 
-
 def conv_example() -> mil.Program:
     w = (RNG.standard_normal((128, 64, 1, 1)) / 8).astype(np.float16)
     return mil.parse(

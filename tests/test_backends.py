@@ -27,9 +27,13 @@ def test_ane_notes_section_3_example_matches_numpy() -> None:
     with anekit.compile(program, backend="reference") as k:
         y = k(x=x)["y"]
     # a 1x1 conv is a matrix product over channels, accumulated wider than fp16
-    expected = np.einsum("oi,is->os", w[:, :, 0, 0].astype(np.float64), x[0, :, 0, :].astype(np.float64))
+    expected = np.einsum(
+        "oi,is->os", w[:, :, 0, 0].astype(np.float64), x[0, :, 0, :].astype(np.float64)
+    )
     assert y.dtype == np.float16 and y.shape == (1, 128, 1, 32)
-    np.testing.assert_allclose(y[0, :, 0, :].astype(np.float64), fp16(expected), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(
+        y[0, :, 0, :].astype(np.float64), fp16(expected), rtol=2e-3, atol=2e-3
+    )
 
 
 def causal_attention(heads: int = 2, seq: int = 8, dim: int = 4) -> mil.Program:
@@ -91,7 +95,10 @@ def test_kernel_describes_inputs_and_outputs() -> None:
     ],
 )
 def test_inputs_are_validated(inputs: dict, message: str) -> None:
-    with anekit.compile(simple(), backend="reference") as k, pytest.raises(ValueError, match=message):
+    with (
+        anekit.compile(simple(), backend="reference") as k,
+        pytest.raises(ValueError, match=message),
+    ):
         k(**inputs)
 
 
@@ -136,7 +143,9 @@ def test_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_backend() == "reference"
     assert anekit.compile(simple()).backend == "reference"
     monkeypatch.setenv("ANEKIT_BACKEND", "gpu")
-    with pytest.raises(BackendUnavailable, match="unknown backend 'gpu'.*available here: .*reference"):
+    with pytest.raises(
+        BackendUnavailable, match="unknown backend 'gpu'.*available here: .*reference"
+    ):
         anekit.compile(simple())
     if not ane_ok:
         with pytest.raises(BackendUnavailable, match="backend 'ane' is unavailable: .*macOS"):

@@ -21,7 +21,12 @@ def test_every_fp16_value_midpoint_and_neighbour_rounds_like_numpy() -> None:
     finite = np.unique(every[np.isfinite(every)].astype(np.float32))
     mids = ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32)  # the ties
     x = np.concatenate(
-        [finite, mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf))]
+        [
+            finite,
+            mids,
+            np.nextafter(mids, np.float32(np.inf)),
+            np.nextafter(mids, np.float32(-np.inf)),
+        ]
     )
     assert same_bits(round_to_fp16(x), numpy_round(x)).all()
 
@@ -29,8 +34,24 @@ def test_every_fp16_value_midpoint_and_neighbour_rounds_like_numpy() -> None:
 def test_random_magnitudes_and_special_values_round_like_numpy() -> None:
     rng = np.random.default_rng(0)
     scale = np.float32(10.0) ** rng.integers(-12, 8, 200_000).astype(np.float32)
-    specials = [np.inf, -np.inf, np.nan, 65504, 65519.996, 65520, -65520, 1e30, 0.0, -0.0, 2**-25, -(2**-25), 3 * 2**-26]
-    x = np.concatenate([rng.standard_normal(200_000).astype(np.float32) * scale, np.float32(specials)])
+    specials = [
+        np.inf,
+        -np.inf,
+        np.nan,
+        65504,
+        65519.996,
+        65520,
+        -65520,
+        1e30,
+        0.0,
+        -0.0,
+        2**-25,
+        -(2**-25),
+        3 * 2**-26,
+    ]
+    x = np.concatenate(
+        [rng.standard_normal(200_000).astype(np.float32) * scale, np.float32(specials)]
+    )
     got = round_to_fp16(x)
     assert same_bits(got, numpy_round(x)).all()
     signs = np.tile(np.float32([-0.0, -(2**-26)]), 5000)

@@ -34,7 +34,12 @@ CASES = [
     ("misspelt program", "program(1.3)", "§progrm(1.3)", S),
     ("bad version", "program(1.3)", "program(§1.4)", S),
     ("no paren after program", "program(1.3)", "program §1.3)", S),
-    ("buildInfo not a dict", 'dict<string, string>({{"coremlc-version", "3505.4.1"}})', '§string("x")', S),
+    (
+        "buildInfo not a dict",
+        'dict<string, string>({{"coremlc-version", "3505.4.1"}})',
+        '§string("x")',
+        S,
+    ),
     ("buildInfo unclosed", '"3505.4.1"}})]', '"3505.4.1"}})\n§{', S),
     ("unknown opset", "main<ios18>", "main<§ios99>", S),
     ("opset not closed", "main<ios18>(", "main<ios18§(", S),
@@ -66,17 +71,34 @@ CASES = [
     ("bad float", "val = fp16(0x1p-3)", "val = fp16(§zz)", S),
     ("fp16 overflow", "val = fp16(0x1p-3)", "val = §fp16(1e6)", S),
     ("uint64 outside BLOBFILE", "val = fp16(0x1p-3)", "val = §uint64(3)", S),
-    ("name not a string", 'name = string("flag")', '§name = int32(3)', S),
+    ("name not a string", 'name = string("flag")', "§name = int32(3)", S),
     ("undefined value", "add(x = x, y = z)", "add(x = x, y = §q)", T),
     ("unknown op", "= add(x = x", "= §addd(x = x", T),
     ("declared type differs", "tensor<fp16, [1, 4]> s = add", "§tensor<fp16, [1, 5]> s = add", T),
     ("declared dtype differs", "tensor<fp16, [1, 4]> s = add", "§tensor<fp32, [1, 4]> s = add", T),
-    ("operand dtype mismatch", "tensor<fp16, [1, 4]> z)", "tensor<int32, [1, 4]> z)", T, ("add(x = x, y = z)", "add(x = x, §y = z)")),
-    ("redefined value", "tensor<fp16, [4, 1]> r = reshape", "tensor<fp16, [4, 1]> §s = reshape", T, ("(r);", "(s);")),
+    (
+        "operand dtype mismatch",
+        "tensor<fp16, [1, 4]> z)",
+        "tensor<int32, [1, 4]> z)",
+        T,
+        ("add(x = x, y = z)", "add(x = x, §y = z)"),
+    ),
+    (
+        "redefined value",
+        "tensor<fp16, [4, 1]> r = reshape",
+        "tensor<fp16, [4, 1]> §s = reshape",
+        T,
+        ("(r);", "(s);"),
+    ),
     ("duplicate input", "[1, 4]> z)", "[1, 4]> §x)", T),
     ("missing required parameter", "= add(x = x, y = z)", "= §add(x = x)", T),
     ("unknown parameter", "add(x = x, y = z)", "add(x = x, y = z, §w = z)", T),
-    ("too many declared outputs", "tensor<fp16, [1, 4]> s = add", "§tensor<fp16, [1, 4]> s, tensor<fp16, [1, 4]> t = add", T),
+    (
+        "too many declared outputs",
+        "tensor<fp16, [1, 4]> s = add",
+        "§tensor<fp16, [1, 4]> s, tensor<fp16, [1, 4]> t = add",
+        T,
+    ),
     ("undefined output", "} -> (r);", "} -> (§rr);", T),
     ("wrong parameter dtype", "reshape(x = s, shape = shp)", "reshape(x = s, §shape = s)", T),
     (
@@ -163,7 +185,7 @@ def test_type_error_names_op_and_parameter() -> None:
 )
 def test_blobfile_paths_cannot_escape_the_weights_directory(path: str, tmp_path) -> None:
     text = BASE.replace(
-        'val = tensor<int32, [2]>([4, 1])',
+        "val = tensor<int32, [2]>([4, 1])",
         f'val = tensor<int32, [2]>(BLOBFILE(path = string("{path}"), offset = uint64(64)))',
     )
     (tmp_path / "secret.bin").write_bytes(b"\0" * 256)
@@ -174,7 +196,7 @@ def test_blobfile_paths_cannot_escape_the_weights_directory(path: str, tmp_path)
 
 def test_missing_weight_file_is_a_weight_error(tmp_path) -> None:
     text = BASE.replace(
-        'val = tensor<int32, [2]>([4, 1])',
+        "val = tensor<int32, [2]>([4, 1])",
         'val = tensor<int32, [2]>(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(64)))',
     )
     with pytest.raises(WeightFileError, match="w.bin"):
@@ -191,7 +213,27 @@ def test_missing_weight_file_is_a_weight_error(tmp_path) -> None:
 
 # -- mutation fuzzing: the parser raises only anekit errors, and never hangs ----------------------
 
-_TOKENS = ["(", ")", "[", "]", "{", "}", "<", ">", ",", ";", "=", "->", "tensor", "fp16", "x", '"', "1", "-1", "0x1p-3"]
+_TOKENS = [
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    "<",
+    ">",
+    ",",
+    ";",
+    "=",
+    "->",
+    "tensor",
+    "fp16",
+    "x",
+    '"',
+    "1",
+    "-1",
+    "0x1p-3",
+]
 
 
 @st.composite
@@ -224,7 +266,9 @@ def test_mutated_programs_raise_only_anekit_errors(text: str) -> None:
     assert mil.parse(program.to_text()).to_text() == program.to_text()
 
 
-@pytest.mark.parametrize("cut", ['name = string(', 'name = string("s"', "val = bool(", "val = fp16("])
+@pytest.mark.parametrize(
+    "cut", ["name = string(", 'name = string("s"', "val = bool(", "val = fp16("]
+)
 def test_text_ending_inside_a_literal_is_a_syntax_error(cut: str) -> None:
     text = BASE[: BASE.index(cut) + len(cut)]
     with pytest.raises(MilSyntaxError, match="end of input"):

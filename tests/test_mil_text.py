@@ -36,7 +36,9 @@ def test_printer_matches_the_documented_dialect() -> None:
 
 def test_legacy_dialect_spells_scalars_as_rank0_tensors() -> None:
     text = small_program().to_text("legacy")
-    assert text.startswith("program(1.0)\n[buildInfo = dict<tensor<string, []>, tensor<string, []>>(")
+    assert text.startswith(
+        "program(1.0)\n[buildInfo = dict<tensor<string, []>, tensor<string, []>>("
+    )
     assert "func main<ios16>(" in text
     assert 'name = tensor<string, []>("y")' in text
     assert "offset = tensor<uint64, []>(64)" in text
@@ -69,7 +71,9 @@ def test_literals_hex_floats_inf_nan_and_nested_build_info() -> None:
     assert program.build_info == {"outer": {"k": "v", "k2": "v2"}}
     c = program.ops[0].outputs[0].const
     assert c[0] == 3.0 and np.isneginf(c[1]) and np.isnan(c[2])
-    np.testing.assert_array_equal(program.ops[1].outputs[0].const, np.float32([[1, 2.5], [0.3, -4]]))
+    np.testing.assert_array_equal(
+        program.ops[1].outputs[0].const, np.float32([[1, 2.5], [0.3, -4]])
+    )
     printed = program.to_text()
     assert "[0x1.8p+1, -inf, nan]" in printed
     assert mil.parse(printed).to_text() == printed
@@ -173,7 +177,10 @@ def test_attribute_only_ops_take_weights_inline_as_blobfile() -> None:
     assert [op.op_type for op in program.ops] == ["constexpr_affine_dequantize", "add"]
     line = program.to_text().splitlines()[4]
     assert "constexpr_affine_dequantize()[name = " in line
-    assert 'quantized_data = tensor<int8, [4, 4]>(BLOBFILE(path = string("@model_path/weights/q.bin")' in line
+    assert (
+        'quantized_data = tensor<int8, [4, 4]>(BLOBFILE(path = string("@model_path/weights/q.bin")'
+        in line
+    )
     assert mil.parse(program.to_text(), program.weight_files()) == program
 
 

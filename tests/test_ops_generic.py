@@ -57,7 +57,9 @@ def test_text_round_trip_is_a_fixed_point(case: Case) -> None:
     again = mil.parse(text, program.weight_files())
     assert again.to_text() == text
     assert again == program
-    if all(registry.OPSETS.index(op.opdef.since) <= 1 for op in program.ops) and _same_in_ios16(program):
+    if all(registry.OPSETS.index(op.opdef.since) <= 1 for op in program.ops) and _same_in_ios16(
+        program
+    ):
         legacy = program.to_text("legacy")
         assert legacy.startswith("program(1.0)")
         assert mil.parse(legacy, program.weight_files()).to_text("legacy") == legacy
@@ -91,8 +93,12 @@ def test_reference_matches_independent_formula(case: Case) -> None:
             assert have.shape == want.shape, name
             if have.dtype.kind == "f":
                 np.testing.assert_allclose(
-                    have.astype(np.float64), want, rtol=case.rtol, atol=case.atol,
-                    equal_nan=True, err_msg=f"{case.id} output {name}",
+                    have.astype(np.float64),
+                    want,
+                    rtol=case.rtol,
+                    atol=case.atol,
+                    equal_nan=True,
+                    err_msg=f"{case.id} output {name}",
                 )
             else:
                 np.testing.assert_array_equal(have, want.astype(have.dtype), err_msg=case.id)

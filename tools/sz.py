@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def code_lines(path: Path) -> int:
     """Lines that are neither blank nor comments."""
     return sum(
-        1 for line in path.read_text(encoding="utf-8").splitlines()
+        1
+        for line in path.read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.strip().startswith("#")
     )
 

@@ -45,7 +45,9 @@ def resolve_backend(backend: str | None = None) -> str:
         )
     ok, reason = _module(name).available()
     if not ok:
-        raise BackendUnavailable(f"backend {name!r} is unavailable: {reason}", backend=name, available=_usable())
+        raise BackendUnavailable(
+            f"backend {name!r} is unavailable: {reason}", backend=name, available=_usable()
+        )
     return name
 
 

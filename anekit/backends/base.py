@@ -39,7 +39,9 @@ class TensorSpec:
     @classmethod
     def of(cls, v: Value) -> TensorSpec:
         if not v.type.is_static:
-            raise AnekitError(f"{v.name!r} has a dynamic shape {v.type}; kernels need static shapes")
+            raise AnekitError(
+                f"{v.name!r} has a dynamic shape {v.type}; kernels need static shapes"
+            )
         return cls(v.name, tuple(int(d) for d in v.type.shape), v.type.dtype)
 
 
@@ -116,7 +118,9 @@ class Kernel(ABC):
                 f"inputs do not match the kernel: unknown {unknown}, missing {missing}; "
                 f"expected {expected}"
             )
-        return {name: convert_input(self._input_specs[name], value) for name, value in inputs.items()}
+        return {
+            name: convert_input(self._input_specs[name], value) for name, value in inputs.items()
+        }
 
     def spec(self, name: str, *, output: bool = False) -> TensorSpec:
         """The spec of an input (or output) by name; KeyError lists the names there are."""
@@ -170,7 +174,9 @@ def convert_input(spec: TensorSpec, value: Any) -> np.ndarray:
     if spec.dtype.is_float and kind in "iu":
         converted = arr.astype(target)
         if not np.array_equal(converted.astype(arr.dtype), arr):
-            raise ValueError(f"input {spec.name!r}: integers not exactly representable in {spec.dtype}")
+            raise ValueError(
+                f"input {spec.name!r}: integers not exactly representable in {spec.dtype}"
+            )
         return converted
     if spec.dtype.is_int and kind in "iu":
         info = np.iinfo(target)

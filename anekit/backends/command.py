@@ -18,17 +18,31 @@ from anekit.mil.program import Program, write_atomic
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a model.mil file or a model directory (model.mil + weights/)")
-    parser.add_argument("--weights", help="directory holding the weight files (default: beside the model)")
     parser.add_argument(
-        "--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input array (repeatable)"
+        "model", help="a model.mil file or a model directory (model.mil + weights/)"
     )
-    parser.add_argument("--random", action="store_true", help="fill inputs not given with random values")
+    parser.add_argument(
+        "--weights", help="directory holding the weight files (default: beside the model)"
+    )
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input array (repeatable)",
+    )
+    parser.add_argument(
+        "--random", action="store_true", help="fill inputs not given with random values"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
-    parser.add_argument("--backend", help="ane or reference (default: $ANEKIT_BACKEND, else the best here)")
+    parser.add_argument(
+        "--backend", help="ane or reference (default: $ANEKIT_BACKEND, else the best here)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="evaluations to time (default 1)")
     parser.add_argument("--out", help="write the outputs to this .npz file")
-    parser.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
+    parser.add_argument(
+        "--json", action="store_true", help="print a JSON summary instead of a table"
+    )
 
 
 def read_program(model: str, weights: str | None = None) -> Program:
@@ -41,11 +55,15 @@ def read_program(model: str, weights: str | None = None) -> Program:
         text = decode_mil(mil_path.read_bytes(), str(mil_path))
     except OSError as e:
         raise SystemExit(f"anekit: cannot read {mil_path}: {e.strerror}") from e
-    default = mil_path.parent / "weights" if (mil_path.parent / "weights").is_dir() else mil_path.parent
+    default = (
+        mil_path.parent / "weights" if (mil_path.parent / "weights").is_dir() else mil_path.parent
+    )
     return parse(text, Path(weights) if weights else default, file=str(mil_path))
 
 
-def gather_inputs(program: Program, specs: list[str], random: bool, seed: int) -> dict[str, np.ndarray]:
+def gather_inputs(
+    program: Program, specs: list[str], random: bool, seed: int
+) -> dict[str, np.ndarray]:
     """Inputs from NAME=FILE.npy arguments, and random values for the rest when asked."""
     arrays: dict[str, np.ndarray] = {}
     names = [v.name for v in program.inputs]
@@ -67,7 +85,9 @@ def gather_inputs(program: Program, specs: list[str], random: bool, seed: int) -
         if v.name in arrays:
             continue
         if not random:
-            raise SystemExit(f"anekit run: no value for input {v.name!r} {v.type}; give --input or --random")
+            raise SystemExit(
+                f"anekit run: no value for input {v.name!r} {v.type}; give --input or --random"
+            )
         shape = TensorSpec.of(v).shape
         if v.dtype.is_float:
             arrays[v.name] = rng.standard_normal(shape).astype(v.dtype.numpy)
@@ -89,12 +109,22 @@ def summarise(name: str, a: np.ndarray) -> dict[str, object]:
     """Shape, dtype and finite-value statistics of one output."""
     finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
     stats = (
-        {"min": float(finite.min()), "max": float(finite.max()), "mean": float(finite.astype(np.float64).mean())}
+        {
+            "min": float(finite.min()),
+            "max": float(finite.max()),
+            "mean": float(finite.astype(np.float64).mean()),
+        }
         if finite.size
         else {"min": None, "max": None, "mean": None}
     )
     nonfinite = int(a.size - finite.size) if a.dtype.kind == "f" else 0
-    return {"name": name, "shape": list(a.shape), "dtype": str(a.dtype), **stats, "nonfinite": nonfinite}
+    return {
+        "name": name,
+        "shape": list(a.shape),
+        "dtype": str(a.dtype),
+        **stats,
+        "nonfinite": nonfinite,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,14 +148,24 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_npz(Path(args.out), outputs)
     rows = [summarise(name, a) for name, a in outputs.items()]
-    timing = {"compile_ms": compile_s * 1e3, "run_ms": float(np.median(times)) * 1e3, "repeat": len(times)}
+    timing = {
+        "compile_ms": compile_s * 1e3,
+        "run_ms": float(np.median(times)) * 1e3,
+        "repeat": len(times),
+    }
     if args.json:
         json.dump({"backend": backend, "outputs": rows, **timing}, sys.stdout, indent=2)
         print()
         return 0
-    print(f"backend {backend}: compile {timing['compile_ms']:.2f} ms, run {timing['run_ms']:.3f} ms (median of {len(times)})")
+    print(
+        f"backend {backend}: compile {timing['compile_ms']:.2f} ms, run {timing['run_ms']:.3f} ms (median of {len(times)})"
+    )
     for r in rows:
-        stats = "no finite values" if r["min"] is None else f"min {r['min']:.6g}  max {r['max']:.6g}  mean {r['mean']:.6g}"
+        stats = (
+            "no finite values"
+            if r["min"] is None
+            else f"min {r['min']:.6g}  max {r['max']:.6g}  mean {r['mean']:.6g}"
+        )
         extra = f"  ({r['nonfinite']} non-finite)" if r["nonfinite"] else ""
         print(f"  {r['name']}: {r['dtype']}{r['shape']}  {stats}{extra}")
     if args.out:

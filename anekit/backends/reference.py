@@ -47,7 +47,9 @@ def compile(program: Program, *, storage: str = "fp16", **options: Any) -> Refer
 _FP16_MIN_NORMAL = np.float32(2.0**-14)
 _FP16_OVERFLOW = np.float32(65520.0)  # the smallest magnitude that rounds to inf
 _HALF = np.float32(0.5)
-_BIT_ROUNDING_FROM = 4096  # elements; below this NumPy's conversion is faster (benchmarks/runtime.py)
+_BIT_ROUNDING_FROM = (
+    4096  # elements; below this NumPy's conversion is faster (benchmarks/runtime.py)
+)
 
 
 def round_to_fp16(r: Any) -> np.ndarray:
@@ -137,7 +139,9 @@ class _Step:
                 if v is None:
                     continue
             if isinstance(v, tuple):
-                items = [(slot_of.get(id(x), -1), None if id(x) in slot_of else _held(x)) for x in v]
+                items = [
+                    (slot_of.get(id(x), -1), None if id(x) in slot_of else _held(x)) for x in v
+                ]
                 if all(s < 0 for s, _ in items):
                     self.consts[p.name] = tuple(c for _, c in items)
                 else:
@@ -228,7 +232,9 @@ class ReferenceKernel(Kernel):
                 except Exception as e:  # a failure inside an op: report which op
                     op = step.op
                     where = f" (MIL line {op.line})" if op.line else ""
-                    raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
+                    raise EvaluationError(
+                        f"op {op.op_type!r} {op.name!r}{where} failed: {e}"
+                    ) from e
                 if len(step.outs) == 1:
                     env[step.outs[0]] = step.rounders[0](result)
                 else:

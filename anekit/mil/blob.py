@@ -198,7 +198,9 @@ def read_records(data: bytes, *, file: str | None = None) -> list[BlobRecord]:
     return records
 
 
-def read_blob(data: bytes, offset: int, *, file: str | None = None, copy: bool = True) -> np.ndarray:
+def read_blob(
+    data: bytes, offset: int, *, file: str | None = None, copy: bool = True
+) -> np.ndarray:
     """Return the 1-D array whose record is at `offset` (native-endian).
 
     With ``copy=False`` and immutable ``bytes`` on a little-endian machine, the result is a

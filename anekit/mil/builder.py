@@ -132,7 +132,8 @@ class Builder:
                 inputs[key] = raw  # let the verifier name the unknown parameter
             elif p.variadic:
                 inputs[key] = tuple(
-                    place(literal_value(r, p, partial), f"{base}_{key}_{i}") for i, r in enumerate(raw)
+                    place(literal_value(r, p, partial), f"{base}_{key}_{i}")
+                    for i, r in enumerate(raw)
                 )
             else:
                 inputs[key] = place(literal_value(raw, p, partial), f"{base}_{key}")
@@ -178,7 +179,9 @@ class Builder:
 
     def _append(self, opdef: OpDef, inputs: dict, types: tuple[TensorType, ...], base: str) -> Any:
         self._names.add(base)
-        names = [base] if len(types) == 1 else [self._unique(f"{base}_{i}") for i in range(len(types))]
+        names = (
+            [base] if len(types) == 1 else [self._unique(f"{base}_{i}") for i in range(len(types))]
+        )
         outs = tuple(Value(n, t) for n, t in zip(names, types))
         self._names.update(names)
         op = Operation(opdef, inputs, outs, {"name": base})
@@ -232,9 +235,7 @@ class Builder:
         return f"{name}_{i}"
 
     def _claim_file(self, stem: str) -> str:
-        used = {
-            v.blob.path for op in self._ops for v in op.input_values() if v.blob is not None
-        }
+        used = {v.blob.path for op in self._ops for v in op.input_values() if v.blob is not None}
         candidate, i = stem, 1
         while f"{WEIGHTS_PREFIX}{candidate}.bin" in used:
             candidate, i = f"{stem}_{i}", i + 1

@@ -11,7 +11,9 @@ from anekit.mil.text import DIALECTS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="a model.mil file, or a model directory (model.mil + weights/)")
+    parser.add_argument(
+        "path", help="a model.mil file, or a model directory (model.mil + weights/)"
+    )
     parser.add_argument(
         "--dialect",
         choices=sorted(DIALECTS),

@@ -290,7 +290,14 @@ def _choose_dtype(arr: np.ndarray, p: Param, args: Args | None) -> DType:
     if arr.dtype.kind in "iu":
         if arr.dtype.itemsize < 8 and (allowed is None or dtype_of(arr.dtype) in allowed):
             return dtype_of(arr.dtype)
-        for candidate in (DType.int32, DType.uint32, DType.int16, DType.uint8, DType.int8, DType.fp16):
+        for candidate in (
+            DType.int32,
+            DType.uint32,
+            DType.int16,
+            DType.uint8,
+            DType.int8,
+            DType.fp16,
+        ):
             if allowed is None or candidate in allowed:
                 return candidate
     raise MilTypeError(

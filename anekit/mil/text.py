@@ -18,7 +18,6 @@ from anekit.mil.weights import layout
 DIALECTS = {"ios18": ("1.3", None), "legacy": ("1.0", "ios16")}
 
 
-
 def print_program(program: Program, dialect: str = "ios18") -> str:
     """Return the MIL text of a program in the given dialect."""
     if dialect not in DIALECTS:
@@ -119,7 +118,11 @@ class _Printer:
 
     def _dict_value(self, v: Any) -> str:
         if isinstance(v, dict):
-            return "{" + ", ".join(f"{{{_string(k)}, {self._dict_value(x)}}}" for k, x in v.items()) + "}"
+            return (
+                "{"
+                + ", ".join(f"{{{_string(k)}, {self._dict_value(x)}}}" for k, x in v.items())
+                + "}"
+            )
         return _string(str(v))
 
     def python_literal(self, value: Any) -> str:

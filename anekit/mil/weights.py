@@ -94,7 +94,9 @@ class WeightSource:
         if path in self._files:
             return self._files[path]
         if self._directory is None:
-            raise WeightFileError("weight file not provided (pass weights=dict or directory)", file=path)
+            raise WeightFileError(
+                "weight file not provided (pass weights=dict or directory)", file=path
+            )
         root = self._directory.resolve()
         target = (root / name).resolve()
         if root not in target.parents:

@@ -9,7 +9,17 @@ from typing import Any
 
 import numpy as np
 
-FAMILIES = ("core", "elementwise", "reduction", "norm", "linear", "pool", "shape", "quant", "attention")
+FAMILIES = (
+    "core",
+    "elementwise",
+    "reduction",
+    "norm",
+    "linear",
+    "pool",
+    "shape",
+    "quant",
+    "attention",
+)
 
 
 @dataclass
