@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 import anekit  # noqa: E402
 from anekit.nn import BlockShape, block_kernels  # noqa: E402
+from anekit.nn.kernels import ATTENTION, GENERATORS, HALVES, kernel_weights  # noqa: E402
 from anekit.nn.layers import query_rows_by_token, rope_swap  # noqa: E402
 
 RTOL = 5e-3
@@ -271,3 +272,57 @@ def test_kernel_on_the_ane_matches_the_reference_backend(kernel: str) -> None:
         got = k(x=x)["y"].astype(np.float64)
     # both store fp16 after every op; the ANE's accumulation order and width differ
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-2
+
+
+def layer_parameters(s: BlockShape, seed: int) -> dict[str, np.ndarray]:
+    """One layer's fp32 parameters by :data:`~anekit.nn.kernels.LAYER_PARAMETERS` name."""
+    att, ffn = attention_inputs(s, seed), ffn_inputs(s, seed + 1)
+    weights = {k: v for k, v in {**att, **ffn}.items() if k.startswith("w")}
+    layer = {k: v.astype(np.float32) for k, v in weights.items()}
+    layer["attn_norm"] = att["gain"][:, 0].astype(np.float32)
+    layer["ffn_norm"] = ffn["gain"][:, 0].astype(np.float32)
+    return layer
+
+
+@pytest.mark.parametrize("half", HALVES, ids=lambda h: h.forward.split("_")[0])
+def test_a_block_half_with_its_cpu_contract_matches_torch(half) -> None:
+    """Pack with kernel_weights, run both kernels, finish on the CPU: every gradient vs autograd."""
+    s = SHAPES["gqa"]
+    layer = layer_parameters(s, seed=8)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((s.dim, s.tokens)).astype(np.float32)
+    dy = rng.standard_normal((s.dim, s.tokens)).astype(np.float32)
+    kernels = block_kernels(s, (half.forward, half.backward))
+    weights = kernel_weights(s, layer)
+    fwd = run(kernels[half.forward], x=x, **weights[half.forward])
+    bwd = run(kernels[half.backward], **weights[half.backward], **half.backward_inputs(fwd, dy))
+    dx, grads = half.gradients(s, fwd, bwd, dy, x, layer[half.norm])
+
+    t = {k: t64(v).requires_grad_() for k, v in layer.items()}
+    x_t = t64(x).T.requires_grad_()
+    xn, _ = ref_rmsnorm(x_t, t[half.norm], s.eps)
+    if half is ATTENTION:
+        out = ref_attention(xn, t["wq"], t["wk"], t["wv"], t["wo"], s)["o"]
+    else:
+        out = ref_ffn(xn, t["w1"], t["w3"], t["w2"])["f"]
+    assert rel_err(fwd[half.residual], out.T) < RTOL
+    out.backward(t64(dy).T)
+    assert rel_err(dx, x_t.grad.T) < RTOL
+    assert sorted(grads) == sorted(k for k, v in t.items() if v.grad is not None)
+    for name, g in grads.items():
+        assert rel_err(g, t[name].grad) < RTOL, name
+
+
+def test_kernel_weights_swap_rope_columns_and_make_gains_columns() -> None:
+    s = SHAPES["gqa"]
+    layer = layer_parameters(s, seed=10)
+    w = kernel_weights(s, layer)
+    assert set(w) == set(GENERATORS)
+    hd, half = s.head_dim, s.head_dim // 2
+    # head 1 of wk_s: its second half of columns first, then its first half
+    np.testing.assert_array_equal(w["attention_forward"]["wk_s"][:, hd : hd + half],
+                                  layer["wk"][:, hd + half : 2 * hd])  # fmt: skip
+    np.testing.assert_array_equal(w["ffn_forward"]["gain"][:, 0], layer["ffn_norm"])
+    assert "gain" not in w["ffn_backward"]
+    with pytest.raises(ValueError, match=r"\['ffn_norm'\] are missing"):
+        kernel_weights(s, {k: v for k, v in layer.items() if k != "ffn_norm"})

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from anekit.train.config import get_config  # noqa: E402
 from anekit.train.model import Model  # noqa: E402
 from anekit.train.params import init_params, param_specs  # noqa: E402
+from tests.test_backends_isolate import FAKE, register_fake_backend  # noqa: E402
 from tests.test_nn_kernels import ref_attention, ref_rmsnorm  # noqa: E402
 
 # Gradients pass through 2 x n_layers fp16 kernels (about 100 rounded ops) and fp16 taps;
@@ -77,3 +78,15 @@ def test_every_gradient_of_a_tiny_step_matches_torch(loss_scale: float) -> None:
         worst[name] = np.linalg.norm(grads[name] - want) / np.linalg.norm(want)
     bad = {k: f"{v:.2e}" for k, v in worst.items() if not v < GRAD_RTOL}
     assert not bad, f"gradients off: {bad}"
+
+
+def test_the_model_isolates_its_kernels_where_the_backend_has_a_compile_budget(monkeypatch):
+    """train asks for isolate="auto": a backend declaring a budget gets every kernel in a worker."""
+    cfg = get_config("tiny").model
+    isolated = register_fake_backend(monkeypatch, budget=7)
+    with Model(cfg, batch=1, backend=FAKE) as model:
+        assert len(isolated) == len(model.kernels) == 4
+        assert {backend for backend, _ in isolated} == {FAKE}
+    with Model(cfg, batch=1, backend="reference", training=False) as model:
+        assert len(model.kernels) == 2
+    assert len(isolated) == 4  # the reference declares no budget: compiled in process

@@ -16,7 +16,15 @@ BACKENDS: dict[str, str] = {
     "reference": "anekit.backends.reference",
 }
 
-__all__ = ["BACKENDS", "Kernel", "TensorSpec", "available_backends", "compile", "resolve_backend"]
+__all__ = [
+    "BACKENDS",
+    "Kernel",
+    "TensorSpec",
+    "available_backends",
+    "compile",
+    "compile_budget",
+    "resolve_backend",
+]
 
 
 def _module(name: str) -> Any:
@@ -32,17 +40,21 @@ def _usable() -> tuple[str, ...]:
     return tuple(name for name in BACKENDS if _module(name).available()[0])
 
 
-def resolve_backend(backend: str | None = None) -> str:
-    """Pick a backend: the argument, else $ANEKIT_BACKEND, else "ane" if usable, else "reference"."""
-    name = backend or config.env_backend()
-    if name is None:
-        return "ane" if _module("ane").available()[0] else "reference"
+def _check_known(name: str) -> None:
     if name not in BACKENDS:
         raise BackendUnavailable(
             f"unknown backend {name!r}; known backends: {', '.join(BACKENDS)}",
             backend=name,
             available=_usable(),
         )
+
+
+def resolve_backend(backend: str | None = None) -> str:
+    """Pick a backend: the argument, else $ANEKIT_BACKEND, else "ane" if usable, else "reference"."""
+    name = backend or config.env_backend()
+    if name is None:
+        return "ane" if _module("ane").available()[0] else "reference"
+    _check_known(name)
     ok, reason = _module(name).available()
     if not ok:
         raise BackendUnavailable(
@@ -51,20 +63,43 @@ def resolve_backend(backend: str | None = None) -> str:
     return name
 
 
+def compile_budget(name: str) -> int | None:
+    """How many compiles one process can make on a backend before it must be replaced; None: no limit.
+
+    A backend module declares it as ``COMPILE_BUDGET`` (the ANE's, ANE_NOTES 2.4); a module
+    without one has no budget.
+    """
+    _check_known(name)
+    return getattr(_module(name), "COMPILE_BUDGET", None)
+
+
 def compile(
-    program: Program, backend: str | None = None, *, isolate: bool = False, **options: Any
+    program: Program,
+    backend: str | None = None,
+    *,
+    isolate: bool | str = False,
+    **options: Any,
 ) -> Kernel:
     """Compile a verified Program for a backend (see ``resolve_backend``) and return its Kernel.
 
     ``isolate=True`` hosts the kernel in a worker process recycled before the ANE's
     compile budget runs out (``recycle_after=`` sets how many compiles it takes;
-    see :mod:`anekit.backends.worker`).
+    see :mod:`anekit.backends.worker`). ``isolate="auto"`` does so only on a backend
+    that declares a compile budget (:func:`compile_budget`): the ANE, not the reference.
     """
     if not isinstance(program, Program):
         raise TypeError(f"compile() takes a mil.Program, found {type(program).__name__}")
     name = resolve_backend(backend)
-    if isolate:
+    if _isolates(name, isolate):
         from anekit.backends import worker
 
         return worker.compile(program, name, **options)
     return _module(name).compile(program, **options)
+
+
+def _isolates(name: str, isolate: bool | str) -> bool:
+    if isolate == "auto":
+        return compile_budget(name) is not None
+    if isinstance(isolate, bool):
+        return isolate
+    raise ValueError(f"compile(isolate=...): expected True, False or 'auto', found {isolate!r}")

@@ -22,24 +22,39 @@ Activations are ``[channels, N]`` with N = batch * seq tokens. Attention taps ar
 stored in the layout the backward kernel consumes (:func:`~anekit.nn.layers.query_rows`
 and :func:`~anekit.nn.layers.kv_columns`, flattened), so they need no transposes.
 
-The CPU side adds the residuals, runs the RMSNorm backward from ``dxn`` and
-``rstd``, and forms the weight gradients from the taps and the ``dproj`` output
-(:func:`attention_backward`): ``dwo = dy @ a^T``, ``dw1 = xn @ dh1^T``, ``dw2 = dy @ u^T``.
+The CPU half of each kernel's contract lives here too (:class:`BlockHalf`,
+:func:`kernel_weights`): what the CPU packs (the weights, the RoPE-swapped copies
+``wq_s`` and ``wk_s``, the gains as columns), which forward outputs feed the backward
+kernel, and how the backward pass ends on the CPU: the RMSNorm backward from ``dxn``
+and ``rstd``, and the weight gradients from the taps and the ``dproj`` output
+(:func:`attention_backward`): ``dwo = dy @ a^T``, ``dw1 = xn @ dh1^T``, ``dw2 = dy @ u^T``,
+with RoPE's swapped copies folded back into ``dwq`` and ``dwk``. The caller adds
+the residuals and owns the buffers.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from anekit.mil.builder import Builder
-from anekit.mil.program import Program, Value
+from anekit.mil.program import Program
 from anekit.nn import layers as L
+from anekit.nn.cpu import rmsnorm_backward
+from anekit.nn.layers import FFN_IN_WEIGHTS, QKV_WEIGHTS, stacked_columns
 from anekit.nn.packing import Layout, Packing
 from anekit.nn.spec import BlockShape
 
 INPUT = "x"
 OUTPUT = "y"
-QKV_WEIGHTS = ("wq", "wk", "wv", "wq_s", "wk_s")
+# one layer's parameters, as the CPU keeps them (shapes in the table above; gains [D])
+LAYER_PARAMETERS = ("wq", "wk", "wv", "wo", "w1", "w3", "w2", "attn_norm", "ffn_norm")
+# forward outputs the backward kernels take, under the same field names
+ATTENTION_TAPS = ("q_rows", "k_cols", "v_cols", "a_rows")
+FFN_TAPS = ("h1", "h3")
 
 
 @dataclass(frozen=True)
@@ -55,16 +70,6 @@ class KernelDef:
     def describe(self) -> str:
         """The kernel's name, input packing and output layout, as text."""
         return f"{self.name}:\n{self.input.describe()}\n{self.output.describe()}"
-
-
-def stacked_columns(s: BlockShape) -> dict[str, slice]:
-    """Where ``wq wk wv wq_s wk_s`` sit in their stacked matrix: its columns, and the rows of ``dproj``."""
-    widths = {"wq": s.q_dim, "wk": s.kv_dim, "wv": s.kv_dim, "wq_s": s.q_dim, "wk_s": s.kv_dim}
-    columns, start = {}, 0
-    for name in QKV_WEIGHTS:
-        columns[name] = slice(start, start + widths[name])
-        start += widths[name]
-    return columns
 
 
 def _attention_weights(s: BlockShape) -> list[tuple[str, int, int]]:
@@ -119,29 +124,12 @@ def attention_forward(s: BlockShape) -> KernelDef:
     b = Builder()
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["x", "gain", "wo"])
-    xn, rstd = L.rmsnorm(b, f["x"], f["gain"], s.eps, "xn")
-    proj = L.project(b, pk.span(b, x_in, QKV_WEIGHTS), xn, "proj", transpose_w=True)
-    col = stacked_columns(s)
-    qk_dim = s.q_dim + s.kv_dim  # q and k are adjacent, and so are their swapped copies
-    cos, sin = _rope_consts(b, s)
-    qk = L.rope(
-        b,
-        L.channels(b, proj, col["wq"].start, qk_dim, "qk_lin"),
-        L.channels(b, proj, col["wq_s"].start, qk_dim, "qk_swapped"),
-        cos,
-        sin,
-        "qk",
-    )
-    q_rows = L.query_rows(b, L.channels(b, qk, 0, s.q_dim, "q"), s, "q_rows")
-    k_cols = L.kv_columns(b, L.channels(b, qk, s.q_dim, s.kv_dim, "k"), s, "k_cols")
-    v_cols = L.kv_columns(b, L.channels(b, proj, col["wv"].start, s.kv_dim, "v"), s, "v_cols")
-    probs = L.attention_probs(b, q_rows, k_cols, _mask(b, s), "probs")
-    a_rows = b.matmul(x=probs, y=v_cols, transpose_y=True, name="a_rows")
-    o = L.project(b, f["wo"], L.merge_query_rows(b, a_rows, s, "a"), "o", transpose_w=False)
-    taps = {"q_rows": q_rows, "k_cols": k_cols, "v_cols": v_cols, "a_rows": a_rows}
-    flat = {n: b.reshape(x=v, shape=[1, 1, out.channels_of(n), s.tokens], name=f"{n}_flat")
-            for n, v in taps.items()}  # fmt: skip
-    b.output(out.concat(b, {"o": o, "xn": xn, **flat, "rstd": rstd}, OUTPUT))
+    w_qkv = pk.span(b, x_in, QKV_WEIGHTS)
+    parts = L.attention(b, s, f["x"], f["gain"], w_qkv, f["wo"], L.attention_tables(b, s))
+    for n in ATTENTION_TAPS:
+        shape = [1, 1, out.channels_of(n), s.tokens]
+        parts[n] = b.reshape(x=parts[n], shape=shape, name=f"{n}_flat")
+    b.output(out.concat(b, {n: parts[n] for n in out.fields}, OUTPUT))
     return KernelDef("attention_forward", s, b.build(), pk, out)
 
 
@@ -169,7 +157,8 @@ def attention_backward(s: BlockShape) -> KernelDef:
     k_cols = pk.unpack_as(b, x_in, "k_cols", cols)
     v_cols = pk.unpack_as(b, x_in, "v_cols", cols)
     a_rows = pk.unpack_as(b, x_in, "a_rows", rows)
-    probs = L.attention_probs(b, q_rows, k_cols, _mask(b, s), "probs")
+    tables = L.attention_tables(b, s)
+    probs = L.attention_probs(b, q_rows, k_cols, tables.mask, "probs")
 
     da_rows = L.query_rows(b, L.project(b, f["wo"], f["dy"], "da", transpose_w=True), s, "da_rows")
     dv_cols = b.matmul(x=da_rows, y=probs, transpose_x=True, name="dv_cols")
@@ -187,9 +176,8 @@ def attention_backward(s: BlockShape) -> KernelDef:
     dqk = L.stack(
         b, (L.merge_query_rows(b, dq_rows, s, "dq"), L.merge_kv_columns(b, dk_cols, s, "dk")), "dqk"
     )
-    cos, sin = _rope_consts(b, s)
-    dqk_c = b.mul(x=dqk, y=cos, name="dqk_c")
-    dqk_s = b.mul(x=dqk, y=sin, name="dqk_s")
+    dqk_c = b.mul(x=dqk, y=tables.cos, name="dqk_c")
+    dqk_s = b.mul(x=dqk, y=tables.sin, name="dqk_s")
     dv = L.merge_kv_columns(b, dv_cols, s, "dv")
     dproj = L.stack(b, (dqk_c, dv, dqk_s), "dproj")
     dxn = L.project(b, pk.span(b, x_in, QKV_WEIGHTS), dproj, "dxn", transpose_w=False)
@@ -214,14 +202,9 @@ def ffn_forward(s: BlockShape) -> KernelDef:
     b = Builder()
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["x", "gain", "w2"])
-    xn, rstd = L.rmsnorm(b, f["x"], f["gain"], s.eps, "xn")
-    h13 = L.project(b, pk.span(b, x_in, ["w1", "w3"]), xn, "h13", transpose_w=True)
-    h1 = L.channels(b, h13, 0, s.hidden, "h1")
-    h3 = L.channels(b, h13, s.hidden, s.hidden, "h3")
-    u = b.mul(x=b.mul(x=h1, y=b.sigmoid(x=h1, name="sig"), name="silu"), y=h3, name="u")
-    out_f = L.project(b, f["w2"], u, "f", transpose_w=False)
-    values = {"f": out_f, "xn": xn, "h1": h1, "h3": h3, "u": u, "rstd": rstd}
-    b.output(out.concat(b, values, OUTPUT))
+    w13 = pk.span(b, x_in, FFN_IN_WEIGHTS)
+    parts = L.ffn(b, s, f["x"], f["gain"], w13, f["w2"])
+    b.output(out.concat(b, {n: parts[n] for n in out.fields}, OUTPUT))
     return KernelDef("ffn_forward", s, b.build(), pk, out)
 
 
@@ -251,7 +234,7 @@ def ffn_backward(s: BlockShape) -> KernelDef:
     )
     dh1 = b.mul(x=b.mul(x=du, y=h3, name="dgate"), y=slope, name="dh1")
     dh13 = L.stack(b, (dh1, dh3), "dh13")
-    dxn = L.project(b, pk.span(b, x_in, ["w1", "w3"]), dh13, "dxn", transpose_w=False)
+    dxn = L.project(b, pk.span(b, x_in, FFN_IN_WEIGHTS), dh13, "dxn", transpose_w=False)
     b.output(out.concat(b, {"dxn": dxn, "dh1": dh1, "dh3": dh3}, OUTPUT))
     return KernelDef("ffn_backward", s, b.build(), pk, out)
 
@@ -274,10 +257,126 @@ def block_kernels(
     return {name: GENERATORS[name](s) for name in names}
 
 
-def _mask(b: Builder, s: BlockShape) -> Value:
-    return b.weight("mask", L.causal_mask(s))
+# -- the CPU half of the contract ---------------------------------------------------------------
+Arrays = Mapping[str, np.ndarray]
 
 
-def _rope_consts(b: Builder, s: BlockShape) -> tuple[Value, Value]:
-    cos, sin = L.rope_tables(s)
-    return b.weight("rope_cos", cos), b.weight("rope_sin", sin)
+@functools.cache
+def _rope_swaps(s: BlockShape) -> tuple[np.ndarray, np.ndarray]:
+    """The column swaps of ``wq_s`` and ``wk_s`` (:func:`~anekit.nn.layers.rope_swap`), read-only."""
+    swaps = L.rope_swap(s.heads, s.head_dim), L.rope_swap(s.kv_heads, s.head_dim)
+    for swap in swaps:
+        swap.setflags(write=False)  # cached: shared by every caller
+    return swaps
+
+
+def kernel_weights(s: BlockShape, layer: Arrays) -> dict[str, dict[str, np.ndarray]]:
+    """What the CPU packs into each kernel's input from one layer's parameters, by kernel and field.
+
+    ``layer`` holds :data:`LAYER_PARAMETERS` (matrices as in the table above, gains ``[D]``).
+    The result adds the RoPE copies ``wq_s = wq[:, swap]`` and ``wk_s = wk[:, swap]`` and
+    gives each forward kernel its RMSNorm gain as a column ``[D, 1]``; the arrays keep their
+    dtype (:meth:`Packing.write` stores fp16).
+    """
+    missing = [n for n in LAYER_PARAMETERS if n not in layer]
+    if missing:
+        raise ValueError(
+            f"layer parameters {missing} are missing; a block takes {LAYER_PARAMETERS}"
+        )
+    swap_q, swap_k = _rope_swaps(s)
+    attention = {"wq": layer["wq"], "wk": layer["wk"], "wv": layer["wv"],
+                 "wq_s": layer["wq"][:, swap_q], "wk_s": layer["wk"][:, swap_k], "wo": layer["wo"]}  # fmt: skip
+    ffn = {n: layer[n] for n in (*FFN_IN_WEIGHTS, "w2")}
+    return {
+        ATTENTION.forward: {"gain": layer[ATTENTION.norm][:, None], **attention},
+        ATTENTION.backward: attention,
+        FFN.forward: {"gain": layer[FFN.norm][:, None], **ffn},
+        FFN.backward: ffn,
+    }
+
+
+def stacked(weights: Arrays, names: tuple[str, ...]) -> np.ndarray:
+    """Adjacent weight fields as the one matrix a span of them is (e.g. :data:`QKV_WEIGHTS`)."""
+    return np.concatenate([weights[n] for n in names], axis=1)
+
+
+def _attention_weight_grads(s: BlockShape, fwd: Arrays, bwd: Arrays, dy: np.ndarray) -> dict:
+    dw = fwd["xn"].astype(np.float32) @ bwd["dproj"].astype(np.float32).T  # stacked wq..wk_s
+    col = stacked_columns(s)
+    swap_q, swap_k = _rope_swaps(s)
+    return {
+        "wo": dy @ L.query_rows_by_token(fwd["a_rows"], s).astype(np.float32),
+        # RoPE's swapped copies fold back into wq and wk
+        "wq": dw[:, col["wq"]] + dw[:, col["wq_s"]][:, swap_q],
+        "wk": dw[:, col["wk"]] + dw[:, col["wk_s"]][:, swap_k],
+        "wv": dw[:, col["wv"]],
+    }
+
+
+def _ffn_weight_grads(s: BlockShape, fwd: Arrays, bwd: Arrays, dy: np.ndarray) -> dict:
+    u, xn = fwd["u"].astype(np.float32), fwd["xn"].astype(np.float32)
+    return {
+        "w2": dy @ u.T,
+        "w1": xn @ bwd["dh1"].astype(np.float32).T,
+        "w3": xn @ bwd["dh3"].astype(np.float32).T,
+    }
+
+
+@dataclass(frozen=True)
+class BlockHalf:
+    """One half of a decoder block (attention or FFN): its two kernels and the CPU half of their contract.
+
+    The forward kernel's output field ``residual`` is what the half adds to the residual
+    stream; its backward kernel takes the gradient of that field as ``dy`` and the forward
+    outputs ``taps``, and :meth:`gradients` finishes the backward pass on the CPU.
+
+    Attributes:
+        forward: the forward kernel's name (:data:`GENERATORS`).
+        backward: the backward kernel's name.
+        norm: the layer parameter holding the half's RMSNorm gain.
+        residual: the forward output added to the residual stream.
+        taps: the forward outputs the backward kernel takes, under the same field names.
+        weight_grads: ``(shape, forward outputs, backward outputs, dy)`` -> the gradient of
+            each weight matrix, by layer parameter name (fp32).
+    """
+
+    forward: str
+    backward: str
+    norm: str
+    residual: str
+    taps: tuple[str, ...]
+    weight_grads: Callable[[BlockShape, Arrays, Arrays, np.ndarray], dict[str, np.ndarray]]
+
+    def backward_inputs(self, fwd: Arrays, dy: np.ndarray) -> dict[str, np.ndarray]:
+        """The non-weight fields of the backward kernel's input: ``dy`` and the taps."""
+        return {"dy": dy, **{t: fwd[t] for t in self.taps}}
+
+    def gradients(
+        self,
+        s: BlockShape,
+        fwd: Arrays,
+        bwd: Arrays,
+        dy: np.ndarray,
+        x: np.ndarray,
+        gain: np.ndarray,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The gradients of the half's input ``x`` (through its RMSNorm; without the residual) and parameters.
+
+        Args:
+            fwd, bwd: the split outputs of the forward and the backward kernel.
+            dy: the gradient of the ``residual`` output, fp32 ``[D, N]``.
+            x: the half's input (the residual stream), fp32 ``[D, N]``.
+            gain: the RMSNorm gain ``[D]`` (the layer parameter ``norm``).
+        Returns:
+            (dx, grads): ``grads`` by layer parameter name, the gain's under ``norm``.
+        """
+        grads = self.weight_grads(s, fwd, bwd, dy)
+        dxn, rstd = bwd["dxn"].astype(np.float32), fwd["rstd"].astype(np.float32)
+        dx, grads[self.norm] = rmsnorm_backward(dxn, x, rstd, gain)
+        return dx, grads
+
+
+ATTENTION = BlockHalf("attention_forward", "attention_backward", "attn_norm", "o",
+                      ATTENTION_TAPS, _attention_weight_grads)  # fmt: skip
+FFN = BlockHalf("ffn_forward", "ffn_backward", "ffn_norm", "f", FFN_TAPS, _ffn_weight_grads)
+HALVES = (ATTENTION, FFN)  # in forward order

@@ -1,4 +1,8 @@
-"""MIL building blocks the kernel generators share: projections, RMSNorm, RoPE, head layouts, attention.
+"""MIL building blocks of a decoder block: projections, RMSNorm, RoPE, head layouts, attention.
+
+The two halves of a block's forward pass, :func:`attention` and :func:`ffn`, take their
+weights as Values from anywhere: slices of a packed kernel input (the training kernels of
+:mod:`anekit.nn.kernels`) or constants (the benchmark decoder of :mod:`anekit.bench.programs`).
 
 Activations are ``[1, 1, C, N]``: C channels by N = batch * seq tokens (sequence-major),
 the memory order of ANE_NOTES' ``[1, C, 1, S]`` with the channels where ``matmul``
@@ -9,6 +13,7 @@ the GQA head pairing lives here, once, for the forward and the backward kernels 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +26,11 @@ from anekit.nn.spec import BlockShape
 # any score range training produces (|score| < 1e3), and score + MASK_VALUE stays finite in
 # fp16 (max 65504), so a softmax that does not subtract the row max never sees inf - inf.
 MASK_VALUE = -1e4
+
+# The stacked Q/K/V projection's weights, in column order: the second copies of wq and wk
+# have each head's halves swapped (rope_swap), so one matmul yields q and q[swap] for RoPE.
+QKV_WEIGHTS = ("wq", "wk", "wv", "wq_s", "wk_s")
+FFN_IN_WEIGHTS = ("w1", "w3")  # the FFN's stacked input projection, in column order
 
 
 def project(b: Builder, w: Value, x: Value, name: str, *, transpose_w: bool) -> Value:
@@ -164,3 +174,108 @@ def attention_probs(b: Builder, q_rows: Value, k_cols: Value, mask: Value, name:
     scores = b.matmul(x=q_rows, y=k_cols, name=f"{name}_scores")
     masked = b.add(x=scores, y=mask, name=f"{name}_masked")
     return b.softmax(x=masked, axis=-1, name=name)
+
+
+# -- the two halves of a block's forward pass ---------------------------------------------------
+def stacked_columns(s: BlockShape) -> dict[str, slice]:
+    """Where ``wq wk wv wq_s wk_s`` sit in their stacked matrix: its columns, and the rows of ``dproj``."""
+    widths = {"wq": s.q_dim, "wk": s.kv_dim, "wv": s.kv_dim, "wq_s": s.q_dim, "wk_s": s.kv_dim}
+    columns, start = {}, 0
+    for name in QKV_WEIGHTS:
+        columns[name] = slice(start, start + widths[name])
+        start += widths[name]
+    return columns
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The constants attention needs, made once per program: the causal mask and the RoPE factors."""
+
+    mask: Value
+    cos: Value
+    sin: Value
+
+
+def attention_tables(b: Builder, shape: BlockShape) -> Tables:
+    """Add the :func:`causal_mask` and :func:`rope_tables` of ``shape`` to the program as weights."""
+    cos, sin = rope_tables(shape)
+    return Tables(
+        b.weight("mask", causal_mask(shape)), b.weight("rope_cos", cos), b.weight("rope_sin", sin)
+    )
+
+
+def attention(
+    b: Builder,
+    s: BlockShape,
+    x: Value,
+    gain: Value,
+    w_qkv: Value,
+    wo: Value,
+    tables: Tables,
+    prefix: str = "",
+) -> dict[str, Value]:
+    """RMSNorm, Q/K/V projections, RoPE, causal grouped-query attention and the output projection.
+
+    Args:
+        x (Value): the residual stream ``[1, 1, D, N]``.
+        gain (Value): the RMSNorm gain ``[1, 1, D, 1]``.
+        w_qkv (Value): ``[1, 1, D, 2 H*hd + 3 KV*hd]``, the weights stacked in
+            :data:`QKV_WEIGHTS` order (:func:`stacked_columns`).
+        wo (Value): ``[1, 1, D, H*hd]``.
+        tables (Tables): the program's :func:`attention_tables`.
+        prefix (str): prepended to every value name (one per layer of a stack). Default: "".
+
+    Returns:
+        dict: ``o`` (before the residual add), ``xn``, ``rstd``, and the taps in the head
+        layouts: ``q_rows`` (after RoPE and the ``1/sqrt(hd)`` scale), ``k_cols`` (after
+        RoPE), ``v_cols`` and ``a_rows`` (attention output before ``wo``).
+    """
+    xn, rstd = rmsnorm(b, x, gain, s.eps, prefix + "xn")
+    proj = project(b, w_qkv, xn, prefix + "proj", transpose_w=True)
+    col = stacked_columns(s)
+    qk_dim = s.q_dim + s.kv_dim  # q and k are adjacent, and so are their swapped copies
+    qk = rope(
+        b,
+        channels(b, proj, col["wq"].start, qk_dim, prefix + "qk_lin"),
+        channels(b, proj, col["wq_s"].start, qk_dim, prefix + "qk_swapped"),
+        tables.cos,
+        tables.sin,
+        prefix + "qk",
+    )
+    q_rows = query_rows(b, channels(b, qk, 0, s.q_dim, prefix + "q"), s, prefix + "q_rows")
+    k = channels(b, qk, s.q_dim, s.kv_dim, prefix + "k")
+    k_cols = kv_columns(b, k, s, prefix + "k_cols")
+    v = channels(b, proj, col["wv"].start, s.kv_dim, prefix + "v")
+    v_cols = kv_columns(b, v, s, prefix + "v_cols")
+    probs = attention_probs(b, q_rows, k_cols, tables.mask, prefix + "probs")
+    a_rows = b.matmul(x=probs, y=v_cols, transpose_y=True, name=prefix + "a_rows")
+    a = merge_query_rows(b, a_rows, s, prefix + "a")
+    o = project(b, wo, a, prefix + "o", transpose_w=False)
+    return {"o": o, "xn": xn, "rstd": rstd, "q_rows": q_rows, "k_cols": k_cols,
+            "v_cols": v_cols, "a_rows": a_rows}  # fmt: skip
+
+
+def ffn(
+    b: Builder, s: BlockShape, x: Value, gain: Value, w13: Value, w2: Value, prefix: str = ""
+) -> dict[str, Value]:
+    """RMSNorm and the SwiGLU feed-forward ``w2 @ (silu(w1^T xn) * (w3^T xn))``.
+
+    Args:
+        x (Value): the residual stream ``[1, 1, D, N]``.
+        gain (Value): the RMSNorm gain ``[1, 1, D, 1]``.
+        w13 (Value): ``[1, 1, D, 2 F]``, ``w1`` and ``w3`` side by side (:data:`FFN_IN_WEIGHTS`).
+        w2 (Value): ``[1, 1, D, F]``.
+        prefix (str): prepended to every value name. Default: "".
+
+    Returns:
+        dict: ``f`` (before the residual add), ``xn``, ``rstd``, ``h1`` and ``h3`` (the
+        two projections) and ``u = silu(h1) * h3``.
+    """
+    xn, rstd = rmsnorm(b, x, gain, s.eps, prefix + "xn")
+    h13 = project(b, w13, xn, prefix + "h13", transpose_w=True)
+    h1 = channels(b, h13, 0, s.hidden, prefix + "h1")
+    h3 = channels(b, h13, s.hidden, s.hidden, prefix + "h3")
+    silu = b.mul(x=h1, y=b.sigmoid(x=h1, name=prefix + "sig"), name=prefix + "silu")
+    u = b.mul(x=silu, y=h3, name=prefix + "u")
+    f = project(b, w2, u, prefix + "f", transpose_w=False)
+    return {"f": f, "xn": xn, "rstd": rstd, "h1": h1, "h3": h3, "u": u}

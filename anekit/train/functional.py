@@ -1,31 +1,11 @@
-"""The CPU half of a training step (fp32 NumPy): RMSNorm, cross-entropy, embedding scatter.
+"""The CPU half of a training step that is not part of a kernel's contract (fp32 NumPy).
 
-Activations are ``[channels, tokens]``, the layout the kernels use.
+Cross-entropy and the embedding scatter; RMSNorm is :mod:`anekit.nn.cpu`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-
-def rmsnorm(x: np.ndarray, gain: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """RMSNorm over channels of ``x [D, N]``: returns ``x * rstd * gain`` and ``rstd [1, N]``."""
-    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=0, keepdims=True) + np.float32(eps))
-    return x * rstd * gain[:, None], rstd.astype(np.float32)
-
-
-def rmsnorm_backward(
-    dy: np.ndarray, x: np.ndarray, rstd: np.ndarray, gain: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Gradients of ``y = x * rstd * gain`` for ``x`` and ``gain``, given ``rstd = (mean x^2 + eps)^-1/2``.
-
-    With ``xh = x * rstd`` and ``g = dy * gain``: ``dx = rstd * (g - xh * mean_channels(g * xh))``
-    and ``dgain = sum_tokens(dy * xh)``.
-    """
-    xh = x * rstd
-    g = dy * gain[:, None]
-    dx = rstd * (g - xh * np.mean(g * xh, axis=0, keepdims=True))
-    return dx, np.sum(dy * xh, axis=1)
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:

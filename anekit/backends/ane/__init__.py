@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from anekit.backends.ane import framework as _framework
+from anekit.backends.budget import DEFAULT_LIMIT as COMPILE_BUDGET  # isolate="auto" reads it
 from anekit.mil.program import Program
 
 NAME = "ane"
 DEFAULT_QOS = 21  # the QoS every published client uses (ANE_NOTES 2.1)
 
-__all__ = ["DEFAULT_QOS", "NAME", "available", "compile", "compile_mlmodelc"]
+__all__ = ["COMPILE_BUDGET", "DEFAULT_QOS", "NAME", "available", "compile", "compile_mlmodelc"]
 
 
 def available() -> tuple[bool, str]:
