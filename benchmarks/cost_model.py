@@ -1,6 +1,6 @@
 """Calibration of the cost model: predicted vs published ANE timings.
 
-Rebuilds every program described in ``anekit/hw/data/published.json`` with ``mil.Builder``,
+Rebuilds every program described in ``anekit/bench/data/published.json`` with ``mil.Builder``,
 costs it with ``anekit.hw.estimate`` on the published chip, and prints the ratio
 predicted / published. Entries marked ``section7`` are ANE_NOTES section 7 (target:
 within 1.25x each); the rest are the validation set (target: median within 1.25x).
@@ -18,16 +18,15 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anekit import mil
+from anekit.bench.published import PUBLISHED_JSON
 from anekit.hw import cost
 from anekit.hw.chips import Chip, get_chip
 
-PUBLISHED = Path(__file__).resolve().parent.parent / "anekit" / "hw" / "data" / "published.json"
 TARGET = 1.25
 
 
@@ -114,7 +113,7 @@ _BUILDERS: dict[str, Callable[[dict[str, Any]], mil.Program]] = {
 
 
 def load_entries() -> list[dict[str, Any]]:
-    return json.loads(PUBLISHED.read_text("utf-8"))["entries"]
+    return json.loads(PUBLISHED_JSON.read_text("utf-8"))["entries"]
 
 
 def evaluate(entries: list[dict[str, Any]], chips: dict[str, Chip] | None = None) -> list[dict]:

@@ -112,7 +112,7 @@ def floor_program(shape: tuple[int, ...] = (1, 16, 1, 16)) -> Program:
 def build(description: dict[str, Any]) -> Program:
     """Build a program from its description (``{"kind": ..., ...}``).
 
-    Kinds ``conv_chain`` and ``matmul`` use the fields of ``anekit/hw/data/published.json``
+    Kinds ``conv_chain`` and ``matmul`` use the fields of ``anekit/bench/data/published.json``
     (``program_kinds``), so a benchmark case and a published measurement of the same
     program have equal descriptions; ``projection`` is ``projection()``'s arguments.
     """

@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from anekit.hw.chips import normalize_name
 
-# The file lives beside the benchmark scripts in a source checkout (it is not package data).
-PUBLISHED_JSON = Path(__file__).resolve().parents[1] / "hw" / "data" / "published.json"
+# Package data beside its reader; benchmarks/cost_model.py reads it through this name too.
+PUBLISHED_JSON = resources.files("anekit.bench").joinpath("data/published.json")
 
 MADERIX_README = "https://github.com/maderix/ANE (README)"
 MADERIX_PART2 = "https://maderix.substack.com/p/inside-the-m4-apple-neural-engine-615"
@@ -106,7 +106,7 @@ def lookup(chip: str, description: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def available() -> bool:
-    """Whether the published measurements could be read (they need a source checkout)."""
+    """Whether the published measurements could be read (false only if the file is missing)."""
     return PUBLISHED_JSON.is_file()
 
 

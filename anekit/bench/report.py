@@ -149,7 +149,7 @@ def markdown(
     ]
     if not results["published_available"]:
         lines += [
-            "Published figures were not found (anekit/hw/data/published.json is missing).",
+            "Published figures were not found (anekit/bench/data/published.json is missing).",
             "",
         ]
     for name, suite in results["suites"].items():

@@ -4,7 +4,7 @@ A suite is a list of cases; a case is a dict of parameters that fully determines
 the program measured (so tests can run any suite at a tiny size by passing their
 own cases). ``program(params)`` turns a case into a program description that
 ``programs.build`` builds and that is compared, field for field, with the
-descriptions in ``anekit/hw/data/published.json``. The ``full`` sweeps are the sizes
+descriptions in ``anekit/bench/data/published.json``. The ``full`` sweeps are the sizes
 the experiments used on the ANE; the ``quick`` sweeps are small enough for the
 NumPy reference backend on two cores.
 """
@@ -66,7 +66,7 @@ class Suite:
 def conv_chain(
     channels: int, height: int, width: int, depth: int, io_dtype: str, w8a8: bool = False
 ) -> Params:
-    """The description of a 1x1-conv chain, in ``anekit/hw/data/published.json``'s fields."""
+    """The description of a 1x1-conv chain, in ``anekit/bench/data/published.json``'s fields."""
     return {
         "kind": "conv_chain",
         "channels": channels,

@@ -1,6 +1,6 @@
 """The ANE cost model: how long one evaluation of a MIL program takes on a given chip.
 
-The mechanism, fit to the published measurements in ``anekit/hw/data/published.json``
+The mechanism, fit to the published measurements in ``anekit/bench/data/published.json``
 (ANE_NOTES section 7 and others; ``benchmarks/cost_model.py`` prints the fit):
 
 * every evaluation pays a per-call floor (XPC to ``aned``, IOKit, firmware);
