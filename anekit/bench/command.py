@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from anekit.bench.suites import SUITES, Params
+from anekit.bench.suites import SUITES, Case
 
 EPILOG = """\
 Suites: {suites}.
@@ -125,14 +125,14 @@ class _Progress:
                 return
             self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
 
-    def __enter__(self) -> Callable[[str, Params, dict[str, Any]], None]:
+    def __enter__(self) -> Callable[[str, Case, dict[str, Any]], None]:
         return self.update
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.close()
 
-    def update(self, suite: str, params: Params, row: dict[str, Any]) -> None:
+    def update(self, suite: str, params: Case, row: dict[str, Any]) -> None:
         from anekit.bench.report import case_label, fmt_time
 
         self.done += 1

@@ -24,7 +24,7 @@ MADERIX_PART2 = "https://maderix.substack.com/p/inside-the-m4-apple-neural-engin
 
 
 @dataclass(frozen=True)
-class Finding:
+class PublishedFinding:
     """A published result about a suite as a whole, with where it was published."""
 
     chip: str
@@ -32,9 +32,9 @@ class Finding:
     source: str
 
 
-FINDINGS: dict[str, tuple[Finding, ...]] = {
+FINDINGS: dict[str, tuple[PublishedFinding, ...]] = {
     "dispatch": (
-        Finding(
+        PublishedFinding(
             "m4",
             "host overhead per evaluation (XPC to aned + IOKit) is ~0.095 ms; "
             "a 256^2 matmul with fp32 I/O takes 0.101 ms in total",
@@ -42,7 +42,7 @@ FINDINGS: dict[str, tuple[Finding, ...]] = {
         ),
     ),
     "peak": (
-        Finding(
+        PublishedFinding(
             "m4",
             "a single large op reaches only ~27-30 % of peak (2048^2 matmul 5.7 TFLOPS); "
             "depth and fusion matter more than op size",
@@ -50,28 +50,30 @@ FINDINGS: dict[str, tuple[Finding, ...]] = {
         ),
     ),
     "sram": (
-        Finding(
+        PublishedFinding(
             "m4",
             "performance falls when a working set exceeds on-chip memory, ~32 MB inferred on M4",
             MADERIX_PART2,
         ),
-        Finding(
+        PublishedFinding(
             "m4",
             "other sources describe a 2 MiB per-operand tiling threshold instead",
             "ANE_NOTES.md section 1",
         ),
     ),
     "int8": (
-        Finding(
+        PublishedFinding(
             "m4",
             "W8A8 (int8 activations between layers) is 1.88x faster than fp16 at 128 convs and "
             "1.85x at 64 convs (512 ch, 64x64)",
             MADERIX_README,
         ),
     ),
-    "io_dtype": (Finding("m4", "fp16 direct I/O is ~37 % faster than fp32 I/O", MADERIX_README),),
+    "io_dtype": (
+        PublishedFinding("m4", "fp16 direct I/O is ~37 % faster than fp32 I/O", MADERIX_README),
+    ),
     "queue": (
-        Finding(
+        PublishedFinding(
             "m4",
             "the ANE request queue is 127 evaluations deep",
             "ANE_NOTES.md section 1 (Asahi Linux ANE driver documentation)",

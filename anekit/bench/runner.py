@@ -33,7 +33,7 @@ from anekit.bench.measure import (
     time_queue,
     time_run,
 )
-from anekit.bench.suites import SUITES, Params, Suite
+from anekit.bench.suites import SUITES, Case, Suite
 from anekit.bench.summary import summarize
 from anekit.hw import estimate, get_chip
 from anekit.hw.chips import host_brand_string
@@ -41,14 +41,14 @@ from anekit.hw.chips import host_brand_string
 SCHEMA = "anekit-bench/1"
 
 # Called after each case with (suite name, case parameters, row).
-Progress = Callable[[str, Params, dict[str, Any]], None]
+Progress = Callable[[str, Case, dict[str, Any]], None]
 
 
 def plan(
     names: Iterable[str] | None = None,
     quick: bool = False,
-    cases: Mapping[str, Sequence[Params]] | None = None,
-) -> list[tuple[Suite, tuple[Params, ...]]]:
+    cases: Mapping[str, Sequence[Case]] | None = None,
+) -> list[tuple[Suite, tuple[Case, ...]]]:
     """The suites to run, in order, each with its cases (``cases`` overrides a suite's own)."""
     chosen = list(names) if names else list(SUITES)
     unknown = [n for n in chosen if n not in SUITES]
@@ -67,7 +67,7 @@ def run(
     backend: str | None = None,
     chip: str = "m4",
     quick: bool = False,
-    cases: Mapping[str, Sequence[Params]] | None = None,
+    cases: Mapping[str, Sequence[Case]] | None = None,
     settings: Settings | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def run(
 
 
 def measure_case(
-    suite: Suite, params: Params, backend: str, chip: str, settings: Settings
+    suite: Suite, params: Case, backend: str, chip: str, settings: Settings
 ) -> dict[str, Any]:
     """Build, predict, compile and time one case; return its row."""
     description = suite.program(params)

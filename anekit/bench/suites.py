@@ -17,7 +17,10 @@ from typing import Any
 
 from anekit.bench.programs import PROJECTION_FORMS
 
-Params = dict[str, Any]
+# One case: the parameters that fully determine the program a benchmark row measures.
+Case = dict[str, Any]
+# A program description: what programs.build builds, in published.json's fields where it can.
+Description = dict[str, Any]
 
 _MIB = 2**20
 
@@ -47,25 +50,25 @@ class Suite:
     name: str
     title: str
     question: str
-    program: Callable[[Params], Params]
-    full: tuple[Params, ...]
-    quick: tuple[Params, ...]
-    x: Callable[[Params], float]
+    program: Callable[[Case], Description]
+    full: tuple[Case, ...]
+    quick: tuple[Case, ...]
+    x: Callable[[Case], float]
     x_label: str
-    series: Callable[[Params], str] = field(default=lambda p: "")
+    series: Callable[[Case], str] = field(default=lambda p: "")
     mode: str = "run"
     compare: tuple[str, Any] | None = None
     find_cliff: bool = False
     note: str = ""
 
-    def cases(self, quick: bool) -> tuple[Params, ...]:
+    def cases(self, quick: bool) -> tuple[Case, ...]:
         """The cases of a quick or a full run."""
         return self.quick if quick else self.full
 
 
 def conv_chain(
     channels: int, height: int, width: int, depth: int, io_dtype: str, w8a8: bool = False
-) -> Params:
+) -> Description:
     """The description of a 1x1-conv chain, in ``anekit/bench/data/published.json``'s fields."""
     return {
         "kind": "conv_chain",
@@ -78,29 +81,29 @@ def conv_chain(
     }
 
 
-def _grid(**axes: Any) -> tuple[Params, ...]:
+def _grid(**axes: Any) -> tuple[Case, ...]:
     """Every combination of the given values, in order (the last axis varies fastest)."""
-    cases: list[Params] = [{}]
+    cases: list[Case] = [{}]
     for key, values in axes.items():
         values = values if isinstance(values, (list, tuple)) else [values]
         cases = [{**c, key: v} for c in cases for v in values]
     return tuple(cases)
 
 
-def _chain(p: Params) -> Params:
+def _chain(p: Case) -> Description:
     return conv_chain(
         p["channels"], p["height"], p["width"], p["depth"], p["io_dtype"], p.get("w8a8", False)
     )
 
 
-def _single_conv(io_dtype: str) -> Callable[[Params], Params]:
-    def describe(p: Params) -> Params:
+def _single_conv(io_dtype: str) -> Callable[[Case], Description]:
+    def describe(p: Case) -> Description:
         return conv_chain(p["channels"], 1, p["seq"], 1, io_dtype)
 
     return describe
 
 
-def _weight_mib(p: Params) -> float:
+def _weight_mib(p: Case) -> float:
     return p["channels"] ** 2 * 2 / _MIB
 
 
