@@ -1,7 +1,9 @@
 """Reference-backend runtime: per-call overhead, and a 12-layer transformer forward vs PyTorch.
 
 Targets (issue 3): under 30 us per call for a 3-op program; transformer forward at
-most 1.5x the time of PyTorch CPU fp32 running the same math.
+most 1.5x the time of PyTorch CPU fp32 running the same math. The transformer is
+``anekit.bench.programs.transformer``: the training kernels' blocks (``anekit.nn.layers``)
+with constant weights.
 """
 
 from __future__ import annotations
@@ -46,29 +48,43 @@ def run_buffers_us(kernel, calls: int = 5000) -> float:
 
 
 def torch_forward(shape: TransformerShape, weights, x: np.ndarray):
-    """The same decoder stack in PyTorch fp32 (seq-major layout, the natural one for torch)."""
+    """The same decoder stack in PyTorch fp32 (token-major, the natural layout for torch).
+
+    RMSNorm, rotate-half RoPE, causal attention (a KV head per query head: the benchmark
+    shape has no grouping), SwiGLU; the weights have the model dimension first.
+    """
     import torch
 
+    s = shape.block
+    if s.group != 1:
+        raise ValueError(f"torch_forward writes attention without GQA, found group {s.group}")
     tw = [{k: torch.from_numpy(v.astype(np.float32)) for k, v in w.items()} for w in weights]
-    h0 = torch.from_numpy(x.astype(np.float32)).reshape(shape.dim, shape.seq).T.contiguous()
-    mask = torch.triu(torch.full((shape.seq, shape.seq), -1e4), diagonal=1)
+    h0 = torch.from_numpy(x.astype(np.float32)).reshape(s.dim, s.tokens).T.contiguous()
+    mask = torch.triu(torch.full((s.seq, s.seq), -1e4), diagonal=1)
+    half = s.head_dim // 2
+    inv_freq = s.rope_theta ** (-torch.arange(half, dtype=torch.float64) * 2 / s.head_dim)
+    angle = torch.arange(s.seq, dtype=torch.float64)[:, None] * inv_freq[None]
+    cos, sin = (torch.cat([f(angle)] * 2, -1).float() for f in (torch.cos, torch.sin))
 
     def rms(h, g):
-        return h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-5) * g
+        return h * torch.rsqrt((h * h).mean(-1, keepdim=True) + s.eps) * g
 
     def heads(t):
-        return t.reshape(shape.seq, shape.heads, shape.head_dim).transpose(0, 1)
+        return t.reshape(s.seq, s.heads, s.head_dim).transpose(0, 1)
+
+    def rope(t):
+        return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
 
     def forward():
         h = h0
         for w in tw:
-            n = rms(h, w["g1"])
-            q, k, v = heads(n @ w["wq"].T), heads(n @ w["wk"].T), heads(n @ w["wv"].T)
-            s = q @ k.transpose(-1, -2) / shape.head_dim**0.5 + mask
-            o = (torch.softmax(s, -1) @ v).transpose(0, 1).reshape(shape.seq, shape.dim)
-            h = h + o @ w["wo"].T
-            n = rms(h, w["g2"])
-            h = h + (torch.nn.functional.silu(n @ w["w1"].T) * (n @ w["w3"].T)) @ w["w2"].T
+            n = rms(h, w["attn_norm"])
+            q, k, v = rope(heads(n @ w["wq"])), rope(heads(n @ w["wk"])), heads(n @ w["wv"])
+            scores = q @ k.transpose(-1, -2) / s.head_dim**0.5 + mask
+            a = (torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(s.seq, s.q_dim)
+            h = h + a @ w["wo"].T
+            n = rms(h, w["ffn_norm"])
+            h = h + (torch.nn.functional.silu(n @ w["w1"]) * (n @ w["w3"])) @ w["w2"].T
         return h
 
     return torch, forward
@@ -92,7 +108,8 @@ def main() -> None:
         print(f"3-op program, buffers + k.run(): {run_buffers_us(k):7.1f} us per call")
 
     shape = TransformerShape()
-    x = np.random.default_rng(1).standard_normal((1, shape.dim, 1, shape.seq)).astype(np.float16)
+    s = shape.block
+    x = np.random.default_rng(1).standard_normal((1, 1, s.dim, s.tokens)).astype(np.float16)
     program = transformer(shape)
     with anekit.compile(program, backend="reference", storage="fp32") as k:
         fp32_storage = median_time(lambda: k(x=x))
@@ -103,10 +120,10 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     with torch.no_grad():
         theirs = median_time(forward)
-        ref = forward().T.reshape(1, shape.dim, 1, shape.seq).numpy()
+        ref = forward().T.reshape(x.shape).numpy()
     err = float(np.max(np.abs(ours_out.astype(np.float32) - ref)) / np.max(np.abs(ref)))
     print(
-        f"12-layer transformer (dim {shape.dim}, seq {shape.seq}): anekit reference {ours * 1e3:.2f} ms, "
+        f"{shape.layers}-layer transformer (dim {s.dim}, seq {s.seq}): anekit reference {ours * 1e3:.2f} ms, "
         f"PyTorch fp32 {theirs * 1e3:.2f} ms, ratio {ours / theirs:.2f}x (target <= 1.5x); "
         f"max relative difference {err:.2e} (fp16 storage vs fp32)"
     )

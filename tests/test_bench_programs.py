@@ -9,6 +9,7 @@ import pytest
 
 import anekit
 from anekit.bench import programs, published, suites
+from anekit.nn import BlockShape
 
 
 def _run(program, **inputs):
@@ -140,3 +141,36 @@ def test_descriptions_use_the_published_fields():
     for e in entries:
         if e["program"]["kind"] in ours:
             assert set(e["program"]) == ours[e["program"]["kind"]], e["id"]
+
+
+@pytest.mark.parametrize("outlier", [None, 600.0])
+def test_transformer_matches_torch_of_the_training_blocks(outlier):
+    """The decoder stack against float64 PyTorch of the model (the references of test_nn_kernels).
+
+    With one channel at 600 (an outlier channel, as LLM residual streams have), its square
+    (3.6e5) exceeds fp16's 65504 while mean(x^2) does not: an RMSNorm that stores the
+    squares in fp16 gets rstd = 0 and the blocks add exactly nothing; the nn one is exact.
+    """
+    torch = pytest.importorskip("torch")
+    from tests.test_nn_kernels import ref_attention, ref_ffn, ref_rmsnorm, rel_err
+
+    block = BlockShape(dim=32, heads=4, kv_heads=2, head_dim=8, hidden=48, seq=8)
+    shape = programs.TransformerShape(layers=2, block=block)
+    x = np.random.default_rng(6).standard_normal((1, 1, block.dim, block.tokens))
+    if outlier is not None:
+        x[0, 0, 3] = outlier
+    x = x.astype(np.float16)
+    y = _run(programs.transformer(shape, seed=7), x=x)["y"]
+
+    h = torch.tensor(x[0, 0].T.astype(np.float64))
+    for layer in programs.transformer_weights(shape, seed=7):
+        w = {k: torch.tensor(v.astype(np.float64)) for k, v in layer.items()}
+        xn, _ = ref_rmsnorm(h, w["attn_norm"], block.eps)
+        h = h + ref_attention(xn, w["wq"], w["wk"], w["wv"], w["wo"], block)["o"]
+        xn, _ = ref_rmsnorm(h, w["ffn_norm"], block.eps)
+        h = h + ref_ffn(xn, w["w1"], w["w3"], w["w2"])["f"]
+    assert y.shape == x.shape
+    # what the blocks add to the input carried by the residuals (fp16 rounds it by up to 0.25
+    # at 600): a norm that lost the blocks would be off by 1
+    added = y[0, 0].astype(np.float64) - x[0, 0]
+    assert rel_err(added, h.T - torch.tensor(x[0, 0].astype(np.float64))) < 2e-2

@@ -2,7 +2,9 @@
 
 Layouts follow the ANE convention of ANE_NOTES section 3: activations are
 ``[1, C, 1, S]`` (channels, then sequence on the last axis), attention is
-``[1, H, S, D]``.
+``[1, H, S, D]``. The decoder stack (:func:`transformer`) is built from the layer
+generators the training kernels use (:mod:`anekit.nn.layers`), in their ``[1, 1, C, N]``
+layout (the same memory order).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ import numpy as np
 
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program, Value
+from anekit.nn import layers as L
+from anekit.nn.kernels import ATTENTION, FFN, kernel_weights, stacked
+from anekit.nn.layers import FFN_IN_WEIGHTS, QKV_WEIGHTS
+from anekit.nn.spec import BlockShape
 
 IO_DTYPES = ("fp16", "fp32")
 
@@ -158,84 +164,69 @@ def _int8_weight(b: Builder, name: str, w: np.ndarray) -> Value:
 
 @dataclass(frozen=True)
 class TransformerShape:
-    """Shape of a Llama-style decoder stack (no embedding or classifier)."""
+    """A Llama-style decoder stack: ``layers`` blocks of one shape (no embedding or classifier)."""
 
     layers: int = 12
-    dim: int = 256
-    heads: int = 4
-    hidden: int = 688
-    seq: int = 64
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.heads
+    block: BlockShape = BlockShape(dim=256, heads=4, kv_heads=4, head_dim=64, hidden=688, seq=64)
 
 
 def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Random fp16 weights per layer, as ``[out, in]`` matrices and RMSNorm gains."""
-    rng = np.random.default_rng(seed)
-    d, f = shape.dim, shape.hidden
+    """Random fp16 parameters per layer, by :data:`~anekit.nn.kernels.LAYER_PARAMETERS` name.
 
-    def mat(o: int, i: int) -> np.ndarray:
-        return (rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float16)
+    Matrices have the model dimension first (``anekit.nn.kernels``) and a standard
+    deviation of ``1/sqrt(fan_in)``; the RMSNorm gains are ones.
+    """
+    rng = np.random.default_rng(seed)
+    s = shape.block
+
+    def mat(cols: int, fan_in: int) -> np.ndarray:
+        return (rng.standard_normal((s.dim, cols)) / np.sqrt(fan_in)).astype(np.float16)
 
     return [
         {
-            "g1": np.ones(d, np.float16),
-            "wq": mat(d, d),
-            "wk": mat(d, d),
-            "wv": mat(d, d),
-            "wo": mat(d, d),
-            "g2": np.ones(d, np.float16),
-            "w1": mat(f, d),
-            "w3": mat(f, d),
-            "w2": mat(d, f),
+            "wq": mat(s.q_dim, s.dim),
+            "wk": mat(s.kv_dim, s.dim),
+            "wv": mat(s.kv_dim, s.dim),
+            "wo": mat(s.q_dim, s.q_dim),
+            "w1": mat(s.hidden, s.dim),
+            "w3": mat(s.hidden, s.dim),
+            "w2": mat(s.hidden, s.hidden),
+            "attn_norm": np.ones(s.dim, np.float16),
+            "ffn_norm": np.ones(s.dim, np.float16),
         }
         for _ in range(shape.layers)
     ]
 
 
 def transformer(shape: TransformerShape, seed: int = 0) -> Program:
-    """A causal decoder stack: RMSNorm, attention with an additive mask, SwiGLU FFN, residuals."""
-    weights = transformer_weights(shape, seed)
+    """A causal decoder stack on ``x [1, 1, D, N]`` with constant weights.
+
+    Each block is the training kernels' math (:func:`anekit.nn.layers.attention` and
+    :func:`~anekit.nn.layers.ffn`: RMSNorm, RoPE, causal grouped-query attention, SwiGLU)
+    with the residual adds; the weights are what :func:`~anekit.nn.kernels.kernel_weights`
+    packs for the forward kernels, here as weight files.
+    """
+    s = shape.block
     b = Builder()
-    x = b.input("x", (1, shape.dim, 1, shape.seq), "fp16")
-    mask = np.triu(np.full((shape.seq, shape.seq), -1e4, np.float16), k=1)
-    mask_v = b.weight("mask", mask.reshape(1, 1, shape.seq, shape.seq))
-    h = x
-    for i, w in enumerate(weights):
-        h = _layer(b, h, w, mask_v, shape, f"l{i}")
+    h = b.input("x", (1, 1, s.dim, s.tokens), "fp16")
+    tables = L.attention_tables(b, s)
+    for i, layer in enumerate(transformer_weights(shape, seed)):
+        weights = kernel_weights(s, layer)
+        att, ffn = weights[ATTENTION.forward], weights[FFN.forward]
+        p = f"l{i}_att_"
+        gain, wo = _matrix(b, p + "gain", att["gain"]), _matrix(b, p + "wo", att["wo"])
+        w_qkv = _matrix(b, p + "wqkv", stacked(att, QKV_WEIGHTS))
+        o = L.attention(b, s, h, gain, w_qkv, wo, tables, p)["o"]
+        h = b.add(x=h, y=o, name=f"{p}out")
+        p = f"l{i}_ffn_"
+        gain, w2 = _matrix(b, p + "gain", ffn["gain"]), _matrix(b, p + "w2", ffn["w2"])
+        w13 = _matrix(b, p + "w13", stacked(ffn, FFN_IN_WEIGHTS))
+        f = L.ffn(b, s, h, gain, w13, w2, p)["f"]
+        h = b.add(x=h, y=f, name=f"{p}out")
     b.output(h, "y")
     return b.build()
 
 
-def _rmsnorm(b: Builder, x: Value, gain: np.ndarray, name: str) -> Value:
-    ms = b.reduce_mean(x=b.mul(x=x, y=x), axes=[1], keep_dims=True)
-    inv = b.pow(x=b.add(x=ms, y=1e-5), y=-0.5)  # pow, not rsqrt: the form reported to compile
-    g = b.weight(f"{name}_gain", gain.reshape(1, -1, 1, 1))
-    return b.mul(x=b.mul(x=x, y=inv), y=g, name=name)
-
-
-def _proj(b: Builder, x: Value, w: np.ndarray, name: str) -> Value:
-    return b.conv(x=x, weight=b.weight(f"{name}_w", w.reshape(*w.shape, 1, 1)), name=name)
-
-
-def _heads(b: Builder, x: Value, shape: TransformerShape) -> Value:
-    r = b.reshape(x=x, shape=[1, shape.heads, shape.head_dim, shape.seq])
-    return b.transpose(x=r, perm=[0, 1, 3, 2])
-
-
-def _layer(b: Builder, x: Value, w: dict, mask: Value, shape: TransformerShape, name: str) -> Value:
-    h = _rmsnorm(b, x, w["g1"], f"{name}_n1")
-    q = _heads(b, _proj(b, h, w["wq"], f"{name}_q"), shape)
-    k = _heads(b, _proj(b, h, w["wk"], f"{name}_k"), shape)
-    v = _heads(b, _proj(b, h, w["wv"], f"{name}_v"), shape)
-    scores = b.matmul(x=q, y=k, transpose_y=True)
-    scores = b.add(x=b.mul(x=scores, y=1.0 / np.sqrt(shape.head_dim)), y=mask)
-    attn = b.matmul(x=b.softmax(x=scores, axis=-1), y=v)
-    merged = b.reshape(x=b.transpose(x=attn, perm=[0, 1, 3, 2]), shape=[1, shape.dim, 1, shape.seq])
-    x = b.add(x=x, y=_proj(b, merged, w["wo"], f"{name}_o"))
-    h = _rmsnorm(b, x, w["g2"], f"{name}_n2")
-    gate = b.silu(x=_proj(b, h, w["w1"], f"{name}_w1"))
-    up = _proj(b, h, w["w3"], f"{name}_w3")
-    return b.add(x=x, y=_proj(b, b.mul(x=gate, y=up), w["w2"], f"{name}_w2"), name=f"{name}_out")
+def _matrix(b: Builder, name: str, array: np.ndarray) -> Value:
+    """A 2-D weight as the ``[1, 1, rows, cols]`` fp16 operand a packed kernel slices out."""
+    return b.weight(name, array.astype(np.float16)[None, None])
