@@ -188,7 +188,7 @@ def stacked_columns(s: BlockShape) -> dict[str, slice]:
 
 
 @dataclass(frozen=True)
-class Tables:
+class AttentionTables:
     """The constants attention needs, made once per program: the causal mask and the RoPE factors."""
 
     mask: Value
@@ -196,10 +196,10 @@ class Tables:
     sin: Value
 
 
-def attention_tables(b: Builder, shape: BlockShape) -> Tables:
+def attention_tables(b: Builder, shape: BlockShape) -> AttentionTables:
     """Add the :func:`causal_mask` and :func:`rope_tables` of ``shape`` to the program as weights."""
     cos, sin = rope_tables(shape)
-    return Tables(
+    return AttentionTables(
         b.weight("mask", causal_mask(shape)), b.weight("rope_cos", cos), b.weight("rope_sin", sin)
     )
 
@@ -211,7 +211,7 @@ def attention(
     gain: Value,
     w_qkv: Value,
     wo: Value,
-    tables: Tables,
+    tables: AttentionTables,
     prefix: str = "",
 ) -> dict[str, Value]:
     """RMSNorm, Q/K/V projections, RoPE, causal grouped-query attention and the output projection.
@@ -222,7 +222,7 @@ def attention(
         w_qkv (Value): ``[1, 1, D, 2 H*hd + 3 KV*hd]``, the weights stacked in
             :data:`QKV_WEIGHTS` order (:func:`stacked_columns`).
         wo (Value): ``[1, 1, D, H*hd]``.
-        tables (Tables): the program's :func:`attention_tables`.
+        tables (AttentionTables): the program's :func:`attention_tables`.
         prefix (str): prepended to every value name (one per layer of a stack). Default: "".
 
     Returns:
