@@ -8,6 +8,8 @@ everything the toolkit raises on bad input.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "AnekitError",
     "MilSyntaxError",
@@ -19,6 +21,8 @@ __all__ = [
     "CompileBudgetExhausted",
     "CheckpointError",
     "InspectError",
+    "UsageError",
+    "os_reason",
 ]
 
 
@@ -175,3 +179,35 @@ class InspectError(AnekitError):
         if offset is not None:
             where += f" @ 0x{offset:x}"
         super().__init__(f"{where}: {message}")
+
+
+class UsageError(AnekitError):
+    """A bad argument or input: a path that is missing or of the wrong kind, a malformed flag value.
+
+    The command line prints it as ``anekit COMMAND: error: ...`` and exits 2.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.message = message
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+# What the user reads for the errors a path can give; others keep the system's wording.
+_OS_REASONS = {
+    errno.ENOENT: "no such file or directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EISDIR: "is a directory; expected a file",
+    errno.ENOTDIR: "a component of the path is not a directory",
+    errno.ENOSPC: "no space left on the device",
+    errno.EROFS: "the file system is read-only",
+    errno.ENAMETOOLONG: "the file name is too long",
+}
+
+
+def os_reason(err: OSError) -> str:
+    """A short phrase for an OSError, without the ``[Errno N]`` prefix (the path is not in it)."""
+    if err.errno in _OS_REASONS:
+        return _OS_REASONS[err.errno]
+    return (err.strerror or type(err).__name__).lower()

@@ -1,46 +1,15 @@
-"""``anekit doctor`` and ``anekit classes``: they run everywhere and say what is missing."""
+"""The doctor report behind ``anekit doctor`` and ``anekit classes``: smoke test, class listing."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from anekit import cli, doctor
-from anekit.backends import ane, reference
+from anekit.backends import reference
+from anekit.doctor import report as doctor
+from anekit.hw.chips import default_chip
 from tests.test_ane_contract import FakeFramework
-
-
-def test_doctor_exits_0_and_explains_why_there_is_no_ane(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    ok, reason = ane.available()
-    if ok:
-        pytest.skip("this machine has an ANE")
-    out_file = tmp_path / "sub" / "report.json"
-    out_file.parent.mkdir()
-    assert cli.main(["doctor", "--json", str(out_file)]) == 0
-    text = capsys.readouterr().out
-    assert f"No ANE here: {reason}" in text
-    assert "not available: the ANE backend" in text
-    r = json.loads(out_file.read_text())
-    assert r["ane"] == {"available": False, "reason": reason, "generation": None}
-    assert r["smoke_test"] is None
-    assert r["backends"]["reference"] and r["backends"]["ane"] == reason
-    for key in ("os", "machine", "chip", "framework", "pyobjc", "python", "numpy"):
-        assert key in r
-    assert r["framework"]["present"] == Path(r["framework"]["path"]).is_dir()
-
-
-def test_classes_says_clearly_it_needs_macos(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, reason = ane.available()
-    if ok:
-        pytest.skip("this machine has the framework")
-    assert cli.main(["classes"]) == 1
-    err = capsys.readouterr().err
-    assert "needs macOS" in err and reason in err
 
 
 def test_smoke_test_compares_with_the_reference_backend(tmp_path: Path) -> None:
@@ -87,3 +56,11 @@ def test_class_listing_filters_by_glob_or_substring(tmp_path: Path) -> None:
     text = doctor.format_classes(doctor.class_listing(fake, "Request"))
     assert text.splitlines()[0] == "_ANERequest"
     assert "+ requestWithInputs:inputIndices:" in text and text.endswith("1 classes")
+
+
+def test_the_chip_row_names_the_profile_and_how_it_was_chosen() -> None:
+    r = doctor.report(smoke=False)
+    chosen, how = default_chip()
+    assert r["chip_profile"] == {"chip": chosen, "how": how}
+    row = next(ln for ln in doctor.format_report(r).splitlines() if ln.strip().startswith("chip"))
+    assert row.split(None, 1)[1] == f"{r['chip'] or 'unknown'}; profile {chosen}: {how}"

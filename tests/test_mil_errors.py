@@ -276,6 +276,6 @@ def test_text_ending_inside_a_literal_is_a_syntax_error(cut: str) -> None:
 
 
 def test_a_byte_order_mark_is_accepted(tmp_path) -> None:
-    from anekit.mil.parser import decode_mil
+    from anekit.mil.loading import decode_mil
 
     assert decode_mil(b"\xef\xbb\xbf" + BASE.encode(), "m.mil") == BASE

@@ -10,7 +10,6 @@ import pytest
 
 from anekit import mil
 from anekit.backends import reference
-from anekit.cli import main
 from anekit.errors import AnekitError, MilSyntaxError, MilTypeError
 from anekit.mil.passes import pack_inputs
 from anekit.mil.program import write_atomic
@@ -199,60 +198,7 @@ def test_packing_rank_0_inputs() -> None:
     assert out["r"] == np.float16(5.0) - np.float16(1.5)
 
 
-# -- the command line -----------------------------------------------------------------------------
-def test_fmt_of_a_missing_path_is_a_one_line_error(tmp_path: Path, capsys) -> None:
-    missing = tmp_path / "nothing.mil"
-    assert main(["fmt", str(missing)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("anekit fmt: error:") and str(missing) in err and "Traceback" not in err
-
-
-def test_run_of_a_directory_without_model_mil_is_a_one_line_error(tmp_path: Path, capsys) -> None:
-    assert main(["run", str(tmp_path), "--random", "--backend", "reference"]) == 2
-    assert "model.mil" in capsys.readouterr().err
-
-
-def run_with_input(tmp_path: Path, array: np.ndarray | None, *extra: str, name: str = "x") -> None:
-    model = saved_model(tmp_path)
-    argv = ["run", str(model), "--backend", "reference", *extra]
-    if array is not None:
-        np.save(tmp_path / "in.npy", array)
-        argv += ["--input", f"{name}={tmp_path / 'in.npy'}"]
-    main(argv)
-
-
-def test_run_with_an_input_of_the_wrong_shape_says_which(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"input 'x': expected shape \[1, 4\].*found \[2, 2\]"):
-        run_with_input(tmp_path, np.ones((2, 2), np.float16))
-
-
-def test_run_with_an_input_name_the_program_lacks_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="'q=.*': the program's inputs are \\['x'\\]"):
-        run_with_input(tmp_path, np.ones((1, 4), np.float16), "--random", name="q")
-
-
-def test_run_with_a_file_that_is_not_npy_names_it(tmp_path: Path) -> None:
-    model = saved_model(tmp_path)
-    bad = tmp_path / "bad.npy"
-    bad.write_text("not an array")
-    with pytest.raises(SystemExit, match="cannot read .*bad.npy as .npy"):
-        main(["run", str(model), "--backend", "reference", "--input", f"x={bad}"])
-
-
-def test_run_rejects_a_repeat_below_one(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="--repeat must be >= 1"):
-        run_with_input(tmp_path, None, "--random", "--repeat", "0")
-
-
-def test_run_writes_outputs_at_exactly_the_path_given(tmp_path: Path) -> None:
-    out = tmp_path / "outputs"
-    x = np.arange(4, dtype=np.float16).reshape(1, 4)
-    run_with_input(tmp_path, x, "--out", str(out))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy", "model", "outputs"]
-    with np.load(out) as saved:
-        np.testing.assert_array_equal(saved["y"], x + np.float16(2.0))
-
-
+# -- writing files --------------------------------------------------------------------------------
 def test_write_atomic_onto_a_directory_names_the_target(tmp_path) -> None:
     from anekit.mil.program import write_atomic
 

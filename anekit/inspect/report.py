@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from anekit.errors import InspectError
+from anekit.errors import InspectError, os_reason
 from anekit.inspect import tasks as _tasks
 from anekit.inspect.e5 import read_e5
 from anekit.inspect.flatbuf import looks_like_flatbuffer, read_flatbuffer, render, to_plain
@@ -51,7 +51,7 @@ def detect_format(data: bytes, name: str = "") -> str:
 
 def _is_mil_text(data: bytes) -> bool:
     try:
-        text = data[:4096].decode("utf-8")
+        text = data[:4096].decode("utf-8-sig")  # the BOM some editors write is not text
     except UnicodeDecodeError:
         return False
     lines = (ln.strip() for ln in text.splitlines())
@@ -65,7 +65,7 @@ def describe_file(path: str | Path) -> tuple[dict, list[str]]:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise InspectError(f"cannot read the file: {e.strerror}", file=str(path)) from e
+        raise InspectError(f"cannot read the file: {os_reason(e)}", file=str(path)) from e
     return describe(data, str(path))
 
 
@@ -241,11 +241,9 @@ def _weights_bin(data: bytes, name: str) -> tuple[dict, list[str]]:
 
 
 def _mil(data: bytes, name: str) -> tuple[dict, list[str]]:
-    from anekit.mil import parse  # lazy: inspect works without the MIL toolchain
+    from anekit.mil.loading import load_bytes  # lazy: inspect works without the MIL toolchain
 
-    path = Path(name)
-    weights = path.parent / "weights" if (path.parent / "weights").is_dir() else path.parent
-    program = parse(data.decode("utf-8"), weights, file=name)
+    program = load_bytes(data, name)
     functions = {}
     lines = [f"{name}: MIL text, {len(program.functions)} functions"]
     for fname, fn in program.functions.items():

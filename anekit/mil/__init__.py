@@ -2,7 +2,8 @@
 
 from anekit.mil import ops  # noqa: F401  (registers every op)
 from anekit.mil.builder import Builder
-from anekit.mil.parser import load, parse
+from anekit.mil.loading import load, load_path
+from anekit.mil.parser import parse
 from anekit.mil.program import Function, Operation, Program, Value
 from anekit.mil.types import DType, TensorType
 
@@ -15,5 +16,6 @@ __all__ = [
     "TensorType",
     "Value",
     "load",
+    "load_path",
     "parse",
 ]

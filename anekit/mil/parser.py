@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import MilSyntaxError, MilTypeError
+from anekit.errors import MilTypeError
 from anekit.mil.lexer import IDENT, SCALAR_NAMES, TYPES, TokenReader
 from anekit.mil.ops import registry
 from anekit.mil.program import Function, Operation, Program, Value
@@ -44,31 +44,6 @@ def parse(
         file (str): a name for error messages.
     """
     return _Parser(text, WeightSource(weights), file).program()
-
-
-def load(directory: str | Path) -> Program:
-    """Load a program saved with ``Program.save``: ``model.mil`` and ``weights/``."""
-    root = Path(directory)
-    mil_path = root / "model.mil"
-    try:
-        data = mil_path.read_bytes()
-    except OSError as e:
-        raise FileNotFoundError(f"{mil_path}: cannot read model.mil ({e.strerror})") from e
-    return parse(decode_mil(data, str(mil_path)), root / "weights", file=str(mil_path))
-
-
-def decode_mil(data: bytes, file: str) -> str:
-    """The UTF-8 text of a MIL file, newlines as ``read_text`` gives them; bad bytes are errors."""
-    try:  # utf-8-sig: editors on Windows start files with a byte-order mark
-        return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
-    except UnicodeDecodeError as e:
-        line_start = data.rfind(b"\n", 0, e.start) + 1
-        raise MilSyntaxError(
-            f"expected UTF-8 text, found byte 0x{data[e.start]:02x}",
-            line=data.count(b"\n", 0, e.start) + 1,
-            column=len(data[line_start : e.start].decode("utf-8", "replace")) + 1,
-            file=file,
-        ) from None
 
 
 class _Parser(TokenReader):

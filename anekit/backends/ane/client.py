@@ -22,7 +22,7 @@ from anekit.backends.ane.kernel import (
     unload_step,
 )
 from anekit.errors import CompileError
-from anekit.mil.parser import load
+from anekit.mil.loading import load
 from anekit.mil.program import Program
 
 # Compile options for a MIL model (ANE_NOTES 2.2); keys and values are the framework's names.

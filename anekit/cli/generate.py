@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
+from anekit.cli._common import add_backend, non_negative
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from anekit.train.command import non_negative
-
     parser.add_argument(
         "--ckpt", required=True, help="checkpoint directory, or a training --out directory"
     )
@@ -27,12 +25,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="sample among the k most likely (0: all)",
     )
     parser.add_argument("--seed", type=non_negative(int), default=0, help="sampling seed")
-    parser.add_argument(
-        "--backend", help="kernel backend: ane | reference (default: best available)"
-    )
+    add_backend(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from anekit.errors import CheckpointError
     from anekit.train.data import tokenizer_from
     from anekit.train.loop import load_model

@@ -6,11 +6,13 @@ import argparse
 import dataclasses
 import json
 
-from anekit.hw.command import add_program_arguments, load_program, resolve_chip
+from anekit.cli._common import MODEL_HELP, add_chip, load_program, resolve_chip
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_program_arguments(parser)
+    parser.add_argument("path", help=MODEL_HELP)
+    add_chip(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -18,8 +20,6 @@ def run(args: argparse.Namespace) -> int:
 
     chip = resolve_chip(args.chip)
     program = load_program(args.path)
-    if program is None:
-        return 2
     diagnostics = check(program, chip)
     if args.json:
         print(json.dumps([dataclasses.asdict(d) for d in diagnostics], indent=1))

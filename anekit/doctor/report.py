@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import platform
-import subprocess
-import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -23,6 +21,7 @@ import anekit
 from anekit.backends import available_backends, budget, reference
 from anekit.backends.ane import framework
 from anekit.errors import AnekitError
+from anekit.hw.chips import default_chip, host_brand_string
 
 # fp16 outputs of the smoke test agree with the reference within this (absolute) margin;
 # the ANE's accumulation width is undocumented (ANE_NOTES section 1), so leave room.
@@ -41,7 +40,8 @@ def report(*, smoke: bool = True) -> dict[str, Any]:
         "os": platform.platform(),
         "macos": platform.mac_ver()[0] or None,
         "machine": platform.machine(),
-        "chip": chip_name(),
+        "chip": host_brand_string(),
+        "chip_profile": dict(zip(("chip", "how"), default_chip(), strict=True)),
         "framework": {
             "path": framework.FRAMEWORK_PATH,
             "present": Path(framework.FRAMEWORK_PATH).is_dir(),
@@ -56,27 +56,6 @@ def report(*, smoke: bool = True) -> dict[str, Any]:
         "compiles_this_process": budget.compiles_used(),
         "smoke_test": smoke_test(fw) if fw is not None and smoke else None,
     }
-
-
-def chip_name() -> str:
-    """The CPU/SoC marketing name ("Apple M4"), or the best the OS will say."""
-    if sys.platform == "darwin":
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            return out.stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            pass  # fall through to what platform knows
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def ane_generation(fw: Any) -> str | None:
@@ -134,7 +113,11 @@ def format_report(r: dict[str, Any]) -> str:
         ("anekit", f"{r['anekit']} (Python {r['python']}, NumPy {r['numpy']})"),
         ("OS", r["os"] + (f" (macOS {r['macos']})" if r["macos"] else "")),
         ("machine", r["machine"]),
-        ("chip", r["chip"]),
+        (
+            "chip",
+            f"{r['chip'] or 'unknown'}; profile {r['chip_profile']['chip']}: "
+            f"{r['chip_profile']['how']}",
+        ),
         (
             "framework",
             f"{r['framework']['path']}: {'present' if r['framework']['present'] else 'absent'}",

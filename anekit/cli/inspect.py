@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from anekit.errors import UsageError
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -28,8 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cache is not None:
         return _run_cache(args.cache, as_json=args.json)
     if not args.file:
-        print("anekit inspect: give a FILE to describe, or --cache [DIR]", file=sys.stderr)
-        return 2
+        raise UsageError("give a FILE to describe, or --cache [DIR]")
     from anekit.inspect.report import describe_file
 
     info, lines = describe_file(args.file)
@@ -42,8 +43,8 @@ def _run_cache(directory: str, *, as_json: bool) -> int:
 
     roots = [directory] if directory else default_cache_dirs()
     if not roots:
-        print(f"anekit inspect: {no_cache_message()}", file=sys.stderr)
-        return 1
+        print(f"anekit inspect: error: {no_cache_message()}", file=sys.stderr)
+        return 1  # nothing to list here: not a usage error
     bundles = [b for root in roots for b in list_bundles(root)]
     if as_json:
         rows = [

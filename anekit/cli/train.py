@@ -5,22 +5,39 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from anekit.cli._common import (
+    add_backend,
+    add_chip,
+    non_negative,
+    one_of,
+    progress_bar,
+    resolve_chip,
+)
+from anekit.errors import UsageError
 
-from anekit.train.config import CONFIGS, ModelConfig, TrainConfig, get_config
+if TYPE_CHECKING:
+    from anekit.hw.chips import Chip
+    from anekit.train.config import ModelConfig, TrainConfig
+
+
+def _configs() -> Iterable[str]:
+    from anekit.train.config import CONFIGS
+
+    return sorted(CONFIGS)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from anekit.hw.command import chip_name
-
     parser.add_argument(
-        "--config", default="tiny", choices=sorted(CONFIGS), help="model config (default: tiny)"
+        "--config",
+        default="tiny",
+        type=one_of("config", _configs),
+        help="model config (default: tiny)",
     )
     parser.add_argument(
         "--data",
@@ -31,9 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--steps", type=int, help="optimizer steps (default: the config's)")
     parser.add_argument("--seed", type=non_negative(int), help="initialisation and data-order seed")
-    parser.add_argument(
-        "--backend", help="kernel backend: ane | reference (default: best available)"
-    )
+    add_backend(parser)
     parser.add_argument("--out", help="checkpoint directory (default: out/train-CONFIG)")
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in --out"
@@ -49,12 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=100,
         help="checkpoint every N steps (0: only at the end)",
     )
-    parser.add_argument(
-        "--chip",
-        default="m4",
-        type=chip_name,
-        help="chip for the cost model's predicted ANE time (default: m4)",
-    )
+    add_chip(parser, "the cost model predicts ANE time for it")
     parser.add_argument(
         "--sample-tokens",
         type=non_negative(int),
@@ -64,28 +74,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default="", help="prompt for the final sample")
 
 
-def non_negative(kind: type) -> Any:
-    """An argparse ``type``: a finite ``kind`` (int or float) that is at least 0."""
-
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not (math.isfinite(value) and value >= 0):
-            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text!r}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
-    return parse
-
-
 def run(args: argparse.Namespace) -> int:
+    from anekit.train.config import get_config
     from anekit.train.data import load_data
 
     named = get_config(args.config)
     try:
         tokens, tokenizer = load_data(args.data, args.tokenizer)
     except ValueError as e:
-        print(f"anekit train: error: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from e
     model_cfg = named.model
     if tokenizer.vocab_size != model_cfg.vocab_size:
         print(
@@ -93,23 +90,22 @@ def run(args: argparse.Namespace) -> int:
         )
         model_cfg = dataclasses.replace(model_cfg, vocab_size=tokenizer.vocab_size)
     if len(tokens) <= model_cfg.seq_len:
-        print(
-            f"anekit train: error: {args.data or 'the default corpus'} has {len(tokens)} tokens; "
-            f"config {args.config} needs at least {model_cfg.seq_len + 1} (seq_len + 1)",
-            file=sys.stderr,
+        raise UsageError(
+            f"{args.data or 'the default corpus'} has {len(tokens)} tokens; "
+            f"config {args.config} needs at least {model_cfg.seq_len + 1} (seq_len + 1)"
         )
-        return 2
     out = Path(args.out or f"out/train-{args.config}")
     try:
         train_cfg = _train_config(args, named.train, out)
     except ValueError as e:
-        print(f"anekit train: error: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from e
     return _train(args, model_cfg, train_cfg, tokens, tokenizer, out)
 
 
 def _train_config(args: argparse.Namespace, default: TrainConfig, out: Path) -> TrainConfig:
     """The run's settings: the config's (or, resuming, the checkpoint's), then the flags given."""
+    from anekit.train.config import TrainConfig
+
     base = default
     if args.resume:
         from anekit.errors import CheckpointError
@@ -141,17 +137,18 @@ def _train_config(args: argparse.Namespace, default: TrainConfig, out: Path) -> 
 def _train(
     args, model_cfg: ModelConfig, train_cfg: TrainConfig, tokens, tokenizer, out: Path
 ) -> int:
+    import numpy as np
+
     from anekit.train.checkpoint import latest_checkpoint
     from anekit.train.loop import Trainer
 
     existing = latest_checkpoint(out)
     if existing is not None and not args.resume:
-        print(
-            f"anekit train: error: {out} already holds a run (latest: {existing.name}); "
-            "pass --resume to continue it or choose another --out",
-            file=sys.stderr,
+        raise UsageError(
+            f"{out} already holds a run (latest: {existing.name}); "
+            "pass --resume to continue it or choose another --out"
         )
-        return 2
+    chip = resolve_chip(args.chip)
     trainer = Trainer(model_cfg, train_cfg, tokens, args.backend, tokenizer.describe())
     try:
         if args.resume:
@@ -161,7 +158,7 @@ def _train(
                 print(
                     f"nothing to train: the run already has {trainer.step} of {train_cfg.steps} steps"
                 )
-        _print_header(trainer, args.chip)
+        _print_header(trainer, chip)
         history = _loop(trainer, out, args)
         if trainer.step >= train_cfg.steps and args.sample_tokens > 0:
             _print_sample(trainer, tokenizer, args)
@@ -176,7 +173,7 @@ def _train(
     return 0
 
 
-def _print_header(trainer, chip: str) -> None:
+def _print_header(trainer, chip: Chip) -> None:
     m, c = trainer.model_cfg, trainer.cfg
     print(
         f"config {m.name}: {m.n_params() / 1e6:.2f}M parameters, {m.n_layers} layers, dim {m.dim}, "
@@ -196,16 +193,18 @@ def _print_header(trainer, chip: str) -> None:
         if seconds is not None:
             print(
                 f"cost model: {seconds * c.grad_accum * 1e3:.1f} ms of ANE kernel time per step "
-                f"on {chip} (CPU work not included)"
+                f"on {chip.name} (CPU work not included)"
             )
 
 
 def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
     """Run to the configured step count; checkpoint periodically, at the end and on Ctrl-C."""
+    import numpy as np
+
     total = trainer.cfg.steps
     history: list[float] = []
     log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed in finally)
-    bar = _progress(trainer.step, total)
+    bar = progress_bar(total, unit="step", initial=trainer.step)
     every = max(total // 20, 1)
     saved_at = trainer.step
     try:
@@ -241,17 +240,6 @@ def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
         path = trainer.save(out)
         print(f"saved {path}")
     return history
-
-
-def _progress(start: int, total: int) -> Any:
-    """A tqdm bar when stderr is a terminal and tqdm is installed, else None (plain lines)."""
-    if not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
 
 
 def _print_step(record: dict[str, Any], total: int, mean_loss: float) -> None:

@@ -8,19 +8,19 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+from anekit.cli._common import MODEL_HELP, add_backend, load_program, non_negative
+from anekit.errors import UsageError, os_reason
 
-from anekit.backends import compile, resolve_backend
-from anekit.backends.base import TensorSpec, convert_input
-from anekit.mil.parser import decode_mil, load, parse
-from anekit.mil.program import Program, write_atomic
+if TYPE_CHECKING:
+    import numpy as np
+
+    from anekit.mil.program import Program
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "model", help="a model.mil file or a model directory (model.mil + weights/)"
-    )
+    parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument(
         "--weights", help="directory holding the weight files (default: beside the model)"
     )
@@ -34,10 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--random", action="store_true", help="fill inputs not given with random values"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
     parser.add_argument(
-        "--backend", help="ane or reference (default: $ANEKIT_BACKEND, else the best here)"
+        "--seed", type=non_negative(int), default=0, help="seed for --random (default 0)"
     )
+    add_backend(parser)
     parser.add_argument("--repeat", type=int, default=1, help="evaluations to time (default 1)")
     parser.add_argument("--out", help="write the outputs to this .npz file")
     parser.add_argument(
@@ -45,49 +45,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read_program(model: str, weights: str | None = None) -> Program:
-    """Load a program from a model directory or a .mil file (weights beside it or in ``weights``)."""
-    path = Path(model)
-    if path.is_dir() and weights is None:
-        return load(path)
-    mil_path = path / "model.mil" if path.is_dir() else path
-    try:
-        text = decode_mil(mil_path.read_bytes(), str(mil_path))
-    except OSError as e:
-        raise SystemExit(f"anekit: cannot read {mil_path}: {e.strerror}") from e
-    default = (
-        mil_path.parent / "weights" if (mil_path.parent / "weights").is_dir() else mil_path.parent
-    )
-    return parse(text, Path(weights) if weights else default, file=str(mil_path))
-
-
 def gather_inputs(
     program: Program, specs: list[str], random: bool, seed: int
 ) -> dict[str, np.ndarray]:
     """Inputs from NAME=FILE.npy arguments, and random values for the rest when asked."""
+    import numpy as np
+
+    from anekit.backends.base import TensorSpec
+
     arrays: dict[str, np.ndarray] = {}
     names = [v.name for v in program.inputs]
     for spec in specs:
         name, sep, file = spec.partition("=")
         if not sep:
-            raise SystemExit(f"anekit run: --input expects NAME=FILE.npy, found {spec!r}")
+            raise UsageError(f"--input expects NAME=FILE.npy, found {spec!r}")
         if name in arrays:
-            raise SystemExit(f"anekit run: --input {spec!r}: {name!r} is given twice")
+            raise UsageError(f"--input {spec!r}: {name!r} is given twice")
         if name not in names:
-            raise SystemExit(f"anekit run: --input {spec!r}: the program's inputs are {names}")
-        try:
-            arrays[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:  # missing, not .npy, or object (pickled) data
-            message = f"anekit run: --input {spec!r}: cannot read {file} as .npy: {e}"
-            raise SystemExit(message) from e
+            raise UsageError(f"--input {spec!r}: the program's inputs are {names}")
+        arrays[name] = read_npy(file, spec)
     rng = np.random.default_rng(seed)
     for v in program.inputs:
         if v.name in arrays:
             continue
         if not random:
-            raise SystemExit(
-                f"anekit run: no value for input {v.name!r} {v.type}; give --input or --random"
-            )
+            raise UsageError(f"no value for input {v.name!r} {v.type}; give --input or --random")
         shape = TensorSpec.of(v).shape
         if v.dtype.is_float:
             arrays[v.name] = rng.standard_normal(shape).astype(v.dtype.numpy)
@@ -98,8 +80,24 @@ def gather_inputs(
     return arrays
 
 
+def read_npy(file: str, spec: str) -> np.ndarray:
+    """The array in ``file`` (the value of ``--input spec``); a typed error names the file."""
+    import numpy as np
+
+    try:
+        return np.load(file, allow_pickle=False)
+    except OSError as e:
+        raise UsageError(f"--input {spec!r}: cannot read {file}: {os_reason(e)}") from None
+    except ValueError as e:  # not .npy, or object (pickled) data
+        raise UsageError(f"--input {spec!r}: cannot read {file} as .npy: {e}") from None
+
+
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write arrays as an .npz file at exactly ``path``, atomically."""
+    import numpy as np
+
+    from anekit.mil.program import write_atomic
+
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     write_atomic(path, buffer.getvalue())
@@ -107,6 +105,8 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 def summarise(name: str, a: np.ndarray) -> dict[str, object]:
     """Shape, dtype and finite-value statistics of one output."""
+    import numpy as np
+
     finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
     stats = (
         {
@@ -128,14 +128,19 @@ def summarise(name: str, a: np.ndarray) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from anekit.backends import compile, resolve_backend
+    from anekit.backends.base import TensorSpec, convert_input
+
     if args.repeat < 1:
-        raise SystemExit(f"anekit run: --repeat must be >= 1, found {args.repeat}")
-    program = read_program(args.model, args.weights)
+        raise UsageError(f"--repeat must be >= 1, found {args.repeat}")
+    program = load_program(args.model, args.weights)
     inputs = gather_inputs(program, args.input, args.random, args.seed)
     try:  # before compiling: a wrong --input file should not cost a compile
         inputs = {v.name: convert_input(TensorSpec.of(v), inputs[v.name]) for v in program.inputs}
     except ValueError as e:  # wrong shape, or a dtype that would lose data
-        raise SystemExit(f"anekit run: {e}") from e
+        raise UsageError(str(e)) from e
     backend = resolve_backend(args.backend)
     start = time.perf_counter()
     with compile(program, backend=backend) as kernel:

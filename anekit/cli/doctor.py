@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from anekit.doctor import format_report, report
-from anekit.mil.program import write_atomic
+from anekit.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -19,12 +17,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit.doctor.report import format_report, report
+    from anekit.mil.program import write_atomic
+
     if args.json and Path(args.json).is_dir():
-        print(
-            f"anekit doctor: --json {args.json} is a directory; expected a file name",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError(f"--json {args.json} is a directory; expected a file name")
     r = report(smoke=not args.no_smoke)
     print(format_report(r))
     if args.json:

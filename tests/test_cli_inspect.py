@@ -131,3 +131,17 @@ def test_e5_and_plain_flatbuffer(capsys, tmp_path):
     code, out, _ = _run(capsys, str(other))
     assert code == 0 and out.startswith(f"{other}: FlatBuffer")
     assert "root.f0: string 'AneInference'" in out
+
+
+def test_cache_path_that_is_a_file_says_so(tmp_path: Path, capsys) -> None:
+    file = tmp_path / "cache"
+    file.write_bytes(b"")
+    assert main(["inspect", "--cache", str(file)]) == 2
+    assert f"{file}: expected a cache directory, found a file" in capsys.readouterr().err
+
+
+def test_mil_with_a_byte_order_mark_and_crlf_is_described(capsys, tmp_path):
+    path = tmp_path / "model.mil"
+    path.write_bytes(b"\xef\xbb\xbf" + MIL.replace("\n", "\r\n").encode())
+    code, out, _ = _run(capsys, str(path))
+    assert code == 0 and "main: 3 ops (relu x2, sigmoid x1)" in out

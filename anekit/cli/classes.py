@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from anekit.backends.ane import framework
-from anekit.doctor import class_listing, format_classes
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -18,13 +15,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit.backends.ane import framework
+    from anekit.doctor.report import class_listing, format_classes
+
     reason = framework.problem()
     if reason is not None:
         print(
-            f"anekit classes lists AppleNeuralEngine.framework's classes and needs macOS with it: "
-            f"{reason}",
+            "anekit classes: error: it lists AppleNeuralEngine.framework's classes and needs "
+            f"macOS with it: {reason}",
             file=sys.stderr,
         )
-        return 1
+        return 1  # not available on this machine: not a usage error
     print(format_classes(class_listing(framework.load(), args.pattern)))
     return 0

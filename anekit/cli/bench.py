@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from anekit.bench.suites import SUITES, Case
+from anekit.cli._common import add_backend, add_chip, one_of, progress_bar, resolve_chip
+from anekit.errors import UsageError, os_reason
+
+if TYPE_CHECKING:
+    from anekit.bench.suites import Case
 
 EPILOG = """\
-Suites: {suites}.
+Suites: anekit bench --list names them and what each measures.
 
 Every row gives the measured time per evaluation (median and spread after warm-up),
 the program's FLOPs and bytes, the cost model's prediction for --chip and, where one
@@ -24,9 +28,15 @@ minutes there.
 """
 
 
+def _suites() -> Iterable[str]:
+    from anekit.bench.suites import SUITES
+
+    return SUITES
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = EPILOG.format(suites=", ".join(SUITES))
+    parser.epilog = EPILOG
     parser.add_argument(
         "--quick", action="store_true", help="small sweeps (minutes on the reference backend)"
     )
@@ -34,16 +44,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--suite",
         nargs="+",
         action="extend",
-        choices=list(SUITES),
+        type=one_of("suite", _suites),
         metavar="NAME",
         help="suites to run, in order (repeatable; default: all)",
     )
-    parser.add_argument(
-        "--backend", help="ane or reference (default: $ANEKIT_BACKEND, else the best here)"
-    )
-    parser.add_argument(
-        "--chip", help="chip profile to predict for (default: this Mac's chip, else m4)"
-    )
+    add_backend(parser)
+    add_chip(parser, "the profile to predict for")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite (needs matplotlib)")
     parser.add_argument(
@@ -56,7 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.bench import plots, report, runner
-    from anekit.hw.chips import default_chip, get_chip
+    from anekit.bench.suites import SUITES
 
     if args.list:
         for name, suite in SUITES.items():
@@ -65,23 +71,11 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         missing = plots.matplotlib_missing()
         if missing is not None:
-            print(f"anekit bench: {missing}", file=sys.stderr)
-            return 2
-    chip = args.chip
-    if chip is None:
-        chip, reason = default_chip()
-        print(f"anekit bench: chip {chip} ({reason})", file=sys.stderr)
-    try:
-        chip = get_chip(chip).name
-    except ValueError as e:
-        print(f"anekit bench: --chip: {e}", file=sys.stderr)
-        return 2
-    problem = _prepare_outputs(args)
-    if problem is not None:
-        print(f"anekit bench: {problem}", file=sys.stderr)
-        return 2
+            raise UsageError(missing)
+    chip = resolve_chip(args.chip)
+    _prepare_outputs(args)
     total = sum(len(cases) for _, cases in runner.plan(args.suite, args.quick))
-    with _Progress(total) as progress:
+    with Progress(total) as progress:
         results = runner.run(
             args.suite, backend=args.backend, chip=chip, quick=args.quick, progress=progress
         )
@@ -96,43 +90,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prepare_outputs(args: argparse.Namespace) -> str | None:
+def _prepare_outputs(args: argparse.Namespace) -> None:
     """Create the output directories before measuring, so a long run cannot fail at the end."""
     for flag, file in (("--json", args.json), ("--report", args.report)):
         if file and Path(file).is_dir():
-            return f"{flag} {file} is a directory; expected a file name"
+            raise UsageError(f"{flag} {file} is a directory; expected a file name")
     dirs = [Path(f).parent for f in (args.json, args.report) if f]
     dirs += [Path(args.plot)] if args.plot else []
     for d in dirs:
         try:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            return f"cannot create output directory {d}: {e.strerror}"
-    return None
+            raise UsageError(f"cannot create output directory {d}: {os_reason(e)}") from None
 
 
-class _Progress:
-    """A tqdm bar on a terminal (when tqdm is installed), else one plain line per case."""
+class Progress:
+    """A progress bar (see ``progress_bar``) or, without one, one plain stderr line per case."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.done = 0
-        self.bar: Any = None
-        if sys.stderr.isatty():
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                return
-            self.bar = tqdm(total=total, unit="case", file=sys.stderr, dynamic_ncols=True)
+        self.bar = progress_bar(total, unit="case")
 
-    def __enter__(self) -> Callable[[str, Case, dict[str, Any]], None]:
-        return self.update
+    def __enter__(self) -> Progress:
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.close()
 
-    def update(self, suite: str, params: Case, row: dict[str, Any]) -> None:
+    def __call__(self, suite: str, params: Case, row: dict[str, Any]) -> None:
         from anekit.bench.report import case_label, fmt_time
 
         self.done += 1

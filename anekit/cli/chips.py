@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
-from anekit.hw.chips import chips, default_chip, get_chip
-from anekit.hw.command import show
+if TYPE_CHECKING:
+    from anekit.hw.chips import Fact
 
 COLUMNS = (
     ("chip", None, ""),
@@ -28,6 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit.hw.chips import chips, default_chip, get_chip
+
     chosen, how = default_chip()
     if args.json:
         out = {
@@ -55,3 +58,17 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"default chip: {chosen} ({how})")
     return 0
+
+
+def show(value: object, fact: Fact | None = None, unit: str = "") -> str:
+    """A table cell: '-' if unknown, '~' before an estimate, '!' after a value sources dispute."""
+    if value is None:
+        return "-"
+    text = (
+        f"{value:.4g}{unit}"
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else str(value)
+    )
+    if fact is None:
+        return text
+    return ("~" if fact.estimate else "") + text + ("!" if fact.conflict else "")

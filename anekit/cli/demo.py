@@ -11,24 +11,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from anekit.cli import train
+from anekit.cli._common import Parser, add_backend
+from anekit.errors import UsageError
+
 DEMO_MARKER = ".anekit-demo"  # marks a directory whose checkpoints the demo may replace
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps (default: 300)")
-    parser.add_argument(
-        "--backend", help="kernel backend: ane | reference (default: best available)"
-    )
+    add_backend(parser)
     parser.add_argument(
         "--out", default="out/demo", help="checkpoint directory, replaced on each run"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from anekit.train import command as train
     from anekit.train.checkpoint import clear_checkpoints, latest_checkpoint
 
-    parser = argparse.ArgumentParser(prog="anekit train")
+    parser = Parser(prog="anekit train")
     train.configure(parser)
     train_args = parser.parse_args(
         ["--config", "tiny", "--steps", str(args.steps), "--out", args.out, "--save-every", "0",
@@ -37,9 +38,10 @@ def run(args: argparse.Namespace) -> int:
     train_args.backend = args.backend
     out = Path(args.out)
     if latest_checkpoint(out) is not None and not (out / DEMO_MARKER).is_file():
-        raise SystemExit(
-            f"anekit demo: {out} holds a training run that the demo did not make; "
-            "the demo replaces its checkpoints, so pick another --out"
+        raise UsageError(
+            "holds a training run that the demo did not make; "
+            "the demo replaces its checkpoints, so pick another --out",
+            path=str(out),
         )
     clear_checkpoints(out)
     out.mkdir(parents=True, exist_ok=True)

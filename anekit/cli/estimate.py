@@ -5,23 +5,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
-from anekit.hw.chips import chips, get_chip
-from anekit.hw.command import add_program_arguments, estimate_table, load_program, resolve_chip
-from anekit.hw.cost import Estimate
+from anekit.cli._common import MODEL_HELP, add_chip, load_program, resolve_chip
+
+if TYPE_CHECKING:
+    from anekit.hw.cost import Estimate
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_program_arguments(parser)
+    parser.add_argument("path", help=MODEL_HELP)
+    add_chip(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--all-chips", action="store_true", help="one line per chip profile")
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit.hw.chips import chips, get_chip
     from anekit.hw.cost import analyze, estimate_work
 
     program = load_program(args.path)
-    if program is None:
-        return 2
     work = analyze(program)
     if args.all_chips:
         estimates = [estimate_work(work, get_chip(name)) for name in chips()]
@@ -36,6 +39,24 @@ def run(args: argparse.Namespace) -> int:
     est = estimate_work(work, resolve_chip(args.chip))
     print(json.dumps(dataclasses.asdict(est), indent=1) if args.json else estimate_table(est))
     return 0
+
+
+def estimate_table(est: Estimate) -> str:
+    """The per-op breakdown of an estimate, followed by the totals."""
+    lines = [
+        f"{'op':28} {'name':24} {'line':>5} {'GFLOP':>9} {'MB':>9} {'ms':>9} {'share':>6}  bound"
+    ]
+    for r in est.rows:
+        share = r.seconds / est.seconds if est.seconds else 0.0
+        lines.append(
+            f"{r.op:28.28} {r.name:24.24} {r.line if r.line is not None else '':>5} "
+            f"{r.flops / 1e9:9.3f} {r.bytes / 1e6:9.3f} {r.seconds * 1e3:9.4f} {share:6.1%}  {r.bound}"
+        )
+    lines.append(
+        f"total on {est.chip}: {est.seconds * 1e3:.4f} ms, {est.flops / 1e9:.3f} GFLOP, "
+        f"{est.bytes / 1e6:.3f} MB moved, {est.tflops:.2f} TFLOPS"
+    )
+    return "\n".join(lines)
 
 
 def _summary(e: Estimate) -> dict:

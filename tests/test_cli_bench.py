@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,15 +64,14 @@ def test_list_and_unknown_suites_and_chips(capsys):
     assert main(["bench", "--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(suites.SUITES)
-    with pytest.raises(SystemExit):
-        main(["bench", "--suite", "nonsense"])
+    assert main(["bench", "--suite", "nonsense"]) == 2  # a usage error, before measuring
+    assert "unknown suite 'nonsense'" in capsys.readouterr().err
     assert main(["bench", "--chip", "m99", "--suite", "dispatch"]) == 2
     assert "unknown chip 'm99'" in capsys.readouterr().err
 
 
 def test_help_warns_that_a_full_reference_run_is_long(capsys):
-    with pytest.raises(SystemExit):
-        main(["bench", "--help"])
+    assert main(["bench", "--help"]) == 0
     assert "--quick runs small sweeps in under two" in capsys.readouterr().out
 
 
@@ -103,7 +103,7 @@ def _fake_results():
 
 def test_progress_bar_on_a_terminal(monkeypatch):
     pytest.importorskip("tqdm")
-    from anekit.bench.command import _Progress
+    from anekit.cli.bench import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -112,9 +112,50 @@ def test_progress_bar_on_a_terminal(monkeypatch):
     term = Terminal()
     monkeypatch.setattr(sys, "stderr", term)
     row = {"measured": {"median_s": 1e-3}}
-    with _Progress(2) as update:
+    with Progress(2) as update:
         update("peak", {"depth": 1}, row)
         update("peak", {"depth": 2}, row)
     text = term.getvalue()
     assert "2/2" in text and "peak depth=2" in text
     assert "[1/2]" not in text  # the bar replaces the plain lines
+
+
+@pytest.mark.parametrize("flag", ["--json", "--report"])
+def test_bench_output_that_is_a_directory_fails_before_measuring(
+    flag: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from anekit.bench import runner
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the benchmark ran although its output path is unusable")
+
+    monkeypatch.setattr(runner, "run", must_not_run)
+    code = main(["bench", "--quick", "--suite", "dispatch", "--chip", "m4", flag, str(tmp_path)])
+    assert code == 2
+    assert f"{flag} {tmp_path} is a directory; expected a file name" in capsys.readouterr().err
+
+
+def test_bench_unknown_chip_creates_no_output_directory(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "new" / "results.json"
+    assert main(["bench", "--quick", "--chip", "m99", "--json", str(out)]) == 2
+    assert "--chip: unknown chip 'm99'" in capsys.readouterr().err
+    assert not out.parent.exists()
+
+
+def test_bench_without_chip_says_which_it_predicts_for(capsys, monkeypatch) -> None:
+    from anekit.bench import runner
+    from anekit.hw.chips import default_chip, get_chip
+
+    chosen, how = default_chip()
+    seen = {}
+
+    def record(*args, chip, **kwargs):
+        seen["chip"] = chip
+        return _fake_results()
+
+    monkeypatch.setattr(runner, "run", record)
+    monkeypatch.setattr(runner, "plan", lambda *args: [])
+    monkeypatch.setattr(report, "console", lambda results: "")
+    assert main(["bench", "--quick"]) == 0
+    assert f"chip {chosen}: {how} (pass --chip to choose)" in capsys.readouterr().err
+    assert seen["chip"] is get_chip(chosen)  # the profile itself, resolved once by the CLI

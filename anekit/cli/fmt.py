@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
-from anekit.mil.parser import decode_mil, load, parse
-from anekit.mil.text import DIALECTS
+from anekit.cli._common import MODEL_HELP, load_program, one_of
+
+
+def _dialects() -> Iterable[str]:
+    from anekit.mil.text import DIALECTS
+
+    return sorted(DIALECTS)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "path", help="a model.mil file, or a model directory (model.mil + weights/)"
-    )
+    parser.add_argument("path", help=MODEL_HELP)
     parser.add_argument(
         "--dialect",
-        choices=sorted(DIALECTS),
+        type=one_of("dialect", _dialects),
         default="ios18",
         help="ios18: program(1.3) (default); legacy: program(1.0) with ios16 ops, for M1/M2",
     )
@@ -24,14 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit.mil.loading import MODEL_FILE, read_mil
+
+    program = load_program(args.path)
     path = Path(args.path)
-    if path.is_dir():
-        program = load(path)
-        original = (path / "model.mil").read_text(encoding="utf-8")
-    else:
-        original = decode_mil(path.read_bytes(), str(path))
-        weights = path.parent / "weights" if (path.parent / "weights").is_dir() else path.parent
-        program = parse(original, weights, file=str(path))
+    original = read_mil(path / MODEL_FILE if path.is_dir() else path)
     text = program.to_text(args.dialect)
     if args.check:
         if text != original:

@@ -1,0 +1,136 @@
+"""What every command shares: the parser class, argument types, program loading, progress bars.
+
+Only the standard library is imported here at module level: ``anekit --help`` builds every
+command's parser, and must not load the toolkit to do so. Feature modules are imported
+inside the functions that need them, which run only when a command does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from anekit.hw.chips import Chip
+    from anekit.mil.program import Program
+
+MODEL_HELP = "a model.mil file, or a model directory (model.mil + weights/)"
+CHIP_HELP = "chip profile (anekit chips lists them); default: the host's chip, else m4"
+BACKEND_HELP = "ane or reference (default: $ANEKIT_BACKEND, else the best available here)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, ``anekit COMMAND: error: ...``, exit 2."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # A command rejects what it does not know itself, so the message names the command
+        # (argparse leaves leftovers to the top-level parser, which would say "anekit: ...").
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks turned into spaces."""
+    return " ".join(text.splitlines())
+
+
+def add_chip(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """Add ``--chip`` (a :class:`Chip`, or None for the default; see :func:`resolve_chip`)."""
+    parser.add_argument("--chip", type=chip_profile, help=(what + "; " if what else "") + CHIP_HELP)
+
+
+def chip_profile(text: str) -> Chip:
+    """An argparse ``type`` for ``--chip``: the profile; an unknown name is a usage error."""
+    from anekit.hw.chips import get_chip
+
+    try:
+        return get_chip(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def resolve_chip(chip: Chip | None) -> Chip:
+    """The chip given on the command line, or the default, saying on stderr how it was chosen."""
+    from anekit.hw.chips import default_chip, get_chip
+
+    if chip is not None:
+        return chip
+    chosen, how = default_chip()
+    print(f"chip {chosen}: {how} (pass --chip to choose)", file=sys.stderr)
+    return get_chip(chosen)
+
+
+def add_backend(parser: argparse.ArgumentParser) -> None:
+    """Add ``--backend`` (a backend name, or None for the best available one)."""
+    parser.add_argument("--backend", type=backend_name, help=BACKEND_HELP)
+
+
+def one_of(what: str, names: Callable[[], Iterable[str]]) -> Callable[[str], str]:
+    """An argparse ``type`` accepting one of ``names()``, which is called only when parsing.
+
+    It replaces ``choices=`` where the names live in a feature module that ``--help`` must
+    not import.
+    """
+
+    def parse(text: str) -> str:
+        known = list(names())
+        if text not in known:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {text!r}; expected one of: {', '.join(known)}"
+            )
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+def _backends() -> Iterable[str]:
+    from anekit.backends import BACKENDS
+
+    return BACKENDS
+
+
+# whether the backend can run here is checked when the command runs
+backend_name = one_of("backend", _backends)
+
+
+def non_negative(kind: type) -> Any:
+    """An argparse ``type``: a finite ``kind`` (int or float) that is at least 0."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
+    return parse
+
+
+def load_program(path: str, weights: str | None = None) -> Program:
+    """The program at ``path`` (a model directory or a ``.mil`` file); see ``mil.load_path``."""
+    from anekit.mil.loading import load_path
+
+    return load_path(path, weights)
+
+
+def progress_bar(total: int, *, unit: str, initial: int = 0) -> Any:
+    """A tqdm bar on stderr when it is a terminal and tqdm is installed; else None.
+
+    Callers print plain progress lines when there is no bar, so logs stay readable.
+    """
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=initial, unit=unit, file=sys.stderr, dynamic_ncols=True)
