@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from anekit.doctor import format_report, report
-from anekit.mil.program import write_atomic
+from anekit.files import write_atomic
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -12,8 +12,8 @@ from anekit import mil
 from anekit.backends import reference
 from anekit.cli import main
 from anekit.errors import AnekitError, MilSyntaxError, MilTypeError
+from anekit.files import write_atomic
 from anekit.mil.passes import pack_inputs
-from anekit.mil.program import write_atomic
 
 
 def add_weight_program(value: float) -> mil.Program:
@@ -254,7 +254,7 @@ def test_run_writes_outputs_at_exactly_the_path_given(tmp_path: Path) -> None:
 
 
 def test_write_atomic_onto_a_directory_names_the_target(tmp_path) -> None:
-    from anekit.mil.program import write_atomic
+    from anekit.files import write_atomic
 
     target = tmp_path / "out.npz"
     target.mkdir()

@@ -13,8 +13,9 @@ import numpy as np
 
 from anekit.backends import compile, resolve_backend
 from anekit.backends.base import TensorSpec, convert_input
+from anekit.files import write_atomic
 from anekit.mil.parser import decode_mil, load, parse
-from anekit.mil.program import Program, write_atomic
+from anekit.mil.program import Program
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
