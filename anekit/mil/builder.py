@@ -10,18 +10,12 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.mil.literals import literal_value
 from anekit.mil.ops import registry
 from anekit.mil.ops.registry import Args, OpDef
-from anekit.mil.program import (
-    WEIGHTS_PREFIX,
-    BlobRef,
-    Function,
-    Operation,
-    Program,
-    Value,
-    literal_value,
-)
+from anekit.mil.program import Function, Operation, Program
 from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
 from anekit.mil.verify import check_function, check_op
 
 _CONST = "const"

@@ -15,8 +15,8 @@ import numpy as np
 
 from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
 from anekit.mil import blob
-from anekit.mil.program import BlobRef, Value
 from anekit.mil.types import DType, TensorType
+from anekit.mil.values import BlobRef, Value
 from anekit.mil.weights import WeightSource
 
 TOKEN = re.compile(

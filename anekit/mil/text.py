@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops import registry
-from anekit.mil.program import BlobRef, Function, Operation, Program, Value
 from anekit.mil.types import DType, TensorType, type_text
+from anekit.mil.values import BlobRef, Value
 from anekit.mil.verify import check_op
 from anekit.mil.weights import layout
+
+if TYPE_CHECKING:
+    from anekit.mil.program import Function, Operation, Program
 
 DIALECTS = {"ios18": ("1.3", None), "legacy": ("1.0", "ios16")}
 
