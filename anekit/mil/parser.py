@@ -11,6 +11,7 @@ from typing import Any
 from anekit.errors import MilSyntaxError, MilTypeError
 from anekit.mil.lexer import IDENT, SCALAR_NAMES, TYPES, TokenReader
 from anekit.mil.ops import registry
+from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
 from anekit.mil.types import DType, TensorType
 from anekit.mil.verify import check_function, check_op
@@ -245,7 +246,7 @@ class _Parser(TokenReader):
         for v, (_, _, index) in zip(outs, declared):
             v.producer = op
             self.define(v, index)
-        if "const" in opdef.traits:
+        if CONST in opdef.traits:
             outs[0].const = inputs["val"].const
         return op
 

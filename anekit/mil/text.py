@@ -10,6 +10,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops import registry
+from anekit.mil.ops.traits import ATTRIBUTES
 from anekit.mil.types import DType, TensorType, type_text
 from anekit.mil.values import BlobRef, Value
 from anekit.mil.verify import check_op
@@ -69,7 +70,7 @@ class _Printer:
 
     def statement(self, op: Operation) -> str:
         lhs = ", ".join(f"{self.type(v.type)} {v.name}" for v in op.outputs)
-        attribute_only = "attributes" in op.opdef.traits
+        attribute_only = ATTRIBUTES in op.opdef.traits
         args, attrs = [], [f"name = {self.scalar(DType.string, op.name)}"]
         for key in sorted(op.inputs):
             v = op.inputs[key]
