@@ -56,6 +56,16 @@ class Operation:
         """This op's FLOPs and bytes moved."""
         return self.opdef.op_cost(self.args(), tuple(v.type for v in self.outputs))
 
+    def arguments(self) -> Iterator[tuple[str, Value | tuple[Value, ...]]]:
+        """Every parameter that has a value, given or by its declared default, in declared order."""
+        args = self.args()
+        for p in self.opdef.params:
+            v = self.inputs.get(p.name)
+            if v is None:
+                v = getattr(args, p.name)  # the declared default, or None
+            if v is not None:
+                yield p.name, v
+
     def input_values(self) -> Iterator[Value]:
         """Every input value, variadic tuples flattened."""
         for v in self.inputs.values():
