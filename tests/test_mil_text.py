@@ -190,3 +190,56 @@ def test_legacy_printing_refuses_ops_newer_than_ios16() -> None:
     b.output(b.scaled_dot_product_attention(query=x, key=x, value=x), "y")
     with pytest.raises(MilTypeError, match="needs opset ios18"):
         b.build().to_text("legacy")
+
+
+# -- the parser's process-wide caches are bounded ----------------------------------------------
+def _const_program(literal: str) -> str:
+    return (
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [2]> x) {\n"
+        f'        tensor<fp16, [2]> c = const()[name = string("c"), val = {literal}];\n'
+        '        tensor<fp16, [2]> y = add(x = x, y = c)[name = string("y")];\n'
+        "    } -> (y);\n}\n"
+    )
+
+
+def test_literal_and_type_caches_have_a_bound() -> None:
+    from anekit.mil import lexer
+
+    for i in range(lexer.CACHE_ENTRIES + 50):  # more distinct literals than the cache holds
+        mil.parse(_const_program(f"tensor<fp16, [2]>([{i}, 1])"))
+    assert lexer._cached_literal.cache_info().currsize == lexer.CACHE_ENTRIES
+    assert lexer._tensor_type.cache_info().maxsize == lexer.CACHE_ENTRIES
+    assert not hasattr(lexer, "TYPES")  # the unbounded type-token dict is gone
+
+
+def test_a_long_literal_is_not_kept_after_its_program() -> None:
+    import gc
+    import weakref
+
+    values = ", ".join(str(i) for i in range(200))  # longer than CACHED_LITERAL_CHARS
+    text = (
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [200]> x) {\n"
+        f'        tensor<fp16, [200]> c = const()[name = string("c"), val = tensor<fp16, [200]>([{values}])];\n'
+        '        tensor<fp16, [200]> y = add(x = x, y = c)[name = string("y")];\n'
+        "    } -> (y);\n}\n"
+    )
+    program = mil.parse(text)
+    array = program.ops[0].outputs[0].const
+    assert array.shape == (200,) and array[199] == 199
+    ref = weakref.ref(array)
+    del program, array
+    gc.collect()
+    assert ref() is None
+
+
+def test_inline_tensor_literals_parse_as_arguments() -> None:
+    # the printer writes an inline literal argument in place; the parser must read it back
+    text = (
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [2, 3]> x) {\n"
+        "        tensor<fp16, [3]> y = reduce_sum(x = x, axes = tensor<int32, [1]>([0]), "
+        'keep_dims = bool(false))[name = string("y")];\n'
+        "    } -> (y);\n}\n"
+    )
+    program = mil.parse(text)
+    assert program.ops[0].inputs["axes"].const.tolist() == [0]
+    assert mil.parse(program.to_text()) == program
