@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -243,3 +245,55 @@ def test_inline_tensor_literals_parse_as_arguments() -> None:
     program = mil.parse(text)
     assert program.ops[0].inputs["axes"].const.tolist() == [0]
     assert mil.parse(program.to_text()) == program
+
+
+# -- saving and loading (from test_review_core.py) ---------------------------------------------
+def add_weight_program(value: float) -> mil.Program:
+    b = mil.Builder()
+    x = b.input("x", (1, 4), "fp16")
+    b.output(b.add(x=x, y=b.weight("w", np.full((1, 4), value, np.float16))), "y")
+    return b.build()
+
+
+def saved_model(tmp_path: Path) -> Path:
+    return add_weight_program(2.0).save(tmp_path / "model")
+
+
+def test_a_save_rejected_by_the_dialect_leaves_the_directory_as_it_was(tmp_path: Path) -> None:
+    directory = saved_model(tmp_path)
+    before = {p.name: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    b = mil.Builder()
+    q = b.input("q", (1, 2, 4), "fp16")
+    attended = b.scaled_dot_product_attention(query=q, key=q, value=q)
+    b.add(x=attended, y=b.weight("w", np.full((1, 2, 4), 7.0, np.float16)))
+    b.output(attended, "y")
+    with pytest.raises(MilTypeError):  # scaled_dot_product_attention is an ios18 op
+        b.build().save(directory, dialect="legacy")
+    after = {p.name: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_weights_in_a_subdirectory_of_weights_are_saved_there(tmp_path: Path) -> None:
+    program = add_weight_program(3.0)
+    moved = {k.replace("/w.bin", "/sub/w.bin"): v for k, v in program.weight_files().items()}
+    parsed = mil.parse(program.to_text().replace("/w.bin", "/sub/w.bin"), moved)
+    directory = parsed.save(tmp_path / "model")
+    assert (directory / "weights" / "sub" / "w.bin").is_file()
+    loaded = mil.load(directory)
+    assert loaded.ops[0].outputs[0].const.tolist() == [[3.0] * 4]
+
+
+def test_a_model_mil_with_windows_line_endings_still_loads(tmp_path: Path) -> None:
+    directory = saved_model(tmp_path)
+    text = (directory / "model.mil").read_bytes()
+    (directory / "model.mil").write_bytes(text.replace(b"\n", b"\r\n"))
+    assert mil.load(directory) == add_weight_program(2.0)
+
+
+@pytest.mark.parametrize("text", ["carriage\rreturn", "crlf\r\nend", "both\\r\tkinds"])
+def test_string_constants_survive_save_and_load(tmp_path: Path, text: str) -> None:
+    b = mil.Builder()
+    b.output(b.input("x", (2,), "fp16"))
+    b.const(text, name="s")
+    loaded = mil.load(b.build().save(tmp_path / "model"))
+    assert loaded.ops[0].outputs[0].const == text

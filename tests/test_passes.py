@@ -480,3 +480,13 @@ def test_prepare_for_device_folds_then_packs_then_orders() -> None:
         np.testing.assert_array_equal(got[name], want[name])
     unpacked, none = prepare_for_device(program, pack=False)
     assert none is None and [v.name for v in unpacked.main.inputs] == ["y", "x"]
+
+
+def test_packing_rank_0_inputs() -> None:
+    b = mil.Builder()
+    a, c = b.input("a", (), "fp16"), b.input("c", (), "fp16")
+    b.output(b.sub(x=a, y=c), "r")
+    packed, packing = pack_inputs(b.build())
+    assert packing is not None
+    out = reference.compile(packed)(**{packing.name: packing.pack({"a": 5.0, "c": 1.5})})
+    assert out["r"] == np.float16(5.0) - np.float16(1.5)

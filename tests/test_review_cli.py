@@ -6,12 +6,14 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from anekit.cli import build_parser, main
 from anekit.train.checkpoint import FORMAT
 from anekit.train.config import TrainConfig
 from anekit.train.data import load_data
+from tests.test_mil_text import saved_model
 from tests.test_train_data import write_tokenizer
 
 GOOD_MIL = """program(1.0)
@@ -200,3 +202,57 @@ def test_doctor_json_into_a_directory_fails_before_the_report(
     monkeypatch.setattr(anekit.cmd_doctor, "report", must_not_run)
     assert main(["doctor", "--no-smoke", "--json", str(tmp_path)]) == 2
     assert f"--json {tmp_path} is a directory; expected a file name" in capsys.readouterr().err
+
+
+# -- fmt and run on bad input (from test_review_core.py) ---------------------------------------
+def test_fmt_of_a_missing_path_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nothing.mil"
+    assert main(["fmt", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("anekit fmt: error:") and str(missing) in err and "Traceback" not in err
+
+
+def test_run_of_a_directory_without_model_mil_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    assert main(["run", str(tmp_path), "--random", "--backend", "reference"]) == 2
+    assert "model.mil" in capsys.readouterr().err
+
+
+def run_with_input(tmp_path: Path, array: np.ndarray | None, *extra: str, name: str = "x") -> None:
+    model = saved_model(tmp_path)
+    argv = ["run", str(model), "--backend", "reference", *extra]
+    if array is not None:
+        np.save(tmp_path / "in.npy", array)
+        argv += ["--input", f"{name}={tmp_path / 'in.npy'}"]
+    main(argv)
+
+
+def test_run_with_an_input_of_the_wrong_shape_says_which(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"input 'x': expected shape \[1, 4\].*found \[2, 2\]"):
+        run_with_input(tmp_path, np.ones((2, 2), np.float16))
+
+
+def test_run_with_an_input_name_the_program_lacks_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="'q=.*': the program's inputs are \\['x'\\]"):
+        run_with_input(tmp_path, np.ones((1, 4), np.float16), "--random", name="q")
+
+
+def test_run_with_a_file_that_is_not_npy_names_it(tmp_path: Path) -> None:
+    model = saved_model(tmp_path)
+    bad = tmp_path / "bad.npy"
+    bad.write_text("not an array")
+    with pytest.raises(SystemExit, match="cannot read .*bad.npy as .npy"):
+        main(["run", str(model), "--backend", "reference", "--input", f"x={bad}"])
+
+
+def test_run_rejects_a_repeat_below_one(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--repeat must be >= 1"):
+        run_with_input(tmp_path, None, "--random", "--repeat", "0")
+
+
+def test_run_writes_outputs_at_exactly_the_path_given(tmp_path: Path) -> None:
+    out = tmp_path / "outputs"
+    x = np.arange(4, dtype=np.float16).reshape(1, 4)
+    run_with_input(tmp_path, x, "--out", str(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npy", "model", "outputs"]
+    with np.load(out) as saved:
+        np.testing.assert_array_equal(saved["y"], x + np.float16(2.0))
