@@ -297,3 +297,19 @@ def test_string_constants_survive_save_and_load(tmp_path: Path, text: str) -> No
     b.const(text, name="s")
     loaded = mil.load(b.build().save(tmp_path / "model"))
     assert loaded.ops[0].outputs[0].const == text
+
+
+def _weighted(values: list[float]) -> mil.Program:
+    b = mil.Builder()
+    x = b.input("x", (1, len(values)), "fp16")
+    b.output(b.add(x=x, y=b.weight("w", np.array([values], np.float16))), "y")
+    return b.build()
+
+
+def test_programs_compare_weights_by_array_bit_for_bit() -> None:
+    assert _weighted([1.0, 2.0]) == _weighted([1.0, 2.0])
+    assert _weighted([1.0, 2.0]) != _weighted([1.0, 3.0])  # same text, other weights
+    assert _weighted([np.nan, 2.0]) == _weighted([np.nan, 2.0])  # NaN is its own bits
+    assert _weighted([0.0, 2.0]) != _weighted([-0.0, 2.0])  # as the weight files differ
+    parsed = mil.parse(_weighted([5.0, 6.0]).to_text(), _weighted([5.0, 6.0]).weight_files())
+    assert parsed == _weighted([5.0, 6.0])

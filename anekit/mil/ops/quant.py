@@ -193,7 +193,7 @@ def _quantize_infer(a: Args) -> TensorType:
     )
     if a.zero_point is not None:
         require(
-            a.zero_point.dtype.value == out,
+            a.zero_point.dtype is DType(out),
             "quantize",
             "zero_point",
             lambda: f"dtype {a.zero_point.dtype} differs from output_dtype {out}",
