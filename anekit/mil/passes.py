@@ -232,6 +232,7 @@ def _rebuilt(op: Operation, replace: Mapping[int, Value]) -> Operation:
 
 # -- constant folding ----------------------------------------------------------------------------
 FOLD_MAX_BYTES = 1 << 16  # a folded result made from small literals stays under this size
+FOLD_INLINE_ELEMENTS = 64  # a larger folded result goes to a weight file, not into the text
 
 
 def fold_constants(program: Program, *, max_bytes: int = FOLD_MAX_BYTES) -> Program:
@@ -243,7 +244,9 @@ def fold_constants(program: Program, *, max_bytes: int = FOLD_MAX_BYTES) -> Prog
     and their weights stay compressed), ops without a reference, results larger than both
     ``max_bytes`` and the constants they are made from (a rearranged weight may be folded,
     a ``tile`` of a scalar into megabytes may not), and results that the dtype cannot hold
-    (an fp16 overflow stays an op). Consts that only folded ops read are dropped.
+    (an fp16 overflow stays an op). A result made from a weight, or of more than
+    ``FOLD_INLINE_ELEMENTS`` elements, goes to a weight file of its own; a smaller one is
+    written inline. Consts that only folded ops read are dropped.
     """
     functions = {name: _fold_function(fn, max_bytes) for name, fn in program.functions.items()}
     if all(functions[name] is fn for name, fn in program.functions.items()):
@@ -338,9 +341,9 @@ def _stored(op: Operation, out: Value, result: Any) -> np.ndarray | None:
 def _const_value(
     out: Value, array: np.ndarray, opset: str, files: set[str], source: Operation
 ) -> Value:
-    """A const op's output holding ``array`` as ``out``; in a weight file if a weight made it."""
+    """A const op's output holding ``array`` as ``out``; in a weight file if large or from one."""
     blob = None
-    if any(_stored_in_file(v) for v in source.input_values()):
+    if array.size > FOLD_INLINE_ELEMENTS or any(_stored_in_file(v) for v in source.input_values()):
         blob = BlobRef(_fresh_weight_file(out.name, files), 64)
     literal = Value("", out.type, None, array, blob)
     value = Value(out.name, out.type, None, array)
