@@ -7,9 +7,10 @@ import pytest
 
 import anekit
 from anekit import mil
-from anekit.backends import resolve_backend
+from anekit.backends import reference, resolve_backend
 from anekit.errors import AnekitError, BackendUnavailable
 from tests.examples import SECTION_3_EXAMPLE
+from tests.test_mil_text import add_weight_program
 
 
 def fp16(a: np.ndarray) -> np.ndarray:
@@ -171,3 +172,10 @@ def test_fp32_storage_rounds_only_the_outputs() -> None:
     assert y32[0] == np.float16(100.0) and y32.dtype == np.float16
     with pytest.raises(ValueError, match="storage must be one of"):
         anekit.compile(program, backend="reference", storage="bf16")
+
+
+def test_run_on_a_closed_reference_kernel_is_an_error() -> None:
+    kernel = reference.compile(add_weight_program(2.0))
+    kernel.close()
+    with pytest.raises(AnekitError, match="closed"):
+        kernel.run()

@@ -183,6 +183,37 @@ def test_dimension_limits_depend_on_the_generation():
     assert "dim-limit" in rule_ids(check(unary("relu", (1, 2, 1, 70000)), "m4"))
 
 
+def m1_k_findings(build: Callable[[mil.Builder], object]) -> list[str]:
+    b = mil.Builder(opset="ios16")
+    b.output(build(b), "out")
+    return [d.message for d in check(b.build(), "m1") if d.rule == "m1-matmul-k"]
+
+
+def test_m1_k_rule_reads_the_contraction_of_every_matmul_like_op():
+    # einsum names its operands "values": before OpDef.contraction it escaped the rule
+    def einsum(k: int) -> Callable[[mil.Builder], object]:
+        return lambda b: b.einsum(
+            values=(b.input("x", (1, 8, 4, k), "fp16"), b.input("w", (1, k, 4, 16), "fp16")),
+            equation="nchw,nwhu->nchu",
+        )
+
+    assert m1_k_findings(einsum(48)) == [
+        "matmul inner dimension 48 is not a multiple of 32 on m1; zero-pad it to 64"
+    ]
+    assert m1_k_findings(einsum(64)) == []
+    # matmul with transpose_x sums over x's second-to-last axis (48), not its last (64)
+    transposed = lambda b: b.matmul(  # noqa: E731
+        x=b.input("x", (1, 48, 64), "fp16"), y=b.input("y", (1, 48, 8), "fp16"), transpose_x=True
+    )
+    assert len(m1_k_findings(transposed)) == 1 and "dimension 48 " in m1_k_findings(transposed)[0]
+    linear = lambda b: b.linear(x=b.input("x", (4, 40), "fp16"), weight=zeros((8, 40)))  # noqa: E731
+    assert "dimension 40 " in m1_k_findings(linear)[0]
+    assert (
+        m1_k_findings(lambda b: b.linear(x=b.input("x", (4, 64), "fp16"), weight=zeros((8, 64))))
+        == []
+    )
+
+
 def test_sdpa_without_mask_and_edge_casts_are_fine():
     assert "sdpa-mask" not in rule_ids(check(sdpa(mask=False), "m4"))
     found = rule_ids(check(fp32_edges(), "m4"))

@@ -7,6 +7,8 @@ the expected (line, column).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from anekit import mil
 from anekit.errors import AnekitError, MilSyntaxError, MilTypeError, WeightFileError
+from tests.test_mil_text import add_weight_program, saved_model
 
 BASE = """program(1.3)
 [buildInfo = dict<string, string>({{"coremlc-version", "3505.4.1"}})]
@@ -279,3 +282,100 @@ def test_a_byte_order_mark_is_accepted(tmp_path) -> None:
     from anekit.mil.loading import decode_mil
 
     assert decode_mil(b"\xef\xbb\xbf" + BASE.encode(), "m.mil") == BASE
+
+
+# -- bad input to the parser and the Builder (from test_review_core.py) ------------------------
+def test_a_model_mil_that_is_not_utf8_is_a_syntax_error_at_the_byte(tmp_path: Path) -> None:
+    directory = saved_model(tmp_path)
+    text = (directory / "model.mil").read_bytes()
+    (directory / "model.mil").write_bytes(text.replace(b"program(1.3)\n", b"program(1.3)\n\xff", 1))
+    with pytest.raises(MilSyntaxError) as info:
+        mil.load(directory)
+    assert (info.value.line, info.value.column) == (2, 1)
+    assert "model.mil" in str(info.value) and "0xff" in str(info.value)
+
+
+def test_a_function_returning_a_value_twice_is_rejected() -> None:
+    text = add_weight_program(2.0).to_text().replace("-> (y);", "-> (y, y);")
+    with pytest.raises(MilTypeError, match="returns 'y' more than once"):
+        mil.parse(text, add_weight_program(2.0).weight_files())
+
+
+def relu_builder() -> tuple[mil.Builder, mil.Value]:
+    b = mil.Builder()
+    return b, b.relu(x=b.input("x", (1, 2), "fp16"))
+
+
+def test_output_of_something_that_is_not_a_value_is_a_type_error() -> None:
+    b, _ = relu_builder()
+    with pytest.raises(TypeError, match="expected a Value of this Builder, found ndarray"):
+        b.output(np.ones(2), "y")
+
+
+def test_output_of_another_builders_value_is_rejected_and_leaves_it_alone() -> None:
+    other, value = relu_builder()
+    b, _ = relu_builder()
+    with pytest.raises(ValueError, match="does not belong to this Builder"):
+        b.output(value, "y")
+    assert value.name == "relu"
+    other.output(value, "z")
+    assert [v.name for v in other.build().outputs] == ["z"]
+
+
+def test_the_same_value_cannot_be_output_twice() -> None:
+    b, y = relu_builder()
+    b.output(y, "a")
+    with pytest.raises(ValueError, match="already an output"):
+        b.output(y, "b")
+    assert [v.name for v in b.build().outputs] == ["a"]
+
+
+def test_renaming_a_value_after_build_does_not_change_the_built_program() -> None:
+    b, y = relu_builder()
+    b.output(b.sigmoid(x=y), "z")
+    built = b.build()
+    text = built.to_text()
+    with pytest.raises(ValueError, match="cannot rename 'relu'"):
+        b.output(y, "renamed")
+    assert built.to_text() == text
+
+
+@pytest.mark.parametrize("name", ["1bad", "a-b", "with space", ""])
+def test_output_and_function_names_must_be_mil_names(name: str) -> None:
+    b, y = relu_builder()
+    with pytest.raises(ValueError, match="invalid output name"):
+        b.output(y, name)
+    with pytest.raises(ValueError, match="invalid function name"):
+        mil.Builder(function=name)
+
+
+@pytest.mark.parametrize(
+    ("shape", "error"), [((1, 2.5), TypeError), ((1, -2), ValueError), (5, TypeError)]
+)
+def test_input_shapes_are_not_silently_rounded_or_negative(shape, error) -> None:
+    with pytest.raises(error, match="input 'x'"):
+        mil.Builder().input("x", shape, "fp16")
+
+
+def test_input_shapes_accept_numpy_integers() -> None:
+    v = mil.Builder().input("x", np.array([1, 3]), "fp16")
+    assert v.shape == (1, 3)
+
+
+def test_a_weight_converted_to_int_with_loss_is_rejected() -> None:
+    with pytest.raises(ValueError, match="do not fit in int32"):
+        mil.Builder().weight("w", np.array([1.5, 2.0]), dtype="int32")
+    exact = mil.Builder().weight("w", np.array([1.0, -2.0]), dtype="int32")
+    assert exact.const.tolist() == [1, -2]
+
+
+def test_a_const_that_overflows_fp16_is_rejected() -> None:
+    with pytest.raises(ValueError, match="overflow fp16"):
+        mil.Builder().const(np.array([1e6, 1.0]), dtype="fp16")
+    inf = mil.Builder().const(np.array([np.inf, 1.0]), dtype="fp16")  # inf is inf, not overflow
+    assert np.isinf(inf.const[0])
+
+
+def test_an_empty_weight_is_rejected_where_it_is_made() -> None:
+    with pytest.raises(ValueError, match="weight 'w'"):
+        mil.Builder().weight("w", np.zeros((0, 4), np.float16))

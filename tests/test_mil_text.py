@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -190,3 +192,124 @@ def test_legacy_printing_refuses_ops_newer_than_ios16() -> None:
     b.output(b.scaled_dot_product_attention(query=x, key=x, value=x), "y")
     with pytest.raises(MilTypeError, match="needs opset ios18"):
         b.build().to_text("legacy")
+
+
+# -- the parser's process-wide caches are bounded ----------------------------------------------
+def _const_program(literal: str) -> str:
+    return (
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [2]> x) {\n"
+        f'        tensor<fp16, [2]> c = const()[name = string("c"), val = {literal}];\n'
+        '        tensor<fp16, [2]> y = add(x = x, y = c)[name = string("y")];\n'
+        "    } -> (y);\n}\n"
+    )
+
+
+def test_literal_and_type_caches_have_a_bound() -> None:
+    from anekit.mil import lexer
+
+    for i in range(lexer.CACHE_ENTRIES + 50):  # more distinct literals than the cache holds
+        mil.parse(_const_program(f"tensor<fp16, [2]>([{i}, 1])"))
+    assert lexer._cached_literal.cache_info().currsize == lexer.CACHE_ENTRIES
+    assert lexer._tensor_type.cache_info().maxsize == lexer.CACHE_ENTRIES
+    assert not hasattr(lexer, "TYPES")  # the unbounded type-token dict is gone
+
+
+def test_a_long_literal_is_not_kept_after_its_program() -> None:
+    import gc
+    import weakref
+
+    values = ", ".join(str(i) for i in range(200))  # longer than CACHED_LITERAL_CHARS
+    text = (
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [200]> x) {\n"
+        f'        tensor<fp16, [200]> c = const()[name = string("c"), val = tensor<fp16, [200]>([{values}])];\n'
+        '        tensor<fp16, [200]> y = add(x = x, y = c)[name = string("y")];\n'
+        "    } -> (y);\n}\n"
+    )
+    program = mil.parse(text)
+    array = program.ops[0].outputs[0].const
+    assert array.shape == (200,) and array[199] == 199
+    ref = weakref.ref(array)
+    del program, array
+    gc.collect()
+    assert ref() is None
+
+
+def test_inline_tensor_literals_parse_as_arguments() -> None:
+    # the printer writes an inline literal argument in place; the parser must read it back
+    text = (
+        "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [2, 3]> x) {\n"
+        "        tensor<fp16, [3]> y = reduce_sum(x = x, axes = tensor<int32, [1]>([0]), "
+        'keep_dims = bool(false))[name = string("y")];\n'
+        "    } -> (y);\n}\n"
+    )
+    program = mil.parse(text)
+    assert program.ops[0].inputs["axes"].const.tolist() == [0]
+    assert mil.parse(program.to_text()) == program
+
+
+# -- saving and loading (from test_review_core.py) ---------------------------------------------
+def add_weight_program(value: float) -> mil.Program:
+    b = mil.Builder()
+    x = b.input("x", (1, 4), "fp16")
+    b.output(b.add(x=x, y=b.weight("w", np.full((1, 4), value, np.float16))), "y")
+    return b.build()
+
+
+def saved_model(tmp_path: Path) -> Path:
+    return add_weight_program(2.0).save(tmp_path / "model")
+
+
+def test_a_save_rejected_by_the_dialect_leaves_the_directory_as_it_was(tmp_path: Path) -> None:
+    directory = saved_model(tmp_path)
+    before = {p.name: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    b = mil.Builder()
+    q = b.input("q", (1, 2, 4), "fp16")
+    attended = b.scaled_dot_product_attention(query=q, key=q, value=q)
+    b.add(x=attended, y=b.weight("w", np.full((1, 2, 4), 7.0, np.float16)))
+    b.output(attended, "y")
+    with pytest.raises(MilTypeError):  # scaled_dot_product_attention is an ios18 op
+        b.build().save(directory, dialect="legacy")
+    after = {p.name: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_weights_in_a_subdirectory_of_weights_are_saved_there(tmp_path: Path) -> None:
+    program = add_weight_program(3.0)
+    moved = {k.replace("/w.bin", "/sub/w.bin"): v for k, v in program.weight_files().items()}
+    parsed = mil.parse(program.to_text().replace("/w.bin", "/sub/w.bin"), moved)
+    directory = parsed.save(tmp_path / "model")
+    assert (directory / "weights" / "sub" / "w.bin").is_file()
+    loaded = mil.load(directory)
+    assert loaded.ops[0].outputs[0].const.tolist() == [[3.0] * 4]
+
+
+def test_a_model_mil_with_windows_line_endings_still_loads(tmp_path: Path) -> None:
+    directory = saved_model(tmp_path)
+    text = (directory / "model.mil").read_bytes()
+    (directory / "model.mil").write_bytes(text.replace(b"\n", b"\r\n"))
+    assert mil.load(directory) == add_weight_program(2.0)
+
+
+@pytest.mark.parametrize("text", ["carriage\rreturn", "crlf\r\nend", "both\\r\tkinds"])
+def test_string_constants_survive_save_and_load(tmp_path: Path, text: str) -> None:
+    b = mil.Builder()
+    b.output(b.input("x", (2,), "fp16"))
+    b.const(text, name="s")
+    loaded = mil.load(b.build().save(tmp_path / "model"))
+    assert loaded.ops[0].outputs[0].const == text
+
+
+def _weighted(values: list[float]) -> mil.Program:
+    b = mil.Builder()
+    x = b.input("x", (1, len(values)), "fp16")
+    b.output(b.add(x=x, y=b.weight("w", np.array([values], np.float16))), "y")
+    return b.build()
+
+
+def test_programs_compare_weights_by_array_bit_for_bit() -> None:
+    assert _weighted([1.0, 2.0]) == _weighted([1.0, 2.0])
+    assert _weighted([1.0, 2.0]) != _weighted([1.0, 3.0])  # same text, other weights
+    assert _weighted([np.nan, 2.0]) == _weighted([np.nan, 2.0])  # NaN is its own bits
+    assert _weighted([0.0, 2.0]) != _weighted([-0.0, 2.0])  # as the weight files differ
+    parsed = mil.parse(_weighted([5.0, 6.0]).to_text(), _weighted([5.0, 6.0]).weight_files())
+    assert parsed == _weighted([5.0, 6.0])

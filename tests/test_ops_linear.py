@@ -403,5 +403,6 @@ def test_sdpa_cost_is_two_matmuls_and_a_softmax() -> None:
     b.output(b.scaled_dot_product_attention(query=q, key=k, value=v), "y")
     cost = b.build().ops[-1].cost()
     scores = 2 * 3 * 5 * 7
-    assert cost.flops == scores * (2 * 8 + 2 * 4 + 5)
+    # per score: q.k (2 * E), the scale (1), softmax (4 arithmetic + exp 4), weights.v (2 * EV)
+    assert cost.flops == scores * (2 * 8 + 1 + (4 + 4) + 2 * 4)
     assert cost.bytes_read == 2 * (2 * 3 * 5 * 8 + 2 * 3 * 7 * 8 + 2 * 3 * 7 * 4)

@@ -178,5 +178,6 @@ def test_norm_costs_scale_with_elements() -> None:
     ops = {op.op_type: op.cost() for op in b.build().ops if op.op_type != "const"}
     n = 8 * 4 * 4
     assert ops["layer_norm"].flops == 7 * n
-    assert ops["local_response_norm"].flops == (5 + 5) * n
+    # square, 5 window adds, scale, add k, divide (1 each) and the power (4)
+    assert ops["local_response_norm"].flops == (1 + 5 + 1 + 1 + 1 + 4) * n
     assert ops["layer_norm"].bytes_written == n * 2

@@ -10,7 +10,14 @@ import pytest
 from anekit import mil
 from anekit.backends import reference
 from anekit.errors import MilTypeError
-from anekit.mil.passes import Packing, order_by_size, pack_inputs
+from anekit.mil.passes import (
+    InputPacking,
+    fold_constants,
+    order_by_size,
+    pack_inputs,
+    prepare_for_device,
+    substitute,
+)
 
 RNG = np.random.default_rng(5)
 
@@ -239,7 +246,7 @@ def test_pack_checks_names_and_shapes() -> None:
         packing.pack({"x": np.zeros((1, 8, 1, 16))})
     with pytest.raises(ValueError, match="expected shape"):
         packing.pack({"x": np.zeros((1, 8, 1, 16)), "y": np.zeros((1, 8, 1, 15))})
-    assert isinstance(packing, Packing)
+    assert isinstance(packing, InputPacking)
 
 
 def test_order_by_size_sorts_inputs_up_and_outputs_down() -> None:
@@ -262,3 +269,226 @@ def test_order_by_size_sorts_inputs_up_and_outputs_down() -> None:
 def test_order_by_size_keeps_ties_in_program_order() -> None:
     program = same_shapes()
     assert order_by_size(program) is program
+
+
+# -- the chip's dimension limit (issue 12, item 7) ---------------------------------------------------
+def wide_inputs(widths: tuple[int, ...], channels: int = 1) -> mil.Program:
+    b = mil.Builder()
+    xs = [b.input(f"x{i}", (1, channels, 1, w)) for i, w in enumerate(widths)]
+    for i, x in enumerate(xs):
+        b.output(b.mul(x=x, y=float(i + 2)), f"y{i}")
+    return b.build()
+
+
+def assert_same_outputs(program: mil.Program, packed: mil.Program, packing) -> None:
+    inputs = random_inputs(program)
+    got = reference.compile(packed)(**{packing.name: packing.pack(inputs)})
+    for i, name in enumerate(inputs):  # each output is (i + 2) * input i, computed here in NumPy
+        want = (inputs[name].astype(np.float32) * (i + 2)).astype(np.float16)
+        np.testing.assert_array_equal(got[f"y{i}"], want, err_msg=name)
+
+
+def test_inputs_over_the_limit_fold_into_rows_of_one_width() -> None:
+    program = wide_inputs((48, 64, 32))  # each within the limit of 64, together 144
+    packed, packing = pack_inputs(program, max_dim=64)
+    assert packing.shape == (1, 9, 1, 16)  # W = gcd(48, 64, 32) = 16: 3 + 4 + 2 rows
+    assert [(s.packed_shape, s.offset, s.axis) for s in packing.segments] == [
+        ((1, 3, 1, 16), 0, 1),
+        ((1, 4, 1, 16), 3, 1),
+        ((1, 2, 1, 16), 7, 1),
+    ]
+    assert max(d for v in packed.main.inputs for d in v.shape) <= 64
+    for op in packed.ops:
+        for v in (*op.input_values(), *op.outputs):
+            assert all(d <= 64 for d in v.shape), (op.op_type, v.name, v.shape)
+    assert_same_outputs(program, packed, packing)
+
+
+def test_rows_take_the_widest_width_dividing_every_input() -> None:
+    program = wide_inputs((24, 40))  # gcd 8: W = 8 gives 3 + 5 rows
+    packed, packing = pack_inputs(program, max_dim=40)
+    assert packing.shape == (1, 8, 1, 8)
+    assert [(s.offset, s.width) for s in packing.segments] == [(0, 3), (3, 5)]
+    packed_array = packing.pack(random_inputs(program))
+    for name, view in packing.views(packed_array).items():
+        assert np.shares_memory(view, packed_array), name
+    assert_same_outputs(program, packed, packing)
+
+
+def test_inputs_that_cannot_fold_within_the_limit_stay_unpacked() -> None:
+    program = wide_inputs((61, 59))  # coprime sizes: rows of width 1 would be 120 > 64
+    assert pack_inputs(program, max_dim=64) == (program, None)
+    assert pack_inputs(program, max_dim=120)[1].shape == (1, 1, 1, 120)
+
+
+def test_the_default_limit_is_65536_and_same_leading_dims_still_concatenate() -> None:
+    program = wide_inputs((40000, 30000), channels=1)
+    _, packing = pack_inputs(program)
+    assert packing.shape[1] > 1 and max(packing.shape) <= 65536  # 70000 would be over
+    _, packing = pack_inputs(wide_inputs((30000, 30000)))
+    assert packing.shape == (1, 1, 1, 60000)
+
+
+# -- substitute: rewrites rebuild ops ------------------------------------------------------------
+def test_substitute_rebuilds_the_op_and_leaves_the_original_alone() -> None:
+    program = same_shapes()
+    add = next(op for op in program.ops if op.op_type == "add")
+    x = program.main.inputs[0]
+    other = mil.Value("w", x.type)
+    new = substitute(add, {id(x): other})
+    assert new is not add and new.inputs["x"] is other and new.inputs["y"] is add.inputs["y"]
+    assert [v.name for v in new.outputs] == [v.name for v in add.outputs]
+    assert new.outputs[0] is not add.outputs[0] and new.outputs[0].producer is new
+    assert add.inputs["x"] is x and add.outputs[0].producer is add
+
+
+def test_substitute_refuses_a_value_of_another_type() -> None:
+    program = same_shapes()
+    add = next(op for op in program.ops if op.op_type == "add")
+    x = program.main.inputs[0]
+    with pytest.raises(MilTypeError, match=r"cannot substitute 'w' .*\[1, 8, 1, 8\].* for 'x'"):
+        substitute(add, {id(x): mil.Value("w", mil.TensorType(mil.DType.fp16, (1, 8, 1, 8)))})
+
+
+# -- fold_constants --------------------------------------------------------------------------------
+def foldable() -> mil.Program:
+    """A runtime mul and add around constant work: a weight transpose and reshape, a scale."""
+    b = mil.Builder()
+    x = b.input("x", (1, 8, 1, 16))
+    w = b.weight("w", RNG.standard_normal((16, 8)).astype(np.float16))
+    w_rows = b.reshape(x=b.transpose(x=w, perm=[1, 0]), shape=[1, 8, 1, 16])
+    scale = b.mul(x=b.const(np.float16(3.0)), y=b.const(np.float16(0.5)))
+    halves = b.split(
+        x=b.const(np.arange(16, dtype=np.float16).reshape(1, 1, 1, 16)), num_splits=2, axis=3
+    )
+    b.output(b.add(x=b.mul(x=x, y=scale), y=w_rows), "y")
+    b.output(b.mul(x=x, y=b.concat(values=[halves[1], halves[0]], axis=3)), "z")
+    return b.build()
+
+
+def runtime_ops(program: mil.Program) -> list[str]:
+    return [op.op_type for op in program.ops if op.op_type != "const"]
+
+
+def assert_equivalent(program: mil.Program, folded: mil.Program) -> None:
+    for _ in range(3):
+        inputs = random_inputs(program)
+        want = reference.compile(program)(**inputs)
+        got = reference.compile(folded)(**inputs)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_fold_constants_computes_the_constant_work_once() -> None:
+    program = foldable()
+    folded = fold_constants(program)
+    assert runtime_ops(program) == [
+        "transpose", "reshape", "mul", "split", "mul", "add", "concat", "mul"
+    ]  # fmt: skip
+    assert runtime_ops(folded) == ["mul", "add", "mul"]
+    assert_equivalent(program, folded)
+
+
+def test_folded_values_are_what_numpy_computes() -> None:
+    program = foldable()
+    w = next(v.const for v in program.ops[0].input_values())
+    folded = fold_constants(program)
+    by_name = {op.outputs[0].name: op for op in folded.ops if op.op_type == "const"}
+    rows = by_name["reshape"].inputs["val"]
+    np.testing.assert_array_equal(rows.const, w.T.reshape(1, 8, 1, 16))
+    assert rows.blob is not None  # made from a weight: stays in a weight file
+    assert by_name["mul"].inputs["val"].const == np.float16(1.5)
+    assert by_name["mul"].inputs["val"].blob is None  # made from literals: inline
+    swapped = np.concatenate([np.arange(8, 16), np.arange(8)])  # split, then concat reversed
+    np.testing.assert_array_equal(by_name["concat"].outputs[0].const[0, 0, 0], swapped)
+    # the transposed weight replaced the original: one weight file, no dead const left
+    assert list(folded.weight_files()) == ["@model_path/weights/reshape.bin"]
+    assert sorted(by_name) == ["concat", "mul", "reshape"] and len(folded.ops) == 3 + 3
+
+
+def test_folded_program_round_trips_through_text() -> None:
+    folded = fold_constants(foldable())
+    again = mil.parse(folded.to_text(), weights=folded.weight_files())
+    assert again == folded
+
+
+def test_fold_leaves_the_original_untouched() -> None:
+    program = foldable()
+    text, weights = program.to_text(), program.weight_files()
+    fold_constants(program)
+    assert program.to_text() == text and program.weight_files() == weights
+    unchanged = same_shapes()
+    assert fold_constants(unchanged) is unchanged  # nothing to fold: the same object
+
+
+def test_large_results_of_small_literals_stay_ops() -> None:
+    b = mil.Builder()
+    x = b.input("x", (1, 1, 256, 256))
+    ones = b.fill(shape=np.array([1, 1, 256, 256], np.int32), value=np.float16(1.0))  # 128 kB
+    b.output(b.add(x=x, y=ones), "y")
+    program = b.build()
+    assert "fill" in runtime_ops(fold_constants(program))
+    folded = fold_constants(program, max_bytes=1 << 20)
+    assert "fill" not in runtime_ops(folded)
+    assert folded.ops[0].inputs["val"].blob is not None  # 65536 values: a weight file, not text
+    assert len(folded.to_text()) < 2000
+    assert_equivalent(program, folded)
+
+
+def test_constexpr_weights_stay_compressed() -> None:
+    b = mil.Builder()
+    x = b.input("x", (1, 8, 1, 4))
+    w = b.constexpr_affine_dequantize(
+        quantized_data=RNG.integers(-8, 8, (8, 8, 1, 1)).astype(np.int8),
+        zero_point=np.int8(0),
+        scale=np.float16(0.25),
+        axis=0,
+    )
+    b.output(b.conv(x=x, weight=b.mul(x=w, y=np.float16(2.0))), "y")
+    program = b.build()
+    folded = fold_constants(program)
+    assert runtime_ops(folded) == ["constexpr_affine_dequantize", "mul", "conv"]
+    assert folded == program
+
+
+def test_fp16_overflow_and_program_outputs_stay_ops() -> None:
+    b = mil.Builder()
+    x = b.input("x", (4,))
+    big = b.mul(x=b.const(np.full(4, 300, np.float16)), y=b.const(np.full(4, 300, np.float16)))
+    b.output(b.add(x=x, y=big), "y")  # 90000 overflows fp16: folding would hide the inf
+    b.output(b.sub(x=b.const(np.ones(4, np.float16)), y=b.const(np.ones(4, np.float16))), "z")
+    program = b.build()
+    folded = fold_constants(program)
+    assert runtime_ops(folded) == ["mul", "add", "sub"]
+    assert_equivalent(program, folded)
+    assert np.isinf(reference.compile(folded)(x=np.zeros(4, np.float16))["y"]).all()
+
+
+def test_prepare_for_device_folds_then_packs_then_orders() -> None:
+    b = mil.Builder()
+    x, y = b.input("x", (1, 4, 1, 8)), b.input("y", (1, 4, 1, 2))
+    scale = b.mul(x=b.const(np.float16(2.0)), y=b.const(np.float16(4.0)))
+    b.output(b.mul(x=x, y=scale), "small_first")
+    b.output(b.mul(x=y, y=scale), "then_big")
+    program = b.build()
+    device, packing = prepare_for_device(program)
+    assert packing is not None and packing.shape == (1, 4, 1, 10)
+    assert [op.op_type for op in device.ops].count("mul") == 2  # the scale is folded
+    assert [v.name for v in device.main.outputs] == ["small_first", "then_big"]
+    inputs = random_inputs(program)
+    got = reference.compile(device)(**{packing.name: packing.pack(inputs)})
+    want = reference.compile(program)(**inputs)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    unpacked, none = prepare_for_device(program, pack=False)
+    assert none is None and [v.name for v in unpacked.main.inputs] == ["y", "x"]
+
+
+def test_packing_rank_0_inputs() -> None:
+    b = mil.Builder()
+    a, c = b.input("a", (), "fp16"), b.input("c", (), "fp16")
+    b.output(b.sub(x=a, y=c), "r")
+    packed, packing = pack_inputs(b.build())
+    assert packing is not None
+    out = reference.compile(packed)(**{packing.name: packing.pack({"a": 5.0, "c": 1.5})})
+    assert out["r"] == np.float16(5.0) - np.float16(1.5)

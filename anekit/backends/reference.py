@@ -15,6 +15,7 @@ import numpy as np
 
 from anekit.backends.base import Kernel
 from anekit.errors import EvaluationError
+from anekit.mil.ops.traits import CONST, EXACT
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.types import DType
 
@@ -113,7 +114,7 @@ def _held(v: Value) -> Any:
 
 def _already_stored(op: Operation) -> bool:
     """Whether an "exact" op only moves values that are already fp16."""
-    if "exact" not in op.opdef.traits:
+    if EXACT not in op.opdef.traits:
         return False
     return all(not v.dtype.is_float or v.dtype is DType.fp16 for v in op.input_values())
 
@@ -131,25 +132,19 @@ class _Step:
         self.consts: dict[str, Any] = {}
         self.runtime: list[tuple[str, int]] = []
         self.variadic: list[tuple[str, list[tuple[int, Any]]]] = []
-        args = op.args()
-        for p in op.opdef.params:
-            v = op.inputs.get(p.name)
-            if v is None:
-                v = getattr(args, p.name)  # declared default, or None
-                if v is None:
-                    continue
+        for name, v in op.arguments():  # given, or the declared default
             if isinstance(v, tuple):
                 items = [
                     (slot_of.get(id(x), -1), None if id(x) in slot_of else _held(x)) for x in v
                 ]
                 if all(s < 0 for s, _ in items):
-                    self.consts[p.name] = tuple(c for _, c in items)
+                    self.consts[name] = tuple(c for _, c in items)
                 else:
-                    self.variadic.append((p.name, items))
+                    self.variadic.append((name, items))
             elif id(v) in slot_of:
-                self.runtime.append((p.name, slot_of[id(v)]))
+                self.runtime.append((name, slot_of[id(v)]))
             else:
-                self.consts[p.name] = _held(v)
+                self.consts[name] = _held(v)
         self.outs: list[int] = []
         if _already_stored(op):
             storage = "fp32"  # copies of fp16 values: rounding them again changes nothing
@@ -174,7 +169,7 @@ class ReferenceKernel(Kernel):
         self._steps: list[_Step] = []
         constants: dict[int, Any] = {}
         for op in fn.ops:
-            if "const" in op.opdef.traits:
+            if CONST in op.opdef.traits:
                 continue  # consumers take constants directly (see _held)
             step = _Step(op, slot_of, storage)
             for v in op.outputs:

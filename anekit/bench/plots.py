@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from anekit.mil.program import write_atomic
+from anekit.files import write_atomic
 
 MISSING = "plots need matplotlib, which is not installed: pip install 'anekit[plot]'"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from anekit.bench.summary import SOURCES
-from anekit.mil.program import write_atomic
+from anekit.files import write_atomic
 
 
 def write_json(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -18,7 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.doctor.report import format_report, report
-    from anekit.mil.program import write_atomic
+    from anekit.files import write_atomic
 
     if args.json and Path(args.json).is_dir():
         raise UsageError(f"--json {args.json} is a directory; expected a file name")

@@ -96,7 +96,7 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write arrays as an .npz file at exactly ``path``, atomically."""
     import numpy as np
 
-    from anekit.mil.program import write_atomic
+    from anekit.files import write_atomic
 
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)

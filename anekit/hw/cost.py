@@ -32,6 +32,19 @@ from typing import TYPE_CHECKING
 
 from anekit.errors import MilTypeError
 from anekit.hw.chips import Chip, get_chip
+from anekit.mil.graph import FunctionGraph
+from anekit.mil.ops.traits import (
+    ACTIVATION,
+    BINARY,
+    CAST,
+    COMPARISON,
+    COMPILE_TIME,
+    ELEMENTWISE,
+    MAC,
+    QUANTIZE,
+    UNARY,
+)
+from anekit.mil.types import DType
 
 if TYPE_CHECKING:
     from anekit.mil.program import Function, Operation, Program, Value
@@ -42,11 +55,9 @@ if TYPE_CHECKING:
 CLIFF_SLOPE = 0.21
 LAST_AXIS_ALIGN = 64  # bytes; Apple's ml-ane-transformers guide, ANE_NOTES section 1
 
-MAC_TRAITS = frozenset({"conv", "matmul", "attention"})
-FREE_TRAITS = frozenset({"const", "constexpr"})
-POINTWISE_TRAITS = frozenset(
-    {"elementwise", "unary", "binary", "activation", "quantize", "cast", "comparison"}
-)
+# ops that fuse into a neighbouring conv/matmul (the engine's per-element post-processing)
+POINTWISE_TRAITS = frozenset({ELEMENTWISE, UNARY, BINARY, ACTIVATION, QUANTIZE, CAST, COMPARISON})
+_INT8 = frozenset({DType.int8, DType.uint8})
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,16 +153,11 @@ def analyze(program: Program) -> ProgramWork:
     return _Analysis(program.main).work()
 
 
-class _Analysis:
+class _Analysis(FunctionGraph):
     """Classifies a function's values (inputs, weights, edges) and ops (mac, vector, fused, free)."""
 
     def __init__(self, fn: Function) -> None:
-        self.fn = fn
-        self.boundary = {id(v) for v in (*fn.inputs, *fn.outputs)}
-        self.consumers: dict[int, list[Operation]] = {}
-        for op in fn.ops:
-            for v in op.input_values():
-                self.consumers.setdefault(id(v), []).append(op)
+        super().__init__(fn)
         self.kinds: dict[int, str] = {}
         for op in fn.ops:
             self.kinds[id(op)] = self._kind(op)
@@ -161,7 +167,7 @@ class _Analysis:
         casts = 0.0
         for v in (*self.fn.inputs, *self.fn.outputs):
             shape = _static_shape(v, None)
-            fp32 = v.type.dtype.value == "fp32"
+            fp32 = v.type.dtype is DType.fp32
             # fp32 I/O is converted to fp16 outside the engine (ANE_NOTES 2.4): the engine moves fp16.
             io_bytes += padded_bytes(shape, 2 if fp32 else v.type.dtype.itemsize)
             casts += math.prod(shape) if fp32 else 0
@@ -171,8 +177,8 @@ class _Analysis:
         kind = self.kinds[id(op)]
         if kind == "free":
             return OpWork(op.op_type, op.name, op.line, kind)
-        acts = [v for v in _tensor_inputs(op) if not self._is_const(v)]
-        weights = [v for v in _tensor_inputs(op) if self._is_const(v)]
+        acts = [v for v in _tensor_inputs(op) if not self.is_const(v)]
+        weights = [v for v in _tensor_inputs(op) if self.is_const(v)]
         act_bytes = sum(_padded(v, op) for v in acts)
         out_bytes = sum(_padded(v, op) for v in op.outputs)
         weight_bytes = sum(math.prod(_static_shape(v, op)) * v.type.dtype.itemsize for v in weights)
@@ -191,9 +197,9 @@ class _Analysis:
 
     def _kind(self, op: Operation) -> str:
         traits = op.opdef.traits
-        if traits & FREE_TRAITS or self._is_edge_cast(op):
-            return "free"
-        if traits & MAC_TRAITS:
+        if traits & COMPILE_TIME or (CAST in traits and self.at_boundary(op)):
+            return "free"  # constants, and edge casts (they run on the host: ANE_NOTES 2.4)
+        if traits & MAC:
             return "mac"
         if traits & POINTWISE_TRAITS and self._next_to_mac(op):
             return "fused"
@@ -205,29 +211,19 @@ class _Analysis:
             producer = v.producer
             if producer is not None and self.kinds.get(id(producer)) in ("mac", "fused"):
                 return True
-        users = [u for v in op.outputs for u in self.consumers.get(id(v), [])]
-        return bool(users) and all(u.opdef.traits & MAC_TRAITS for u in users)
-
-    def _is_edge_cast(self, op: Operation) -> bool:
-        if "cast" not in op.opdef.traits:
-            return False
-        return any(id(v) in self.boundary for v in (*op.input_values(), *op.outputs))
-
-    def _is_const(self, v: Value) -> bool:
-        if id(v) in self.boundary:
-            return False
-        return v.producer is None or bool(v.producer.opdef.traits & FREE_TRAITS)
+        users = [u for v in op.outputs for u in self.consumers(v)]
+        return bool(users) and all(u.opdef.traits & MAC for u in users)
 
     def _materialized(self, v: Value) -> bool:
         """An intermediate that leaves the op pipeline (so it must fit on chip or spill)."""
-        if id(v) in self.boundary:
+        if self.is_boundary(v):
             return False
-        users = self.consumers.get(id(v), [])
+        users = self.consumers(v)
         return any(self.kinds[id(u)] not in ("fused", "free") for u in users)
 
 
 def _tensor_inputs(op: Operation) -> list[Value]:
-    return [v for v in op.input_values() if v.type.dtype.value != "string" and v.type.shape]
+    return [v for v in op.input_values() if v.type.dtype is not DType.string and v.type.shape]
 
 
 def _static_shape(v: Value, op: Operation | None) -> tuple[int, ...]:
@@ -248,12 +244,12 @@ def _padded(v: Value, op: Operation) -> int:
 
 def _int8_activation(v: Value) -> bool:
     """The value is int8 or was just dequantized from int8 (the W8A8 pattern)."""
-    if v.type.dtype.value in ("int8", "uint8"):
+    if v.type.dtype in _INT8:
         return True
     producer = v.producer
-    if producer is None or "quantize" not in producer.opdef.traits:
+    if producer is None or QUANTIZE not in producer.opdef.traits:
         return False
-    return any(u.type.dtype.value in ("int8", "uint8") for u in producer.input_values())
+    return any(u.type.dtype in _INT8 for u in producer.input_values())
 
 
 def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:

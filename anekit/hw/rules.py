@@ -18,10 +18,12 @@ from typing import Any
 
 from anekit.errors import MilTypeError
 from anekit.hw.chips import Chip
-from anekit.hw.compat import Context, Finding
 from anekit.hw.cost import LAST_AXIS_ALIGN, padded_bytes
+from anekit.mil.graph import FunctionGraph
 from anekit.mil.ops import registry
-from anekit.mil.program import Operation, Value
+from anekit.mil.ops.traits import ATTENTION, CAST, CONST, CONSTEXPR, CONV, MATMUL
+from anekit.mil.program import Operation, Program, Value
+from anekit.mil.types import DType
 
 SWEEP_SOURCE = "data/mil_op_sweep.json: ANEForge 0.4.0 one-op sweep, e5rt path, one chip (MIT)"
 NOTES_M4_SOURCE = "ANE_NOTES section 3: ops seen working on M4 through the in-memory path"
@@ -39,6 +41,46 @@ NOTES_WORKING_M4 = frozenset(
 PREFERRED_SPELLING = {"rsqrt": "pow(x, -0.5)"}
 
 LEGACY_GENERATIONS = frozenset({"H13", "H14"})  # M1, M2
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A rule's raw finding, before the driver (``anekit.hw.compat``) makes it a Diagnostic."""
+
+    message: str
+    op: Operation | None = None
+    name: str | None = None
+
+
+class Context(FunctionGraph):
+    """What rules read: the main function, the chip, and facts derived from the program."""
+
+    def __init__(self, program: Program, chip: Chip) -> None:
+        super().__init__(program.main)
+        self.program = program
+        self.chip = chip
+
+    def tensors(self) -> Iterator[tuple[Value, Operation | None]]:
+        """Every runtime tensor (inputs and op results, consts excluded) with its producer."""
+        for v in self.fn.inputs:
+            yield v, None
+        for op in self.runtime_ops():
+            for v in op.outputs:
+                yield v, op
+
+    def ops_with(self, *traits: str) -> Iterator[Operation]:
+        """The ops carrying any of the given traits."""
+        wanted = set(traits)
+        return (op for op in self.fn.ops if op.opdef.traits & wanted)
+
+    def weight_bytes(self) -> int:
+        """Bytes of every constant tensor the program's ops consume (its weights)."""
+        seen: dict[int, int] = {}
+        for op in self.runtime_ops():  # count what compute ops consume, once
+            for v in op.input_values():
+                if self.is_const(v) and v.type.is_static and v.type.dtype is not DType.string:
+                    seen[id(v)] = v.type.nbytes or 0
+        return sum(seen.values())
 
 
 @dataclass(frozen=True)
@@ -84,11 +126,8 @@ def sweep_verdict(op_type: str) -> str:
 
 # -- op support -------------------------------------------------------------------------------
 def _program_ops(ctx: Context) -> Iterator[Operation]:
-    return (op for op in ctx.fn.ops if not op.opdef.traits & {"const"})
-
-
-def _is_edge(ctx: Context, op: Operation) -> bool:
-    return any(id(v) in ctx.boundary for v in (*op.input_values(), *op.outputs))
+    """Every op the program spells out (constexpr ops too: the compiler must accept them)."""
+    return (op for op in ctx.fn.ops if CONST not in op.opdef.traits)
 
 
 def _op_unsupported(ctx: Context) -> Iterator[Finding]:
@@ -104,14 +143,14 @@ def _op_conflicting(ctx: Context) -> Iterator[Finding]:
     for op in _program_ops(ctx):
         if sweep_verdict(op.op_type) != "fails" or op.op_type not in NOTES_WORKING_M4:
             continue
-        if "cast" in op.opdef.traits and _is_edge(ctx, op):
+        if CAST in op.opdef.traits and ctx.at_boundary(op):
             continue  # edge casts run outside the engine (Cast -> AneInference -> Cast)
         yield Finding(
             f"evidence conflicts for {op.op_type!r}: the one-op sweep found it does not compile "
             f"({SWEEP_SOURCE}); ANE_NOTES section 3 saw it work on M4 through the in-memory path"
             + (
                 " only at the program's edges; a cast inside the graph is unverified"
-                if "cast" in op.opdef.traits
+                if CAST in op.opdef.traits
                 else ""
             ),
             op,
@@ -131,7 +170,7 @@ def _op_incorrect(ctx: Context) -> Iterator[Finding]:
 def _op_unverified(ctx: Context) -> Iterator[Finding]:
     for op in _program_ops(ctx):
         verdict = sweep_verdict(op.op_type)
-        if op.op_type in NOTES_WORKING_M4 or op.opdef.traits & {"constexpr"}:
+        if op.op_type in NOTES_WORKING_M4 or CONSTEXPR in op.opdef.traits:
             continue
         if verdict == "unverified":
             yield Finding(
@@ -180,39 +219,21 @@ def _dim_limits(ctx: Context) -> Iterator[Finding]:
 
 def _conv_input_channels(ctx: Context) -> Iterator[Finding]:
     limit = ctx.chip.max_input_channels
-    for op in ctx.ops_with("conv"):
-        x = op.inputs.get("x")
-        if (
-            isinstance(x, Value)
-            and x.type.rank >= 2
-            and isinstance(x.type.shape[1], int)
-            and x.type.shape[1] > limit
-        ):
+    for op in ctx.ops_with(CONV):
+        channels = op.opdef.input_channels(op.args())
+        if channels is not None and channels > limit:
             yield Finding(
-                f"conv input has {x.type.shape[1]} channels; a 32000-input-channel conv is rejected "
+                f"conv input has {channels} channels; a 32000-input-channel conv is rejected "
                 f"(32000 output channels work) and the cap is taken as {limit}: split the input "
                 "channels and add the partial results",
                 op,
             )
 
 
-def _contraction_dim(op: Operation) -> int | None:
-    """K of a matmul-like op: matmul(x, y) honours transpose_x; linear(x, weight) uses x's last axis."""
-    x = op.inputs.get("x")
-    if not isinstance(x, Value) or x.type.rank < 1:
-        return None
-    transpose = op.inputs.get("transpose_x")
-    axis = -2 if isinstance(transpose, Value) and bool(transpose.const) and x.type.rank >= 2 else -1
-    dim = x.type.shape[axis]
-    return dim if isinstance(dim, int) else None
-
-
 def _m1_matmul_k(ctx: Context) -> Iterator[Finding]:
     multiple = ctx.chip.matmul_k_multiple
-    for op in ctx.ops_with("matmul"):
-        if op.opdef.traits & {"attention"}:
-            continue
-        k = _contraction_dim(op)
+    for op in ctx.ops_with(MATMUL):
+        k = op.opdef.inner_dim(op.args())  # None for attention, which declares no single K
         if k is not None and k % multiple:
             padded = -(-k // multiple) * multiple
             yield Finding(
@@ -225,7 +246,7 @@ def _m1_matmul_k(ctx: Context) -> Iterator[Finding]:
 def _last_axis_padding(ctx: Context) -> Iterator[Finding]:
     for v, op in ctx.tensors():
         t = v.type
-        if not t.is_static or t.rank < 2 or t.dtype.value == "string":
+        if not t.is_static or t.rank < 2 or t.dtype is DType.string:
             continue
         row = t.shape[-1] * t.dtype.itemsize  # type: ignore[operator]
         if row * 4 > LAST_AXIS_ALIGN or math.prod(t.shape[:-1]) < 2:  # type: ignore[arg-type]
@@ -293,7 +314,7 @@ def _multi_input(ctx: Context) -> Iterator[Finding]:
 
 # -- attention --------------------------------------------------------------------------------
 def _sdpa_mask(ctx: Context) -> Iterator[Finding]:
-    for op in ctx.ops_with("attention"):
+    for op in ctx.ops_with(ATTENTION):
         if op.inputs.get("attn_mask") is not None:
             yield Finding(
                 "the ANE ignores attn_mask of scaled_dot_product_attention, so the result is wrong: "
@@ -324,9 +345,9 @@ def _has_ios16(op_type: str) -> bool:
 
 
 def _legacy_fp32_cast(ctx: Context) -> Iterator[Finding]:
-    for op in ctx.ops_with("cast"):
-        types = {v.type.dtype.value for v in (*op.input_values(), *op.outputs)}
-        if "fp32" in types:
+    for op in ctx.ops_with(CAST):
+        types = {v.type.dtype for v in (*op.input_values(), *op.outputs)}
+        if DType.fp32 in types:
             yield Finding(
                 f"fp32<->fp16 cast may be unsupported on {ctx.chip.name}: use fp16 inputs and outputs",
                 op,
@@ -335,7 +356,7 @@ def _legacy_fp32_cast(ctx: Context) -> Iterator[Finding]:
 
 def _legacy_multi_blob(ctx: Context) -> Iterator[Finding]:
     offsets: dict[str, set[int]] = {}
-    for op in ctx.ops_with("const", "constexpr"):
+    for op in ctx.ops_with(CONST, CONSTEXPR):
         for v in op.input_values():
             if v.blob is not None:
                 offsets.setdefault(v.blob.path, set()).add(v.blob.offset)
@@ -349,9 +370,10 @@ def _legacy_multi_blob(ctx: Context) -> Iterator[Finding]:
 
 # -- M3 ---------------------------------------------------------------------------------------------
 def _m3_conv_channels(ctx: Context) -> Iterator[Finding]:
-    for op in ctx.ops_with("conv"):
-        x, out = op.inputs.get("x"), op.outputs[0]
-        chans = {t.type.shape[1] for t in (x, out) if isinstance(t, Value) and t.type.rank >= 2}
+    for op in ctx.ops_with(CONV):
+        out = op.outputs[0].type
+        chans = {op.opdef.input_channels(op.args()), out.shape[1] if out.rank >= 2 else None}
+        chans.discard(None)
         if chans - {512}:
             yield Finding(
                 f"conv with {sorted(chans)} channels: two reports (M3 Pro: 52 channel counts tried, "

@@ -10,18 +10,13 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.mil.literals import literal_value
 from anekit.mil.ops import registry
 from anekit.mil.ops.registry import Args, OpDef
-from anekit.mil.program import (
-    WEIGHTS_PREFIX,
-    BlobRef,
-    Function,
-    Operation,
-    Program,
-    Value,
-    literal_value,
-)
+from anekit.mil.ops.traits import ATTRIBUTES, CONST
+from anekit.mil.program import Function, Operation, Program
 from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
 from anekit.mil.verify import check_function, check_op
 
 _CONST = "const"
@@ -124,7 +119,7 @@ class Builder:
         # Arguments already typed (Values, typed NumPy arrays) fix the dtype of the
         # Python numbers that share their type domain.
         partial = Args(opdef, {k: _tuple(v) for k, v in given.items()})
-        place = self._inline if "attributes" in opdef.traits else self._materialize
+        place = self._inline if ATTRIBUTES in opdef.traits else self._materialize
         inputs: dict[str, Any] = {}
         for key, raw in given.items():
             p = opdef.by_name.get(key)
@@ -187,7 +182,7 @@ class Builder:
         op = Operation(opdef, inputs, outs, {"name": base})
         for v in outs:
             v.producer = op
-        if "const" in opdef.traits:
+        if CONST in opdef.traits:
             outs[0].const = inputs["val"].const
         self._ops.append(op)
         self._own.update(id(v) for v in outs)
@@ -204,7 +199,7 @@ class Builder:
     def _inline(self, v: Value, name: str) -> Value:
         """For attribute-only ops: the literal itself, taken out of its const op if it has one."""
         producer = v.producer
-        if producer is None or "const" not in producer.opdef.traits:
+        if producer is None or CONST not in producer.opdef.traits:
             return v
         self._inlined.add(id(producer))
         return producer.inputs["val"]

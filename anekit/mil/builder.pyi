@@ -184,7 +184,7 @@ class Builder:
     def reduce_log_sum(self, *, x: Operand, axes: Operand | None = None, keep_dims: Operand | None = None, name: str | None = None) -> Any:
         """Reduce ``x`` over ``axes`` to the natural log of the sum."""
     def reduce_log_sum_exp(self, *, x: Operand, axes: Operand | None = None, keep_dims: Operand | None = None, name: str | None = None) -> Any:
-        """Reduce ``x`` over ``axes`` to log(sum(exp(x))), computed without overflow."""
+        """Reduce ``x`` over ``axes`` to log(sum(exp(x))), without overflow."""
     def reduce_max(self, *, x: Operand, axes: Operand | None = None, keep_dims: Operand | None = None, name: str | None = None) -> Any:
         """Reduce ``x`` over ``axes`` to its largest element (NaN if any element is NaN)."""
     def reduce_mean(self, *, x: Operand, axes: Operand | None = None, keep_dims: Operand | None = None, name: str | None = None) -> Any:

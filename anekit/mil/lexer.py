@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
 from anekit.mil import blob
-from anekit.mil.program import BlobRef, Value
 from anekit.mil.types import DType, TensorType
+from anekit.mil.values import BlobRef, Value
 from anekit.mil.weights import WeightSource
 
 TOKEN = re.compile(
@@ -31,15 +32,17 @@ TOKEN = re.compile(
 )
 IDENT = re.compile(r"[A-Za-z_][\w]*\Z")
 _TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>")
-# type token -> type; scalar type names are tokens too
-TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
+_TYPE_TOKEN = re.compile(r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>\Z")  # as TOKEN emits them
+SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
 SCALAR_NAMES = {d.value for d in DType}
+# The parser remembers the types and small literals it has read, across programs, because real
+# programs repeat a few of them thousands of times; bounded, so the memory is not kept for good.
+CACHE_ENTRIES = 4096
+CACHED_LITERAL_CHARS = 256  # a longer literal is read each time it occurs
 _BLOB_LITERAL = re.compile(
     r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = string\("(?P<path>[^"\\]*)"\), '
     r"offset = uint64\((?P<offset>\d+)\)\)\)\Z"
 )
-# literal text -> its parsed, read-only Value (see TokenReader.cache_literal)
-_LITERALS: dict[str, Value] = {}
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
 _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
@@ -73,8 +76,12 @@ class TokenReader:
         return False
 
     def literal_text(self, text: str) -> Value | None:
-        """A literal known from an earlier line, a BLOBFILE, or a new literal to remember."""
-        return _LITERALS.get(text) or self.cache_literal(text) or self.blob_literal(text)
+        """The Value of a whole literal, or None to let the general path read it (and its errors)."""
+        if "BLOBFILE" in text:
+            return self.blob_literal(text)
+        if len(text) <= CACHED_LITERAL_CHARS:
+            return _cached_literal(text)
+        return _standalone_literal(text)
 
     def where(self, index: int) -> tuple[int, int]:
         """Return (line, column) of token ``index``, both 1-based."""
@@ -145,7 +152,7 @@ class TokenReader:
     def blob_literal(self, text: str) -> Value | None:
         """A ``BLOBFILE`` literal read directly, or None to let the general path report errors."""
         m = _BLOB_LITERAL.match(text)
-        t = TYPES.get(m.group("type")) if m else None
+        t = known_type(m.group("type")) if m else None
         if m is None or t is None or not t.is_static:
             return None
         path, offset = m.group("path"), int(m.group("offset"))
@@ -156,26 +163,10 @@ class TokenReader:
             return None
         return Value("", t, None, array, BlobRef(path, offset))
 
-    def cache_literal(self, text: str) -> Value | None:
-        """Parse a literal on its own and remember it (read-only) for the lines that repeat it."""
-        if "BLOBFILE" in text or len(_LITERALS) > 4096:
-            return None
-        try:
-            sub = TokenReader(text, self.weights, None)
-            value = sub.literal()
-        except (MilSyntaxError, MilTypeError):
-            return None
-        if sub.peek():
-            return None
-        if isinstance(value.const, np.ndarray):
-            value.const.flags.writeable = False  # shared by every line that repeats it
-        _LITERALS[text] = value
-        return value
-
     def type(self) -> TensorType:
         index = self.i
         tok = self.next()
-        cached = TYPES.get(tok)
+        cached = SCALAR_TYPES.get(tok)
         if cached is not None:
             return cached
         if tok.startswith("tensor<"):
@@ -204,38 +195,10 @@ class TokenReader:
 
     def type_token(self, tok: str, index: int) -> TensorType:
         """Parse a whole ``tensor<dtype, [dims]>`` token; errors point inside it."""
-        m = _TYPE_PARTS.match(tok)
-        assert m is not None  # the tokenizer only emits tokens of this shape
-        name = m.group("dtype")
-        if name not in SCALAR_NAMES:
-            raise self.error_in(
-                index,
-                m.start("dtype"),
-                f"unknown dtype {name!r}; expected one of {', '.join(sorted(SCALAR_NAMES))}",
-            )
-        dims: list[int | str] = []
-        body_start = m.start("dims")
-        for d in re.finditer(r"[^\s,]+", m.group("dims")):
-            text = d.group()
-            if IDENT.match(text):
-                dims.append(text)
-                continue
-            try:
-                value = int(text)
-            except ValueError:
-                raise self.error_in(
-                    index,
-                    body_start + d.start(),
-                    f"expected a dimension (an integer), found {text!r}",
-                ) from None
-            if value < 0:
-                raise self.error_in(
-                    index, body_start + d.start(), f"dimension must be >= 0, found {value}"
-                )
-            dims.append(value)
-        t = TensorType(DType(name), tuple(dims))
-        TYPES[tok] = t
-        return t
+        try:
+            return _tensor_type(tok)
+        except _BadTypeToken as e:
+            raise self.error_in(index, e.offset, e.message) from None
 
     def error_in(self, index: int, offset: int, message: str) -> MilSyntaxError:
         """A syntax error ``offset`` characters into token ``index``."""
@@ -428,6 +391,73 @@ class TokenReader:
                 break
         self.expect("}")
         return result
+
+
+class _BadTypeToken(Exception):
+    """A tensor type token that is not a type: what is wrong, and where inside the token."""
+
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.message = message
+
+
+@lru_cache(maxsize=CACHE_ENTRIES)
+def _tensor_type(tok: str) -> TensorType:
+    """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken (not cached)."""
+    m = _TYPE_PARTS.match(tok)
+    assert m is not None  # the tokenizer only emits tokens of this shape
+    name = m.group("dtype")
+    if name not in SCALAR_NAMES:
+        known = ", ".join(sorted(SCALAR_NAMES))
+        raise _BadTypeToken(m.start("dtype"), f"unknown dtype {name!r}; expected one of {known}")
+    dims: list[int | str] = []
+    body_start = m.start("dims")
+    for d in re.finditer(r"[^\s,]+", m.group("dims")):
+        text = d.group()
+        if IDENT.match(text):
+            dims.append(text)
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise _BadTypeToken(
+                body_start + d.start(), f"expected a dimension (an integer), found {text!r}"
+            ) from None
+        if value < 0:
+            raise _BadTypeToken(body_start + d.start(), f"dimension must be >= 0, found {value}")
+        dims.append(value)
+    return TensorType(DType(name), tuple(dims))
+
+
+def known_type(tok: str) -> TensorType | None:
+    """The type a whole type token spells (``fp16``, ``tensor<fp16, [2]>``), None if it is none."""
+    scalar = SCALAR_TYPES.get(tok)
+    if scalar is not None or not _TYPE_TOKEN.match(tok):
+        return scalar
+    try:
+        return _tensor_type(tok)
+    except _BadTypeToken:
+        return None
+
+
+@lru_cache(maxsize=CACHE_ENTRIES)
+def _cached_literal(text: str) -> Value | None:
+    """:func:`_standalone_literal`, remembered (read-only) for the lines that repeat it."""
+    value = _standalone_literal(text)
+    if value is not None and isinstance(value.const, np.ndarray):
+        value.const.flags.writeable = False  # shared by every line that repeats it
+    return value
+
+
+def _standalone_literal(text: str) -> Value | None:
+    """A literal (no BLOBFILE) parsed on its own; None if the text is not exactly one literal."""
+    try:
+        sub = TokenReader(text, WeightSource(None), None)
+        value = sub.literal()
+    except (MilSyntaxError, MilTypeError):
+        return None
+    return None if sub.peek() else value
 
 
 def _unquote(tok: str) -> str:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from anekit.errors import MilTypeError
-from anekit.mil.lexer import IDENT, SCALAR_NAMES, TYPES, TokenReader
+from anekit.mil.lexer import IDENT, SCALAR_NAMES, TokenReader, known_type
 from anekit.mil.ops import registry
+from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
 from anekit.mil.types import DType, TensorType
 from anekit.mil.verify import check_function, check_op
@@ -21,12 +22,6 @@ _CONST_LINE = re.compile(
     r"\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)"
     r'\[name = string\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z'
 )
-# A whole-line op whose arguments are names or tuples of names (see _Parser.op_line)
-_OP_LINE = re.compile(
-    r"\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = (?P<op>\w+)\((?P<args>[\w =,()]*)\)"
-    r'\[name = string\("(?P<op_name>\w+)"\)\];\s*\Z'
-)
-_ARG = re.compile(r"(\w+) = (\([\w, ]*\)|\w+)")
 
 
 def parse(
@@ -140,7 +135,7 @@ class _Parser(TokenReader):
 
     def statement(self, opset: str) -> Operation:
         start = self.i
-        fast = self.const_line(start, opset) or self.op_line(start, opset)
+        fast = self.const_line(start, opset)
         if fast is not None:
             return fast
         declared: list[tuple[TensorType, str, int]] = []
@@ -220,7 +215,7 @@ class _Parser(TokenReader):
         for v, (_, _, index) in zip(outs, declared):
             v.producer = op
             self.define(v, index)
-        if "const" in opdef.traits:
+        if CONST in opdef.traits:
             outs[0].const = inputs["val"].const
         return op
 
@@ -235,7 +230,7 @@ class _Parser(TokenReader):
         m = _CONST_LINE.match(line)
         if m is None or not IDENT.match(m.group("name")):
             return False
-        declared = TYPES.get(m.group("type"))
+        declared = known_type(m.group("type"))
         text = m.group("literal")
         literal = self.literal_text(text)
         if declared is None or literal is None or literal.type != declared:
@@ -267,53 +262,6 @@ class _Parser(TokenReader):
         self.i = start + 1
         return op
 
-    def op_line(self, start: int, opset: str) -> Operation | None:
-        """A whole-line single-output op whose arguments are all names, or None.
-
-        The common statement shape is read with one regular expression instead of
-        token by token. Anything that does not fit exactly, or fails a check, returns
-        None so the general path parses it and reports errors with their position.
-        """
-        line_no = bisect_right(self.line_starts, start) - 1
-        if self.line_starts[line_no] != start:
-            return None
-        m = _OP_LINE.match(self.lines[line_no])
-        if m is None:
-            return None
-        declared = TYPES.get(m.group("type"))
-        name, args_text = m.group("name"), m.group("args")
-        pairs = _ARG.findall(args_text)
-        if (
-            declared is None
-            or name in self.env
-            or ", ".join(f"{k} = {v}" for k, v in pairs) != args_text
-        ):
-            return None
-        inputs: dict[str, Any] = {}
-        for key, ref in pairs:
-            if key in inputs:
-                return None
-            names = ref[1:-1].split(", ") if ref.startswith("(") else None
-            try:
-                inputs[key] = (
-                    tuple(self.env[n] for n in names) if names is not None else self.env[ref]
-                )
-            except KeyError:
-                return None
-        try:
-            opdef = registry.get(m.group("op"), opset)
-            types = check_op(opdef, inputs)
-        except MilTypeError:
-            return None
-        if types != (declared,):
-            return None
-        out = Value(name, declared)
-        op = Operation(opdef, inputs, (out,), {"name": m.group("op_name")}, line_no + 1)
-        out.producer = op
-        self.env[name] = out
-        self.i = self.line_starts[line_no + 1]
-        return op
-
     def argument(self) -> Value | tuple[Value, ...]:
         if self.accept("("):
             items: list[Value] = []
@@ -327,7 +275,7 @@ class _Parser(TokenReader):
 
     def value_ref(self) -> Value:
         tok = self.peek()
-        if tok == "tensor" or tok in SCALAR_NAMES or tok == "dict":
+        if tok == "tensor" or tok.startswith("tensor<") or tok in SCALAR_NAMES or tok == "dict":
             value = self.literal_or_dict()
             if not isinstance(value, Value):
                 raise self.error("a dict cannot be an op argument", self.i - 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,62 +11,14 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.files import write_atomic
 from anekit.mil.ops import registry
-from anekit.mil.ops.registry import Args, OpDef, Param
-from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.ops.registry import Args, OpDef
+from anekit.mil.text import print_program
+from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
+from anekit.mil.weights import layout, stored_values, weight_files
 
-WEIGHTS_PREFIX = "@model_path/weights/"
-
-
-@dataclass(frozen=True, slots=True)
-class BlobRef:
-    """Where a const's data lives: a weight file path (``@model_path/weights/...``) and offset."""
-
-    path: str
-    offset: int = 64
-
-
-class Value:
-    """An SSA value: a name, a type, the op that produces it, and its value if constant.
-
-    ``producer`` is None for function inputs and for inline literals (a
-    constant written in place, as in attribute-only ops).
-    """
-
-    __slots__ = ("name", "type", "producer", "const", "blob")
-
-    def __init__(
-        self,
-        name: str,
-        type: TensorType,
-        producer: Operation | None = None,
-        const: Any = None,
-        blob: BlobRef | None = None,
-    ) -> None:
-        self.name = name
-        self.type = type
-        self.producer = producer
-        self.const = const
-        self.blob = blob  # where a constant is stored in a weight file, if not inline
-
-    @property
-    def shape(self) -> tuple[int | str, ...]:
-        return self.type.shape
-
-    @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def rank(self) -> int:
-        return len(self.type.shape)
-
-    @property
-    def is_inline(self) -> bool:
-        return self.producer is None and self.const is not None and not self.name
-
-    def __repr__(self) -> str:
-        return f"Value({self.name!r}, {self.type})"
+__all__ = ["WEIGHTS_PREFIX", "BlobRef", "Function", "Operation", "Program", "Value"]
 
 
 class Operation:
@@ -104,6 +55,16 @@ class Operation:
     def cost(self) -> registry.Cost:
         """This op's FLOPs and bytes moved."""
         return self.opdef.op_cost(self.args(), tuple(v.type for v in self.outputs))
+
+    def arguments(self) -> Iterator[tuple[str, Value | tuple[Value, ...]]]:
+        """Every parameter that has a value, given or by its declared default, in declared order."""
+        args = self.args()
+        for p in self.opdef.params:
+            v = self.inputs.get(p.name)
+            if v is None:
+                v = getattr(args, p.name)  # the declared default, or None
+            if v is not None:
+                yield p.name, v
 
     def input_values(self) -> Iterator[Value]:
         """Every input value, variadic tuples flattened."""
@@ -170,14 +131,10 @@ class Program:
 
     def to_text(self, dialect: str = "ios18") -> str:
         """Print the program as MIL text (``dialect="legacy"``: program(1.0), ios16)."""
-        from anekit.mil.text import print_program
-
         return print_program(self, dialect=dialect)
 
     def weight_files(self) -> dict[str, bytes]:
         """Return every weight file: ``"@model_path/weights/x.bin"`` -> MILBlob bytes."""
-        from anekit.mil.weights import weight_files
-
         return weight_files(self)
 
     def save(self, directory: str | os.PathLike[str], dialect: str = "ios18") -> Path:
@@ -208,115 +165,23 @@ class Program:
 
 
 def _same_weights(a: Program, b: Program) -> bool:
-    return a.weight_files() == b.weight_files()
+    """Compare the weight arrays at each weight file place, without serialising them."""
+    mine, theirs = _weights_by_place(a), _weights_by_place(b)
+    return mine.keys() == theirs.keys() and all(_same_bits(mine[k], theirs[k]) for k in mine)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so a crash leaves either the old or the new content, never a mix."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:  # name the file asked for, not the temporary one
-        raise OSError(e.errno, e.strerror, str(path)) from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            # mkstemp creates the file 0600; give it the mode an ordinary open() would.
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from e  # not the temporary name
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _weights_by_place(program: Program) -> dict[tuple[str, int], np.ndarray]:
+    """(weight file, record offset) -> the array stored there, in the layout the printer writes."""
+    places = layout(program)
+    return {places[id(v)]: v.const for v in stored_values(program)}
 
 
-def _umask() -> int:
-    """The process umask (reading it means setting it; the restrictive stand-in lasts a moment)."""
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
-
-
-def literal_value(raw: Any, p: Param, args: Args | None = None) -> Value:
-    """Turn a Python scalar, list or array into an inline const Value for parameter ``p``.
-
-    Floats take the dtype of the parameter's domain when another argument fixes
-    it (``add(x=fp16, y=2.0)`` makes ``y`` fp16); integers become int32; values
-    that would change when stored (1e9 in int8, 0.5 in an int) are rejected.
-    """
-    if isinstance(raw, Value):
-        return raw
-    if isinstance(raw, str):
-        return Value("", TensorType(DType.string, ()), None, raw)
-    arr = np.asarray(raw)
-    if _is_typed(raw):
-        return Value("", TensorType(dtype_of(arr.dtype), tuple(arr.shape)), None, arr)
-    dtype = _choose_dtype(arr, p, args)
-    converted = arr.astype(dtype.numpy)
-    if arr.dtype.kind in "iub" and dtype.is_int and not np.array_equal(converted, arr):
-        raise MilTypeError(f"value {raw!r} does not fit in {dtype}", param=p.name)
-    if arr.dtype.kind == "f" and dtype.is_int:
-        raise MilTypeError(f"expected an integer value, found {raw!r}", param=p.name)
-    return Value("", TensorType(dtype, tuple(arr.shape)), None, converted)
-
-
-def _is_typed(raw: Any) -> bool:
-    """A NumPy value whose dtype MIL can hold keeps it: converting it could lose data."""
-    return (
-        isinstance(raw, (np.ndarray, np.generic))
-        and raw.dtype not in (np.float64, np.int64)
-        and raw.dtype.kind in "fiub"
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Same dtype, shape and bytes (so NaN equals itself and -0.0 differs from 0.0, as on disk)."""
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    return bool(
+        np.array_equal(
+            np.ascontiguousarray(x).view(np.uint8), np.ascontiguousarray(y).view(np.uint8)
+        )
     )
-
-
-def _choose_dtype(arr: np.ndarray, p: Param, args: Args | None) -> DType:
-    allowed = p.dtypes
-    domain_dtype = _domain_dtype(p, args)
-    if arr.dtype.kind == "b":
-        return DType.bool
-    if domain_dtype is not None and (arr.dtype.kind in "fiu"):
-        return domain_dtype
-    if arr.dtype.kind == "f":
-        if arr.dtype in (np.float16, np.float32) and (
-            allowed is None or dtype_of(arr.dtype) in allowed
-        ):
-            return dtype_of(arr.dtype)
-        for candidate in (DType.fp32, DType.fp16):
-            if allowed is None or candidate in allowed:
-                return candidate
-    if arr.dtype.kind in "iu":
-        if arr.dtype.itemsize < 8 and (allowed is None or dtype_of(arr.dtype) in allowed):
-            return dtype_of(arr.dtype)
-        for candidate in (
-            DType.int32,
-            DType.uint32,
-            DType.int16,
-            DType.uint8,
-            DType.int8,
-            DType.fp16,
-        ):
-            if allowed is None or candidate in allowed:
-                return candidate
-    raise MilTypeError(
-        f"cannot make a constant of dtype {arr.dtype} for a parameter accepting "
-        f"{sorted(d.value for d in allowed) if allowed else 'any type'}",
-        param=p.name,
-    )
-
-
-def _domain_dtype(p: Param, args: Args | None) -> DType | None:
-    if p.domain is None or args is None:
-        return None
-    for other in args.opdef.params:
-        if other.domain != p.domain or other.name == p.name:
-            continue
-        given = args.given.get(other.name)
-        first = given[0] if isinstance(given, (tuple, list)) and given else given
-        if isinstance(first, Value) and first.type.dtype is not DType.string:
-            return first.type.dtype
-        if _is_typed(first):
-            return dtype_of(first.dtype)
-    return None

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops import registry
-from anekit.mil.program import BlobRef, Function, Operation, Program, Value
+from anekit.mil.ops.traits import ATTRIBUTES
 from anekit.mil.types import DType, TensorType, type_text
+from anekit.mil.values import BlobRef, Value
 from anekit.mil.verify import check_op
 from anekit.mil.weights import layout
+
+if TYPE_CHECKING:
+    from anekit.mil.program import Function, Operation, Program
 
 DIALECTS = {"ios18": ("1.3", None), "legacy": ("1.0", "ios16")}
 
@@ -66,7 +70,7 @@ class _Printer:
 
     def statement(self, op: Operation) -> str:
         lhs = ", ".join(f"{self.type(v.type)} {v.name}" for v in op.outputs)
-        attribute_only = "attributes" in op.opdef.traits
+        attribute_only = ATTRIBUTES in op.opdef.traits
         args, attrs = [], [f"name = {self.scalar(DType.string, op.name)}"]
         for key in sorted(op.inputs):
             v = op.inputs[key]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anekit.errors import AnekitError, MilTypeError
 from anekit.mil.ops.registry import Args, OpDef, as_tuple
-from anekit.mil.program import Function, Value
 from anekit.mil.types import TensorType
+from anekit.mil.values import Value
+
+if TYPE_CHECKING:
+    from anekit.mil.program import Function
 
 
 def check_op(opdef: OpDef, inputs: dict[str, Any]) -> tuple[TensorType, ...]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from anekit.errors import WeightFileError
 from anekit.mil import blob
-from anekit.mil.program import WEIGHTS_PREFIX, Value
+from anekit.mil.values import WEIGHTS_PREFIX, Value
 
 if TYPE_CHECKING:
     from anekit.mil.program import Program

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import CheckpointError
-from anekit.mil.program import write_atomic
+from anekit.files import write_atomic
 
 FORMAT = "anekit-train-checkpoint/1"
 LATEST = "LATEST"

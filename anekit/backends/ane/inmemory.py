@@ -30,7 +30,8 @@ from anekit.backends.ane.kernel import (
     unload_step,
 )
 from anekit.errors import CompileError
-from anekit.mil.program import WEIGHTS_PREFIX, Program, write_atomic
+from anekit.files import write_atomic
+from anekit.mil.program import WEIGHTS_PREFIX, Program
 
 _HEX_ID = re.compile(r"[0-9A-Za-z_-]+")
 

@@ -25,8 +25,9 @@ from anekit.backends.ane.iosurface import Surface
 from anekit.backends.ane.stats import hardware_seconds, make_stats
 from anekit.backends.base import QUEUE_DEPTH, Kernel, TensorSpec
 from anekit.errors import CompileError, EvaluationError
+from anekit.hw.chips import default_chip, get_chip
 from anekit.mil import passes
-from anekit.mil.passes import Packing
+from anekit.mil.passes import InputPacking
 from anekit.mil.program import Program
 
 MAX_QOS = 2**32 - 1  # the selectors take an unsigned int
@@ -67,10 +68,11 @@ def unload_step(result: tuple[bool, Any]) -> None:
         raise EvaluationError(f"ANE unload failed: {text}", domain=domain, code=code)
 
 
-def device_program(program: Program, pack_inputs: bool) -> tuple[Program, Packing | None]:
-    """The program the ANE compiles: inputs packed into one (or ordered by size), outputs by size."""
-    device, packing = passes.pack_inputs(program) if pack_inputs else (program, None)
-    return passes.order_by_size(device), packing
+def device_program(program: Program, pack_inputs: bool) -> tuple[Program, InputPacking | None]:
+    """The program the ANE compiles: constants folded, inputs packed (or ordered by size)."""
+    chip = get_chip(default_chip()[0])  # the host's chip: packing must stay within its limits
+    limit = min(chip.max_dim_spatial, chip.max_dim_channel)
+    return passes.prepare_for_device(program, pack=pack_inputs, max_dim=limit)
 
 
 class Slot:
@@ -81,7 +83,7 @@ class Slot:
         framework: Any,
         device_inputs: tuple[TensorSpec, ...],
         device_outputs: tuple[TensorSpec, ...],
-        packing: Packing | None,
+        packing: InputPacking | None,
         stats: bool,
     ) -> None:
         self.inputs = [Surface.create(framework, s.nbytes) for s in device_inputs]
@@ -137,7 +139,7 @@ class SurfaceKernel(Kernel):
         self,
         program: Program,
         device: Program,
-        packing: Packing | None,
+        packing: InputPacking | None,
         framework: Any,
         *,
         stats: bool,

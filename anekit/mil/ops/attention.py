@@ -5,14 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops.common import BOOL, FP, broadcast, numel, require
-from anekit.mil.ops.conv import flops_cost
+from anekit.mil.ops.common import ARITH, BOOL, FP, SOFTMAX, broadcast, flops_cost, numel, require
 from anekit.mil.ops.registry import Args, OpDef, param, register
+from anekit.mil.ops.traits import ATTENTION, MATMUL
 from anekit.mil.types import TensorType
 
 OP = "scaled_dot_product_attention"
-# softmax per score: max, subtract, exp, sum, divide
-SOFTMAX_FLOPS_PER_ELEMENT = 5.0
 
 
 def _sdpa_infer(a: Args) -> TensorType:
@@ -88,7 +86,9 @@ def _sdpa_reference(query, key, value, attn_mask=None):
 def _sdpa_flops(a: Args, outs: tuple[TensorType, ...]) -> float:
     q, k, v = a.query.shape, a.key.shape, a.value.shape
     scores = numel(tuple(q[:-1])) * k[-2]  # B * L * S
-    return scores * (2 * q[-1] + 2 * v[-1] + SOFTMAX_FLOPS_PER_ELEMENT)
+    # per score: q.k (2E), the 1/sqrt(E) scale, the mask (if any), softmax, weights.v (2EV)
+    masked = ARITH if a.attn_mask is not None else 0.0
+    return scores * (2 * q[-1] + ARITH + masked + SOFTMAX + 2 * v[-1])
 
 
 register(
@@ -103,7 +103,7 @@ register(
         infer=_sdpa_infer,
         reference=_sdpa_reference,
         cost=flops_cost(_sdpa_flops),
-        traits=frozenset({"attention", "matmul"}),
+        traits=frozenset({ATTENTION, MATMUL}),
         since="ios18",
         doc="""``softmax(query @ key^T / sqrt(E) + mask) @ value``, as PyTorch's function.
 

@@ -1,4 +1,19 @@
-"""Shape, dtype and cost helpers shared by op declarations."""
+"""Shape, dtype and cost helpers shared by op declarations, and the one FLOP-counting convention.
+
+Cost convention: an op's FLOPs are a counting rule, not a measurement. Count, per element
+of the formula in the op's docstring:
+
+- ``ARITH`` (1) for each add, subtract, multiply, divide, compare, min/max, abs, select or
+  rounding step; a sign change folds into its neighbour and is free;
+- ``TRANSCENDENTAL`` (4) for each exp, log, sqrt, power, tanh, erf or trigonometric
+  function, which the ANE evaluates in a few multiply-add passes;
+- a multiply-accumulate op: 2 per output element per step of its contraction (``mac_cost``);
+- ``where(c, a, b)``: the comparison that makes ``c`` and the select (2);
+- work done once per reduced row (a norm's ``1 / sqrt(var)``, a mean's division) is not
+  counted: it scales with the rows, not the elements.
+
+``SOFTMAX`` is that count for one element of a softmax: max, subtract, exp, sum, divide.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +23,12 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops.registry import Args, CostFn, elementwise_cost
+from anekit.mil.ops.registry import Args, Cost, CostFn, elementwise_cost
 from anekit.mil.types import ALL, FLOATS, INTS, NUMERIC, DType, TensorType
+
+ARITH = 1.0
+TRANSCENDENTAL = 4.0
+SOFTMAX = 4 * ARITH + TRANSCENDENTAL
 
 FP = FLOATS
 INT = INTS
@@ -79,6 +98,22 @@ def numel(shape: tuple) -> int:
 def declared(a: Args, name: str, fallback: Any) -> Any:
     """A parameter's value if this version of the op declares it, else what older versions mean."""
     return a.const(name) if name in a.opdef.by_name else fallback
+
+
+def flops_cost(flops: Callable[[Args, tuple[TensorType, ...]], float]) -> CostFn:
+    """A cost rule from a FLOP count; bytes are every input (weights included) plus the outputs."""
+
+    def cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
+        return Cost(float(flops(a, outs)), a.input_bytes(), sum(t.nbytes or 0 for t in outs))
+
+    return cost
+
+
+def mac_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
+    """A multiply-accumulate op: 2 operations per output element per step of its contraction."""
+    k = a.opdef.inner_dim(a) or 0  # a symbolic contraction costs nothing we can know
+    written = sum(t.nbytes or 0 for t in outs)
+    return Cost(2.0 * (outs[0].numel or 0) * k, a.input_bytes(), written)
 
 
 def per_output_element(flops: float) -> CostFn:

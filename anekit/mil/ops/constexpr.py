@@ -28,13 +28,14 @@ import numpy as np
 from anekit.mil.ops.common import FP, INT32, axis_index, require
 from anekit.mil.ops.quant import Q8, affine_dequantize, axis_param, per_axis_infer, per_axis_param
 from anekit.mil.ops.registry import Args, Cost, OpDef, const_ints, param, register
+from anekit.mil.ops.traits import ATTRIBUTES, CONSTEXPR
 from anekit.mil.types import DType, TensorType
 
 _LUT_VALUES = frozenset({DType.int8, DType.uint8, DType.fp16, DType.fp32})
 _UINT8 = frozenset({DType.uint8})
 _UINT32 = frozenset({DType.uint32})
-_CONSTEXPR16 = frozenset({"constexpr", "attributes"})
-_CONSTEXPR18 = frozenset({"constexpr"})
+_CONSTEXPR16 = frozenset({CONSTEXPR, ATTRIBUTES})
+_CONSTEXPR18 = frozenset({CONSTEXPR})
 
 
 def _no_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops.common import FP, INT32, STRING, numel, require
-from anekit.mil.ops.registry import Args, Cost, CostFn, OpDef, const_ints, param, register
+from anekit.mil.ops.common import FP, INT32, STRING, flops_cost, mac_cost, numel, require
+from anekit.mil.ops.registry import Args, OpDef, const_ints, param, register
+from anekit.mil.ops.traits import CONSTEXPR, CONV
 from anekit.mil.types import TensorType
 
 # coremltools rejects same_lower in the iOS15 opset (iOS15/conv.py, iOS15/pool.py).
@@ -175,15 +176,6 @@ def window_out(
     return out
 
 
-def flops_cost(flops: Callable[[Args, tuple[TensorType, ...]], float]) -> CostFn:
-    """A cost rule from a FLOP count; bytes are every input (weights included) plus the outputs."""
-
-    def cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
-        return Cost(float(flops(a, outs)), a.input_bytes(), sum(t.nbytes or 0 for t in outs))
-
-    return cost
-
-
 def per_spatial_dim(value: int, per_dim: int = 1) -> Callable[[Args], np.ndarray]:
     """Default of an int vector with ``per_dim`` entries per spatial dim (strides, dilations, pad)."""
     return lambda a: np.full(per_dim * max(a.x.rank - 2, 0), value, dtype=np.int32)
@@ -192,7 +184,7 @@ def per_spatial_dim(value: int, per_dim: int = 1) -> Callable[[Args], np.ndarray
 # -- conv ----------------------------------------------------------------------------------
 def _weight_is_runtime(w: Any) -> bool:
     producer = w.producer
-    return w.const is None and not (producer is not None and "constexpr" in producer.opdef.traits)
+    return w.const is None and not (producer is not None and CONSTEXPR in producer.opdef.traits)
 
 
 def _groups_of(op: str, a: Args) -> int:
@@ -284,9 +276,13 @@ def _conv_reference(x, weight, strides, pad_type, pad, dilations, groups, bias=N
     return y
 
 
-def _conv_cost(a: Args, outs: tuple[TensorType, ...]) -> float:
-    # each output element: (C_in / groups) * prod(kernel) multiply-adds
-    return 2 * (outs[0].numel or 0) * numel(tuple(a.weight.shape[1:]))
+def _x_channels(a: Args) -> Any:
+    return a.x.shape[1]
+
+
+def _conv_contraction(a: Args) -> int:
+    """Each output element sums (C_in / groups) * prod(kernel) products."""
+    return numel(tuple(a.weight.shape[1:]))
 
 
 _X = param("x", FP, ranks=(3, 4, 5), domain="T")
@@ -331,8 +327,10 @@ _conv_ios15 = register(
         params=(_X, param("weight", FP, ranks=(3, 4, 5), domain="T"), _BIAS, *_WINDOW_PARAMS),
         infer=_conv_infer(PAD_TYPES_IOS15),
         reference=_conv_reference,
-        cost=flops_cost(_conv_cost),
-        traits=frozenset({"conv"}),
+        cost=mac_cost,
+        contraction=_conv_contraction,
+        in_channels=_x_channels,
+        traits=frozenset({CONV}),
         doc=_CONV_DOC,
     )
 )
@@ -503,7 +501,8 @@ _conv_transpose_ios15 = register(
         infer=_conv_transpose_infer,
         reference=_conv_transpose_reference,
         cost=flops_cost(lambda a, outs: 2 * numel(a.x.shape) * numel(tuple(a.weight.shape[1:]))),
-        traits=frozenset({"conv"}),
+        in_channels=_x_channels,
+        traits=frozenset({CONV}),
         doc=_CONV_TRANSPOSE_DOC,
     )
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.mil.ops.registry import Cost, OpDef, param, register
+from anekit.mil.ops.traits import ATTRIBUTES, CONST, EXACT
 
 register(
     OpDef(
@@ -13,7 +14,7 @@ register(
         infer=lambda a: a.val.type,
         reference=lambda val: val,
         cost=lambda a, outs: Cost(0.0, 0.0, 0.0),
-        traits=frozenset({"const", "attributes"}),
+        traits=frozenset({CONST, ATTRIBUTES}),
         doc="""A compile-time constant.
 
         Args:
@@ -31,7 +32,7 @@ register(
         infer=lambda a: a.x.type,
         reference=lambda x: np.array(x, copy=True),
         cost=lambda a, outs: Cost(0.0, a.input_bytes(), outs[0].nbytes or 0),
-        traits=frozenset({"data_movement", "exact"}),
+        traits=frozenset({EXACT}),
         doc="""Return the input unchanged.
 
         Args:

@@ -15,10 +15,8 @@ inf, never an exception. Integer results are exact: int32 arithmetic wraps as
 in NumPy, integer ``real_div`` truncates toward zero (coremltools only says the
 type stays int32), and an integer division or modulo by zero gives 0.
 
-Cost convention (``flops_per_element``, a counting rule, not a measurement):
-1 per add, multiply, divide, compare, select, min/max, abs or rounding step;
-``_T`` = 4 per transcendental (exp, log, sqrt, tanh, erf, trigonometric), which
-the ANE evaluates in a few multiply-add passes.
+``flops_per_element`` follows the cost convention of :mod:`anekit.mil.ops.common`
+(``_T`` is one transcendental function).
 """
 
 from __future__ import annotations
@@ -32,13 +30,14 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops.common import BOOL, FP, INT32, STRING, broadcast, require
+from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
 from anekit.mil.ops.registry import Args, OpDef, Param, param, register
+from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
 
 FP_I32 = FP | INT32
 SELECTABLE = FP_I32 | BOOL
-_T = 4.0  # flops of one transcendental function (see module docstring)
+_T = TRANSCENDENTAL
 _REQUIRED = object()
 
 
@@ -136,7 +135,7 @@ def _unary(
     dtypes: frozenset[DType] = FP,
     attrs: tuple[tuple[str, str, Any], ...] = (),
     flops: float = 1.0,
-    traits: tuple[str, ...] = ("unary",),
+    traits: tuple[str, ...] = (UNARY,),
     check: Callable[[Args], None] | None = None,
     extra: tuple[tuple[Param, str], ...] = (),
 ) -> OpDef:
@@ -160,7 +159,7 @@ def _unary(
             params=(param("x", dtypes, domain="T"), *(p for p, _ in declared)),
             infer=infer,
             reference=_quiet(fn),
-            traits=frozenset({"elementwise", *traits}),
+            traits=frozenset({ELEMENTWISE, *traits}),
             flops_per_element=flops,
             doc=_doc(
                 summary,
@@ -211,7 +210,7 @@ def _binary(
             params=(param("x", dtypes, domain="T"), param("y", dtypes, domain="T")),
             infer=infer,
             reference=_quiet(lambda x, y: fn(x, y)),  # ufuncs take no x=/y= keywords
-            traits=frozenset({"elementwise", "binary", *traits}),
+            traits=frozenset({ELEMENTWISE, BINARY, *traits}),
             flops_per_element=flops,
             doc=_doc(
                 summary,
@@ -231,7 +230,7 @@ def _compare(name: str, fn: Callable[[np.ndarray, np.ndarray], Any], relation: s
         fn,
         f"Return ``{relation}`` elementwise, with broadcasting.",
         output=DType.bool,
-        traits=("comparison",),
+        traits=(COMPARISON,),
     )
 
 
@@ -242,7 +241,6 @@ def _logical(name: str, fn: Callable[[np.ndarray, np.ndarray], Any], relation: s
         f"Return ``{relation}`` elementwise, with broadcasting.",
         dtypes=BOOL,
         output=DType.bool,
-        traits=("logical",),
     )
 
 
@@ -368,11 +366,10 @@ _unary(
     lambda x: np.logical_not(x),
     "Return NOT x.",
     dtypes=BOOL,
-    traits=("unary", "logical"),
 )
 
 # -- activations ----------------------------------------------------------------------------
-_ACT = ("unary", "activation")
+_ACT = (UNARY, ACTIVATION)
 _ALPHA = ("alpha", "slope, scale or multiplier (see the formula).", _REQUIRED)
 _BETA = ("beta", "offset or inner scale (see the formula).", _REQUIRED)
 
@@ -393,7 +390,7 @@ _unary(
     lambda x: np.logaddexp(0, x),
     "Return log(1 + exp(x)).",
     traits=_ACT,
-    flops=2 + 2 * _T,
+    flops=1 + 2 * _T,
 )
 _unary("softsign", lambda x: x / (1 + np.abs(x)), "Return x / (1 + |x|).", traits=_ACT, flops=3)
 GELU = _unary(
@@ -418,7 +415,7 @@ LEAKY_RELU = _unary(
     "Return x if x >= 0, else alpha * x.",
     attrs=(_ALPHA,),
     traits=_ACT,
-    flops=2,
+    flops=3,  # compare, multiply, select
 )
 ELU = _unary(
     "elu",
@@ -426,7 +423,7 @@ ELU = _unary(
     "Return x if x > 0, else alpha * (exp(x) - 1).",
     attrs=(_ALPHA,),
     traits=_ACT,
-    flops=2 + _T,
+    flops=4 + _T,  # compare, exp, subtract, multiply, select
 )
 SIGMOID_HARD = _unary(
     "sigmoid_hard",
@@ -465,7 +462,7 @@ PRELU = _unary(
     ),
     check=_check_prelu,
     traits=_ACT,
-    flops=2,
+    flops=3,  # compare, multiply, select
 )
 
 # -- binary arithmetic ----------------------------------------------------------------------
@@ -518,7 +515,7 @@ register(
         ),
         infer=lambda a: TensorType(a.a.dtype, _broadcast_all("select", a, ("cond", "a", "b"))),
         reference=_quiet(lambda cond, a, b: np.where(cond, a, b)),
-        traits=frozenset({"elementwise"}),
+        traits=frozenset({ELEMENTWISE}),
         doc=_doc(
             "Return a where cond is true, else b, broadcasting all three (np.where).",
             [

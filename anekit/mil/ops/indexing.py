@@ -34,6 +34,7 @@ from anekit.mil.ops.shape import (
     with_dtypes,
     x_param,
 )
+from anekit.mil.ops.traits import EXACT
 from anekit.mil.types import DType, TensorType
 
 # gather's "T" and "I" domains (iOS15/, iOS16/, iOS17/scatter_gather.py).
@@ -41,7 +42,7 @@ _G15 = frozenset({DType.fp16, DType.fp32, DType.int32})
 _G17 = _G15 | {DType.int16, DType.uint16, DType.int8, DType.uint8}
 _I16 = frozenset({DType.int32, DType.int16, DType.uint16})
 _I17 = _I16 | {DType.int8, DType.uint8}
-_GATHER_TRAITS = frozenset({"gather", "data_movement", "exact"})
+_GATHER_TRAITS = frozenset({EXACT})
 
 
 def _flags(op: str, name: str, value: Any, rank: int) -> list[bool]:
@@ -458,7 +459,6 @@ declare(
         (range_length("range_1d", a.const("start"), a.const("end"), a.const("step")),),
     ),
     _range_reference,
-    traits=frozenset({"data_movement"}),  # start + i * step is arithmetic
     doc="""Return ``start, start + step, ...`` up to ``end`` exclusive, as NumPy's arange.
 
     Args:

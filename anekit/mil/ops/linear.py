@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, require
-from anekit.mil.ops.conv import flops_cost
+from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, mac_cost, require
 from anekit.mil.ops.registry import Args, OpDef, Param, param, register
+from anekit.mil.ops.traits import MATMUL
 from anekit.mil.types import DType, TensorType
 
 MATMUL_DTYPES = frozenset({DType.fp16, DType.fp32, DType.int32})
@@ -86,9 +86,9 @@ def _matmul_reference(x, y, transpose_x=False, transpose_y=False):
     return np.matmul(x, y)
 
 
-def _matmul_cost(a: Args, outs: tuple[TensorType, ...]) -> float:
-    k = a.x.shape[-2] if bool(a.const("transpose_x")) else a.x.shape[-1]
-    return 2 * (outs[0].numel or 0) * (k if isinstance(k, int) else 0)
+def _matmul_contraction(a: Args) -> Any:
+    """K: the last axis of x, or its second-to-last when transpose_x."""
+    return a.x.shape[-2] if bool(a.const("transpose_x")) else a.x.shape[-1]
 
 
 _MATMUL_DOC = """Batched matrix product with NumPy broadcasting of the batch dims.
@@ -113,8 +113,9 @@ _matmul_ios15 = register(
         ),
         infer=_matmul_infer,
         reference=_matmul_reference,
-        cost=flops_cost(_matmul_cost),
-        traits=frozenset({"matmul"}),
+        cost=mac_cost,
+        contraction=_matmul_contraction,
+        traits=frozenset({MATMUL}),
         doc=_MATMUL_DOC,
     )
 )
@@ -197,8 +198,9 @@ _linear_ios15 = register(
         params=(param("x", MATMUL_DTYPES, ranks=(1, 2, 3), domain="T"), *_weight_and_bias("T")),
         infer=_linear_infer,
         reference=_linear_reference,
-        cost=flops_cost(lambda a, outs: 2 * (outs[0].numel or 0) * a.weight.shape[1]),
-        traits=frozenset({"matmul"}),
+        cost=mac_cost,
+        contraction=lambda a: a.x.shape[-1],  # D_in
+        traits=frozenset({MATMUL}),
         doc=_LINEAR_DOC,
     )
 )
@@ -294,8 +296,9 @@ register(
         ),
         infer=_einsum_infer,
         reference=_einsum_reference,
-        cost=flops_cost(lambda a, outs: 2 * (outs[0].numel or 0) * a.values[0].shape[-1]),
-        traits=frozenset({"matmul"}),
+        cost=mac_cost,
+        contraction=lambda a: a.values[0].shape[-1],  # the dim summed over: -1 of x, -3 of y
+        traits=frozenset({MATMUL}),
         doc="""Einstein summation, restricted to a matmul over dims -3 and -1 (as coremltools).
 
         Args:

@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from anekit.mil.ops.common import FP, INT32, axes_indices, per_output_element, require
+from anekit.mil.ops.common import (
+    FP,
+    INT32,
+    TRANSCENDENTAL,
+    axes_indices,
+    per_output_element,
+    require,
+)
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -154,7 +161,6 @@ _register_with_ios17_domain(
         reference=_layer_norm,
         # mean, subtract, square, sum, scale by 1/std, gamma, beta
         cost=per_output_element(7),
-        traits=frozenset({"norm"}),
         doc="""``gamma * (x - mean) / sqrt(var + epsilon) + beta`` over ``axes``.
 
         Args:
@@ -203,7 +209,6 @@ _register_with_ios17_domain(
         reference=_batch_norm,
         # the statistics are constants: subtract, scale, shift
         cost=per_output_element(3),
-        traits=frozenset({"norm"}),
         doc="""``gamma * (x - mean) / sqrt(variance + epsilon) + beta`` per channel (axis 1).
 
         Args:
@@ -246,7 +251,6 @@ _register_with_ios17_domain(
         reference=_instance_norm,
         # as layer_norm: mean, subtract, square, sum, scale, gamma, beta
         cost=per_output_element(7),
-        traits=frozenset({"norm"}),
         doc="""Normalise each (sample, channel) over the spatial axes, then scale and shift.
 
         ``gamma * (x - mean) / sqrt(var + epsilon) + beta`` with mean and population
@@ -284,7 +288,6 @@ _register_with_ios17_domain(
         reference=_l2_norm,
         # square, sum, scale
         cost=per_output_element(3),
-        traits=frozenset({"norm"}),
         doc="""Divide ``x`` by ``sqrt(sum(x**2) + epsilon)`` over its last three axes.
 
         The leading axes (all but the last three) are batch axes, normalised separately.
@@ -324,7 +327,7 @@ def _local_response_norm(
 
 def _local_response_norm_cost(a: Args, outs: tuple[TensorType, ...]) -> Cost:
     # square, a window of `size` adds, scale, add k, power, divide
-    return per_output_element(int(a.const("size")) + 5)(a, outs)
+    return per_output_element(int(a.const("size")) + 4 + TRANSCENDENTAL)(a, outs)
 
 
 _register_with_ios17_domain(
@@ -342,7 +345,6 @@ _register_with_ios17_domain(
         infer=_infer_local_response_norm,
         reference=_local_response_norm,
         cost=_local_response_norm_cost,
-        traits=frozenset({"norm"}),
         doc="""``x / (k + alpha / size * sum(x**2 over neighbouring channels)) ** beta``.
 
         Channels are axis -3; axes before it are batch axes. Channel c sums over channels

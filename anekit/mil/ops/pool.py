@@ -11,11 +11,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from anekit.mil.ops.common import BOOL, FP, INT32, STRING, numel, require
+from anekit.mil.ops.common import BOOL, FP, INT32, STRING, flops_cost, numel, require
 from anekit.mil.ops.conv import (
     PAD_TYPES,
     PAD_TYPES_IOS15,
-    flops_cost,
     int_vector,
     per_spatial_dim,
     spatial_out,
@@ -24,6 +23,7 @@ from anekit.mil.ops.conv import (
     window_view,
 )
 from anekit.mil.ops.registry import Args, CostFn, OpDef, Param, const_ints, param, register
+from anekit.mil.ops.traits import EXACT
 from anekit.mil.types import DType, TensorType
 
 SCALE_DTYPES = frozenset({DType.fp32, DType.int32})
@@ -175,7 +175,6 @@ def _pool(
                     (outs[0].numel or 0) * numel(tuple(const_ints(a.const("kernel_sizes"))))
                 )
             ),
-            traits=frozenset({"pool"}),
             doc=doc,
         )
     )
@@ -296,7 +295,7 @@ register(
         infer=_upsample_infer("upsample_nearest_neighbor"),
         reference=_nearest_reference,
         cost=_upsample_cost(0.0),
-        traits=frozenset({"data_movement", "exact"}),
+        traits=frozenset({EXACT}),
         doc=f"""Upsample the last two dims by repeating the nearest input element.
 
 Args:
@@ -332,7 +331,6 @@ _bilinear_ios15 = register(
         infer=_upsample_infer("upsample_bilinear"),
         reference=_bilinear_reference,
         cost=_upsample_cost(BILINEAR_FLOPS_PER_ELEMENT),
-        traits=frozenset({"data_movement"}),
         doc=_BILINEAR_DOC,
     )
 )

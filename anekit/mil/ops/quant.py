@@ -31,6 +31,7 @@ import numpy as np
 from anekit.errors import EvaluationError
 from anekit.mil.ops.common import FP, INT32, STRING, axis_index, numel, require
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, param, register
+from anekit.mil.ops.traits import CAST, ELEMENTWISE, QUANTIZE, UNARY
 from anekit.mil.types import DType, TensorType
 
 _CAST15 = frozenset({DType.fp16, DType.fp32, DType.int32, DType.bool})
@@ -79,7 +80,7 @@ _cast15 = register(
         params=(param("x", _CAST15), param("dtype", STRING, ranks=(0,), const=True)),
         infer=_cast_infer,
         reference=cast_values,
-        traits=frozenset({"elementwise", "unary", "cast"}),
+        traits=frozenset({ELEMENTWISE, UNARY, CAST}),
         doc="""Convert x to another dtype, elementwise.
 
         Float to int rounds toward zero; float to float rounds to nearest even; to bool is
@@ -192,7 +193,7 @@ def _quantize_infer(a: Args) -> TensorType:
     )
     if a.zero_point is not None:
         require(
-            a.zero_point.dtype.value == out,
+            a.zero_point.dtype is DType(out),
             "quantize",
             "zero_point",
             lambda: f"dtype {a.zero_point.dtype} differs from output_dtype {out}",
@@ -239,8 +240,8 @@ register(
         ),
         infer=_quantize_infer,
         reference=quantize_values,
-        cost=_per_element(3.0),  # divide, round, add the zero point (saturation is free)
-        traits=frozenset({"quantize"}),
+        cost=_per_element(5.0),  # divide, round, add the zero point, clip (min and max)
+        traits=frozenset({QUANTIZE}),
         since="ios17",
         doc="""Quantize x to 8-bit integers: clip(round(input / scale) + zero_point).
 
@@ -275,7 +276,7 @@ register(
             input, zero_point, scale, axis
         ),
         cost=_per_element(2.0),  # subtract the zero point, multiply by the scale
-        traits=frozenset({"quantize"}),
+        traits=frozenset({QUANTIZE}),
         since="ios17",
         doc="""Dequantize 8-bit integers: (input - zero_point) * scale, computed in fp32.
 

@@ -25,7 +25,9 @@ from anekit.mil.ops.common import (
     BOOL,
     FP,
     INT32,
+    SOFTMAX,
     STRING,
+    TRANSCENDENTAL,
     axes_indices,
     axis_index,
     declared,
@@ -43,6 +45,7 @@ from anekit.mil.ops.registry import (
     param,
     register,
 )
+from anekit.mil.ops.traits import EXACT
 from anekit.mil.types import DType, TensorType
 
 # The "T" domain of every op in this module except softmax (fp16, fp32, int32 in iOS15).
@@ -192,7 +195,6 @@ def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> 
             infer=_infer_reduce_axes,
             reference=_reference_over_axes(fn),
             cost=_per_input_element(flops),
-            traits=frozenset({"reduction"}),
             doc=f"""Reduce ``x`` over ``axes`` to {what}.
 
             Args:
@@ -208,7 +210,7 @@ def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> 
     )
 
 
-# flops: operations per input element (reduce_log_sum_exp: max, subtract, exp, add).
+# flops: operations per input element (the cost convention of anekit.mil.ops.common).
 for _name, _fn, _flops, _what in (
     ("reduce_sum", np.sum, 1, "the sum of its elements"),
     ("reduce_mean", np.mean, 1, "the mean of its elements"),
@@ -218,7 +220,8 @@ for _name, _fn, _flops, _what in (
     ("reduce_l1_norm", _l1_norm, 2, "the sum of absolute values"),
     ("reduce_l2_norm", _l2_norm, 2, "the square root of the sum of squares"),
     ("reduce_log_sum", _log_sum, 1, "the natural log of the sum"),
-    ("reduce_log_sum_exp", _log_sum_exp, 4, "log(sum(exp(x))), computed without overflow"),
+    # max, subtract, exp, add
+    ("reduce_log_sum_exp", _log_sum_exp, 3 + TRANSCENDENTAL, "log(sum(exp(x))), without overflow"),
     ("reduce_sum_square", _sum_square, 2, "the sum of squares"),
 ):
     _reduce_axes(_name, _fn, _flops, _what)
@@ -252,7 +255,6 @@ def _reduce_arg(name: str, fn: Callable[..., np.ndarray], what: str) -> None:
             infer=_infer_reduce_arg,
             reference=_reference_arg(fn),
             cost=_per_input_element(1),
-            traits=frozenset({"reduction"}),
             doc=f"""The index of the {what} of ``x`` along ``axis`` (the first one on a tie).
 
             Args:
@@ -305,9 +307,7 @@ register(
         params=(_x_param(FP), _axis_param(-1)),
         infer=_infer_same_as_x_along_axis,
         reference=_softmax,
-        # max, subtract, exp, sum, divide
-        cost=per_output_element(5),
-        traits=frozenset({"softmax"}),
+        cost=per_output_element(SOFTMAX),
         doc="""``exp(x) / sum(exp(x))`` along ``axis``, shifted by the maximum to avoid overflow.
 
         Args:
@@ -387,6 +387,7 @@ _topk15 = register(
         infer=_infer_topk(minus_one_takes_all=False),
         reference=_topk,
         cost=_sort_cost,
+        traits=frozenset({EXACT}),  # the values are elements of x; the indices are integers
         doc="""The ``k`` largest (or smallest) values of ``x`` along ``axis``, and their indices.
 
         Ties keep their original order (the first occurrence comes first).
@@ -464,6 +465,7 @@ register(
         infer=lambda a: TensorType(DType.int32, _infer_same_as_x_along_axis(a).shape),
         reference=_argsort,
         cost=_sort_cost,
+        traits=frozenset({EXACT}),  # integer indices only
         doc="""The indices that sort ``x`` along ``axis``; ties keep their original order.
 
         Args:

@@ -3,8 +3,9 @@
 A declaration carries everything the generic tools need: the parameter spec
 (the verifier and the Builder), type inference (the verifier, the parser),
 the NumPy reference semantics (the reference backend), cost terms (the cost
-model) and traits (the checker and the cost model ask for a trait, never for
-an op name). Later opsets override only what changed, with ``since``.
+model), facts chip rules need (``contraction``) and traits (tools ask for a
+trait from :mod:`anekit.mil.ops.traits`, never for an op name). Later opsets
+override only what changed, with ``since``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.types import DType, TensorType
+from anekit.mil.literals import literal_value
+from anekit.mil.ops.traits import VOCABULARY
+from anekit.mil.types import Dim, DType, TensorType
 
 OPSETS: tuple[str, ...] = ("ios15", "ios16", "ios17", "ios18")
 
@@ -104,12 +107,15 @@ class OpDef:
     infer: InferFn
     reference: Callable[..., Any] | None = None
     cost: CostFn | None = None
-    # "exact": every output element is a copy of an input element (or of a const), so
-    # storing it again in the same dtype changes nothing (the reference backend skips it)
-    traits: frozenset[str] = frozenset()
+    traits: frozenset[str] = frozenset()  # from the vocabulary in anekit.mil.ops.traits
     since: str = "ios15"
     doc: str = ""
     flops_per_element: float = 1.0
+    # Facts chip rules read here, never by parameter name. contraction: the length of the
+    # summed axis of a multiply-accumulate op (matmul's K; see inner_dim); in_channels: the
+    # channels (axis 1) of a conv's activation input.
+    contraction: Callable[[Args], Dim] | None = None
+    in_channels: Callable[[Args], Dim] | None = None
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -119,11 +125,24 @@ class OpDef:
         """Return this declaration with some fields replaced (for a later opset)."""
         return dataclasses.replace(self, **changes)
 
+    def inner_dim(self, args: Args) -> int | None:
+        """The contraction length for these arguments; None if the op has none or it is symbolic."""
+        return _static(self.contraction, args)
+
+    def input_channels(self, args: Args) -> int | None:
+        """The activation input's channel count; None if the op declares none or it is symbolic."""
+        return _static(self.in_channels, args)
+
     def op_cost(self, args: Args, outs: tuple[TensorType, ...]) -> Cost:
         """Return this op's cost for concrete argument and output types."""
         if self.cost is not None:
             return self.cost(args, outs)
         return elementwise_cost(args, outs, self.flops_per_element)
+
+
+def _static(fact: Callable[[Args], Dim] | None, args: Args) -> int | None:
+    value = None if fact is None else fact(args)
+    return value if isinstance(value, int) else None
 
 
 def elementwise_cost(args: Args, outs: tuple[TensorType, ...], per_element: float = 1.0) -> Cost:
@@ -167,8 +186,6 @@ class Args:
         if p.has_default:
             raw = p.default(self) if callable(p.default) else p.default
             if raw is not None:
-                from anekit.mil.program import literal_value
-
                 value = literal_value(raw, p, self)
         self._resolved[name] = value
         return value
@@ -194,6 +211,12 @@ def register(opdef: OpDef) -> OpDef:
     """Add a declaration; a name may be registered once per opset (``since``)."""
     if opdef.since not in OPSETS:
         raise ValueError(f"op {opdef.name!r}: unknown opset {opdef.since!r}; known: {OPSETS}")
+    unknown = sorted(opdef.traits - VOCABULARY.keys())
+    if unknown:
+        raise ValueError(
+            f"op {opdef.name!r}: unknown traits {unknown}; declare them in anekit.mil.ops.traits "
+            f"(known: {', '.join(sorted(VOCABULARY))})"
+        )
     versions = _REGISTRY.setdefault(opdef.name, [])
     if any(v.since == opdef.since for v in versions):
         raise ValueError(f"op {opdef.name!r} is already registered for {opdef.since}")

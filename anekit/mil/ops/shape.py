@@ -30,6 +30,7 @@ from anekit.mil.ops.common import (
     require,
 )
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
+from anekit.mil.ops.traits import EXACT
 from anekit.mil.types import DType, TensorType
 
 # The "T" domain of most ops here in iOS15, and its iOS17 widening (iOS17/tensor_transformation.py).
@@ -99,7 +100,7 @@ def declare(
     *,
     since: str = "ios15",
     cost: Callable[[Args, tuple[TensorType, ...]], Cost] = moves,
-    traits: frozenset[str] = frozenset({"data_movement", "exact"}),
+    traits: frozenset[str] = frozenset({EXACT}),
 ) -> OpDef:
     """Register a data-movement op (by default "exact": every output element is an input's)."""
     return register(

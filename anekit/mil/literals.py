@@ -1,0 +1,100 @@
+"""The policy that turns a Python scalar, list or array into an inline const Value.
+
+The Builder applies it to every argument that is not a Value, and the registry to
+every declared default, so a literal gets the same dtype however it arrives.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anekit.errors import MilTypeError
+from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.values import Value
+
+if TYPE_CHECKING:
+    from anekit.mil.ops.registry import Args, Param
+
+
+def literal_value(raw: Any, p: Param, args: Args | None = None) -> Value:
+    """Turn a Python scalar, list or array into an inline const Value for parameter ``p``.
+
+    Floats take the dtype of the parameter's domain when another argument fixes
+    it (``add(x=fp16, y=2.0)`` makes ``y`` fp16); integers become int32; values
+    that would change when stored (1e9 in int8, 0.5 in an int) are rejected.
+    """
+    if isinstance(raw, Value):
+        return raw
+    if isinstance(raw, str):
+        return Value("", TensorType(DType.string, ()), None, raw)
+    arr = np.asarray(raw)
+    if _is_typed(raw):
+        return Value("", TensorType(dtype_of(arr.dtype), tuple(arr.shape)), None, arr)
+    dtype = _choose_dtype(arr, p, args)
+    converted = arr.astype(dtype.numpy)
+    if arr.dtype.kind in "iub" and dtype.is_int and not np.array_equal(converted, arr):
+        raise MilTypeError(f"value {raw!r} does not fit in {dtype}", param=p.name)
+    if arr.dtype.kind == "f" and dtype.is_int:
+        raise MilTypeError(f"expected an integer value, found {raw!r}", param=p.name)
+    return Value("", TensorType(dtype, tuple(arr.shape)), None, converted)
+
+
+def _is_typed(raw: Any) -> bool:
+    """A NumPy value whose dtype MIL can hold keeps it: converting it could lose data."""
+    return (
+        isinstance(raw, (np.ndarray, np.generic))
+        and raw.dtype not in (np.float64, np.int64)
+        and raw.dtype.kind in "fiub"
+    )
+
+
+def _choose_dtype(arr: np.ndarray, p: Param, args: Args | None) -> DType:
+    allowed = p.dtypes
+    domain_dtype = _domain_dtype(p, args)
+    if arr.dtype.kind == "b":
+        return DType.bool
+    if domain_dtype is not None and (arr.dtype.kind in "fiu"):
+        return domain_dtype
+    if arr.dtype.kind == "f":
+        if arr.dtype in (np.float16, np.float32) and (
+            allowed is None or dtype_of(arr.dtype) in allowed
+        ):
+            return dtype_of(arr.dtype)
+        for candidate in (DType.fp32, DType.fp16):
+            if allowed is None or candidate in allowed:
+                return candidate
+    if arr.dtype.kind in "iu":
+        if arr.dtype.itemsize < 8 and (allowed is None or dtype_of(arr.dtype) in allowed):
+            return dtype_of(arr.dtype)
+        for candidate in (
+            DType.int32,
+            DType.uint32,
+            DType.int16,
+            DType.uint8,
+            DType.int8,
+            DType.fp16,
+        ):
+            if allowed is None or candidate in allowed:
+                return candidate
+    raise MilTypeError(
+        f"cannot make a constant of dtype {arr.dtype} for a parameter accepting "
+        f"{sorted(d.value for d in allowed) if allowed else 'any type'}",
+        param=p.name,
+    )
+
+
+def _domain_dtype(p: Param, args: Args | None) -> DType | None:
+    if p.domain is None or args is None:
+        return None
+    for other in args.opdef.params:
+        if other.domain != p.domain or other.name == p.name:
+            continue
+        given = args.given.get(other.name)
+        first = given[0] if isinstance(given, (tuple, list)) and given else given
+        if isinstance(first, Value) and first.type.dtype is not DType.string:
+            return first.type.dtype
+        if _is_typed(first):
+            return dtype_of(first.dtype)
+    return None
