@@ -139,8 +139,9 @@ class TrueLayout:
         return self.shape[-1] if self.shape else 1
 
     def read(self, buffer: bytearray) -> np.ndarray:
-        """The tensor, read row by row from ``buffer``."""
+        """The tensor, read row by row from ``buffer`` (zeros past its end)."""
         item, out = self.dtype.itemsize, []
+        buffer = bytearray(bytes(buffer).ljust(self.channels * self.plane, b"\0"))
         for r in range(self.channels * self.height):
             c, h = divmod(r, self.height)
             start = c * self.plane + h * self.row
@@ -153,7 +154,8 @@ class TrueLayout:
         for r, row in enumerate(rows):
             c, h = divmod(r, self.height)
             start = c * self.plane + h * self.row
-            buffer[start : start + row.nbytes] = row.tobytes()
+            data = row.tobytes()[: max(len(buffer) - start, 0)]  # nothing past the end
+            buffer[start : start + len(data)] = data
 
     def entry(self, symbol_suffix: str) -> dict[str, Any]:
         """This tensor as a ``LiveInputList``/``LiveOutputList`` entry."""
@@ -439,7 +441,6 @@ class FakeFramework:
         need = truth.channels * truth.plane
         if len(surface.buffer) < need:
             self.violations.append(f"{truth.name}: surface of {len(surface.buffer)} < {need} bytes")
-            surface.buffer.extend(bytes(need - len(surface.buffer)))
 
     # -- helpers for the tests -----------------------------------------------------------------
     def selectors_called(self) -> list[str]:

@@ -79,12 +79,12 @@ def rename_io(program: Program, inputs: dict[str, str], outputs: dict[str, str])
     # Parse a private copy so renaming its values cannot touch the caller's program.
     copy = parse(program.to_text(), weights=program.weight_files())
     fn = copy.main
+    output_names = [outputs.get(v.name, v.name) for v in fn.outputs]  # before inputs change
     for v in fn.inputs:
         v.name = inputs.get(v.name, v.name)
     input_ids = {id(v) for v in fn.inputs}
     ops, returned = list(fn.ops), []
-    for v in fn.outputs:
-        new = outputs.get(v.name, v.name)
+    for v, new in zip(fn.outputs, output_names):
         if id(v) in input_ids or any(r is v for r in returned):
             v = _identity(v, new, fn.opset)
             ops.append(v.producer)  # type: ignore[arg-type]

@@ -299,7 +299,8 @@ class SurfaceKernel(Kernel):
                 s.lock()
         if not ok:
             raise evaluation_error(error, "evaluation")
-        hw = hardware_seconds(slot.stats)
+        with self._loaded.pool():
+            hw = hardware_seconds(slot.stats)
         self._last = None if hw is None else {"wall_s": wall, "hw_s": hw}
 
     def _describe(self) -> KernelLayout:
