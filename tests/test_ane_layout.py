@@ -242,3 +242,34 @@ def test_a_reported_layout_that_does_not_fit_falls_back() -> None:
         plan([spec], [spec], attrs, layout="model")
     with pytest.raises(ValueError, match="layout must be one of"):
         plan([spec], [spec], attrs, layout="sideways")
+
+
+def test_no_array_shape_is_assigned_in_place() -> None:
+    """``arr.shape = ...`` is deprecated in NumPy 2.5; views are made with reshape instead."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "anekit"
+    found = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == "shape":
+                    if not (isinstance(t.value, ast.Name) and t.value.id == "self"):
+                        found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
+
+
+def test_flat_packed_views_write_through_to_the_packed_surface(fake: FakeFramework) -> None:
+    b = mil.Builder()
+    x = b.input("x", (1, 2, 1, 3), "fp16")
+    w = b.input("w", (1, 1, 1, 5), "fp16")  # lead dims differ: inputs are flattened
+    b.output(b.mul(x=x, y=2.0), "y")
+    b.output(b.add(x=w, y=1.0), "z")
+    program = b.build()
+    with ane_compile(program, framework=fake) as k:
+        assert k.packing.segments[0].packed_shape == (1, 1, 1, 6)
+        run_both_ways(k, program)
+        k.input_buffer("x")[0, 1, 0, 2] = 9.0
+        packed = fake.calls_to(REQUEST)[0].args[0].items[0].surface.buffer
+        assert np.frombuffer(bytes(packed[:22]), np.float16)[5] == 9.0

@@ -69,8 +69,11 @@ class Packing:
         for s in self.segments:
             view = packed[..., s.offset : s.offset + s.width]
             if s.packed_shape != s.shape:
-                view = view.view()
-                view.shape = s.shape  # raises rather than copy: flat segments are contiguous
+                # reshape, not ``view.shape = ...`` (deprecated in NumPy 2.5); flat segments are
+                # contiguous, so it never copies: a copy would silently detach the view
+                view = view.reshape(s.shape)
+                if not np.may_share_memory(view, packed):
+                    raise ValueError(f"input {s.name!r} cannot be a view of the packed array")
             result[s.name] = view
         return result
 
