@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from anekit.backends.ane import framework
-from anekit.doctor import class_listing, format_classes
+from anekit.doctor.report import class_listing, format_classes
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,7 @@
-"""``anekit doctor``: say plainly what works on this machine; exits 0 everywhere."""
+"""``anekit doctor``: say plainly what works on this machine; exits 0 everywhere.
+
+``--ladder`` runs the experiments of :mod:`anekit.doctor.ladder` (exit 1 if a rung fails).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from anekit.doctor import format_report, report
+from anekit.doctor.report import format_report, report
 from anekit.mil.program import write_atomic
 
 
@@ -15,6 +18,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     parser.add_argument(
         "--no-smoke", action="store_true", help="skip the compile/evaluate smoke test on the ANE"
+    )
+    parser.add_argument(
+        "--ladder",
+        action="store_true",
+        help="run the ladder of experiments, each rung in its own process (first thing on a Mac)",
+    )
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="with --ladder: also compile until the framework fails, to measure the real limit",
     )
 
 
@@ -25,6 +38,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.budget and not args.ladder:
+        print("anekit doctor: error: --budget needs --ladder", file=sys.stderr)
+        return 2
+    if args.ladder:
+        from anekit.doctor.ladder import main as ladder
+
+        return ladder(json_path=args.json, budget=args.budget)
     r = report(smoke=not args.no_smoke)
     print(format_report(r))
     if args.json:

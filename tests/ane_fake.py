@@ -40,6 +40,16 @@ REQUEST = (
 )
 
 
+# The class each instance label of the stand-in stands for (for ``methods``).
+INSTANCES_OF = {
+    "model": "_ANEInMemoryModel",
+    "ane_model": "_ANEModel",
+    "client_model": "_ANEModel",
+    "client": "_ANEClient",
+    "stats": "_ANEPerformanceStats",
+}
+
+
 @dataclass(frozen=True)
 class NSData:
     payload: bytes
@@ -307,7 +317,13 @@ class FakeFramework:
         return sorted({label for label, _ in self.selectors if label.startswith("_ANE")})
 
     def methods(self, class_name: str) -> list[tuple[str, str, str]]:
-        return [("+", sel, "@24@0:8@16") for label, sel in self.selectors if label == class_name]
+        rows = []
+        for label, sel in self.selectors:
+            if label == class_name:
+                rows.append(("+", sel, "@24@0:8@16"))
+            elif INSTANCES_OF.get(label) == class_name:
+                rows.append(("-", sel, "@24@0:8@16"))
+        return sorted(rows)
 
     # -- the "hardware" layout and binding -------------------------------------------------------
     def true_layout(self, v: mil.program.Value, align: int) -> TrueLayout:

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anekit import cli, doctor
+from anekit import cli
 from anekit.backends import ane, reference
+from anekit.doctor import report as doctor
 from tests.test_ane_contract import FakeFramework
 
 

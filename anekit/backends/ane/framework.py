@@ -104,6 +104,12 @@ SELECTORS: dict[str, tuple[tuple[str, str], ...]] = {
     "_ANEDeviceInfo": tuple(("+", s) for s in DEVICE_INFO),
 }
 
+# Selectors the backend asks for only if they exist (it works, with less, without them).
+OPTIONAL_SELECTORS = frozenset(
+    {"setPerfStatsMask:", "model", "modelAttributes", "statsWithHardwareExecutionNS:",
+     "hwExecutionTime", *DEVICE_INFO}
+)  # fmt: skip
+
 PYOBJC_HINT = "pip install pyobjc-core pyobjc-framework-Cocoa pyobjc-framework-IOSurface"
 
 

@@ -64,18 +64,8 @@ class InMemoryModel(Loaded):
         super().__init__(framework, qos, autorelease=autorelease)
         fw = framework
         with self.pool():
-            descriptor = fw.cls(
-                "_ANEInMemoryModelDescriptor"
-            ).modelWithMILText_weights_optionsPlist_(
-                fw.data(text.encode("utf-8")), _weights_dictionary(fw, weights), None
-            )
-            if descriptor is None:
-                raise CompileError("_ANEInMemoryModelDescriptor rejected the MIL text and weights")
-            model = fw.cls("_ANEInMemoryModel").inMemoryModelWithDescriptor_(descriptor)
-            if model is None:
-                raise CompileError("_ANEInMemoryModel could not be made from the descriptor")
-            self.model = model
-            self.workdir = WORKDIRS.acquire(_workdir(fw, model), _files(text, weights))
+            self.model = model = in_memory_model(fw, text, weights)
+            self.workdir = WORKDIRS.acquire(workdir_path(fw, model), workdir_files(text, weights))
             try:
                 self._compile_and_load(stats)
             except BaseException:
@@ -90,9 +80,9 @@ class InMemoryModel(Loaded):
         compile_step(model.compileWithQoS_options_error_(self.qos, options, None), "compile")
         load_with_retry(lambda: model.loadWithQoS_options_error_(self.qos, options, None))
         if stats:  # load clears the mask (tmc/apple x/ane)
-            set_perf_mask([model, *self._inner()], perf_mask())
+            set_perf_mask([model, *self.inner_models()], perf_mask())
 
-    def _inner(self) -> list[Any]:
+    def inner_models(self) -> list[Any]:
         """The ``_ANEModel`` inside the in-memory model, if it exposes one."""
         getter = getattr(self.model, "model", None)
         inner = getter() if getter is not None else None
@@ -100,7 +90,7 @@ class InMemoryModel(Loaded):
 
     def attributes(self) -> Any:
         with self.pool():
-            return read_attributes([*self._inner(), self.model])
+            return read_attributes([*self.inner_models(), self.model])
 
     def dispatch(self, request: Any) -> tuple[bool, Any]:
         with self.pool():
@@ -157,7 +147,20 @@ class InMemoryKernel(SurfaceKernel):
         super().__init__(program, device, loaded, stats=stats, layout=layout, binding=binding)
 
 
-def _weights_dictionary(fw: Any, weights: dict[str, bytes]) -> Any:
+def in_memory_model(fw: Any, text: str, weights: dict[str, bytes]) -> Any:
+    """Steps 1 and 2: the descriptor from the MIL text and weights, then the model."""
+    descriptor = fw.cls("_ANEInMemoryModelDescriptor").modelWithMILText_weights_optionsPlist_(
+        fw.data(text.encode("utf-8")), weights_dictionary(fw, weights), None
+    )
+    if descriptor is None:
+        raise CompileError("_ANEInMemoryModelDescriptor rejected the MIL text and weights")
+    model = fw.cls("_ANEInMemoryModel").inMemoryModelWithDescriptor_(descriptor)
+    if model is None:
+        raise CompileError("_ANEInMemoryModel could not be made from the descriptor")
+    return model
+
+
+def weights_dictionary(fw: Any, weights: dict[str, bytes]) -> Any:
     """``{BLOBFILE path: {"offset": 0, "data": NSData}}`` as the descriptor wants it."""
     return fw.dictionary(
         {
@@ -167,7 +170,7 @@ def _weights_dictionary(fw: Any, weights: dict[str, bytes]) -> Any:
     )
 
 
-def _files(text: str, weights: dict[str, bytes]) -> dict[str, bytes]:
+def workdir_files(text: str, weights: dict[str, bytes]) -> dict[str, bytes]:
     """What the work directory holds: ``model.mil`` and ``weights/<file>``."""
     files = {"model.mil": text.encode("utf-8")}
     for path, blob in weights.items():
@@ -175,7 +178,7 @@ def _files(text: str, weights: dict[str, bytes]) -> dict[str, bytes]:
     return files
 
 
-def _workdir(fw: Any, model: Any) -> Path:
+def workdir_path(fw: Any, model: Any) -> Path:
     hex_id = str(model.hexStringIdentifier())
     if not _HEX_ID.fullmatch(hex_id):
         raise CompileError(f"hexStringIdentifier {hex_id!r} is not a plain directory name")

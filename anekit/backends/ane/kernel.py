@@ -260,6 +260,12 @@ class SurfaceKernel(Kernel):
         """Strides and sizes of every buffer, where they came from, and its request index."""
         return self._layout
 
+    @property
+    def surfaces(self) -> list[Surface]:
+        """Every IOSurface this kernel has made (all slots)."""
+        with self._made_lock:
+            return [s for slot in self._slots for s in slot.surfaces]
+
     def last_stats(self) -> dict[str, float] | None:
         """``{"wall_s", "hw_s"}`` of the last evaluation when compiled with ``stats=True`` and the
         framework reported hardware time; otherwise None."""
