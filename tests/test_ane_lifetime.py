@@ -85,6 +85,14 @@ def test_stats_set_the_mask_before_compile_and_again_after_load(fake: FakeFramew
     fake.calls.clear()
     ane_compile(program(), framework=fake).close()
     assert fake.calls_to("setPerfStatsMask:") == []
+    ane_compile(program(), framework=fake, stats=True, stats_mask=0).close()
+    assert fake.calls_to("setPerfStatsMask:") == [] and fake.calls_to(
+        "statsWithHardwareExecutionNS:"
+    )
+    ane_compile(program(), framework=fake, stats=True, stats_mask=3).close()
+    assert {c.args for c in fake.calls_to("setPerfStatsMask:")} == {(3,)}
+    with pytest.raises(ValueError, match="stats_mask"):
+        ane_compile(program(), framework=fake, stats=True, stats_mask=-1)
 
 
 # -- close and finalizers -----------------------------------------------------------------------------

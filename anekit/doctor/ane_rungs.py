@@ -227,7 +227,7 @@ def load(ctx: Context) -> None:
     fw = _fw(ctx)
     program = weighted_program(0.5)
     text = program.to_text(_host_dialect())
-    loaded = InMemoryModel(text, program.weight_files(), fw, qos=QOS, stats=False)
+    loaded = InMemoryModel(text, program.weight_files(), fw, qos=QOS)
     try:
         with fw.pool():
             inner = loaded.inner_models()
@@ -343,12 +343,13 @@ def threads(ctx: Context) -> None:
 
 
 def stats(ctx: Context) -> None:
-    """Hardware time with and without ``setPerfStatsMask:`` and a stats object."""
+    """Hardware time without stats, with a stats object but no counter mask, and with both."""
     case = cases.affine((1, 64, 1, 64), "fp16")
-    for enabled in (False, True):
-        with _compile(ctx, case.program, stats=enabled) as k:
+    for label, options in (("stats_off", {}), ("stats_without_mask", {"stats": True, "stats_mask": 0}),
+                           ("stats_with_mask", {"stats": True})):  # fmt: skip
+        with _compile(ctx, case.program, **options) as k:
             k(**case.inputs)
-            ctx.observe(f"stats_{'on' if enabled else 'off'}", k.last_stats())
+            ctx.observe(label, k.last_stats())
 
 
 def _rss_kb() -> int | None:

@@ -69,6 +69,8 @@ def compile(program: Program, *, framework: Any = None, **options: Any) -> Any:
             (:func:`anekit.mil.passes.pack_inputs`). Default: True.
         stats (bool): set the performance-counter mask and attach ``_ANEPerformanceStats``
             to requests so ``last_stats()`` can report hardware time. Default: False.
+        stats_mask (int): the counter mask ``stats=True`` sets; 0 sets none (the ladder compares
+            both). Default: every counter bit (``data/facts.json``).
         dialect (str): ``"ios18"`` or ``"legacy"``; default: the chip's (legacy on M1/M2).
         chip (str | Chip): the chip to check and pick the dialect for. Default: the host's.
         check (bool): run the compatibility checker first and refuse a program it finds

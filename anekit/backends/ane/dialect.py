@@ -10,6 +10,8 @@ instead of an opaque compiler error.
 
 from __future__ import annotations
 
+import functools
+
 from anekit.backends.ane import facts, host
 from anekit.errors import CompileError
 from anekit.hw.chips import Chip, default_chip, get_chip
@@ -18,6 +20,7 @@ from anekit.mil.program import Program
 from anekit.mil.text import DIALECTS
 
 
+@functools.cache
 def host_chip() -> Chip:
     """The chip profile of this machine (the default chip where it has none, e.g. off macOS)."""
     return get_chip(default_chip()[0])

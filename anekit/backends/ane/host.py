@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from anekit.hw.chips import chip_from_brand
 
@@ -74,8 +76,10 @@ def problem(h: HostFacts) -> str | None:
 
 
 def macos_version() -> str | None:
-    """The macOS product version; the sysctl first, since a Python built against an old SDK
-    reads "10.16" from ``platform.mac_ver()``."""
+    """The macOS product version (None elsewhere); the sysctl first, since a Python built
+    against an old SDK reads "10.16" from ``platform.mac_ver()``."""
+    if sys.platform != "darwin":
+        return None
     return sysctl_text("kern.osproductversion") or platform.mac_ver()[0] or None
 
 
@@ -89,13 +93,18 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+@functools.cache
+def _sysctlbyname() -> Any:
+    """libc's ``sysctlbyname`` (macOS), or None."""
+    if sys.platform != "darwin":
+        return None
+    path = ctypes.util.find_library("c")
+    return None if path is None else getattr(ctypes.CDLL(path), "sysctlbyname", None)
+
+
 def _sysctl(name: str) -> bytes | None:
     """Raw ``sysctlbyname`` bytes, or None where the name or the call does not exist."""
-    path = ctypes.util.find_library("c")
-    if path is None:
-        return None
-    libc = ctypes.CDLL(path)
-    call = getattr(libc, "sysctlbyname", None)
+    call = _sysctlbyname()
     if call is None:
         return None
     size = ctypes.c_size_t(SYSCTL_MAX_BYTES)

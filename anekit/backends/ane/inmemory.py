@@ -8,7 +8,7 @@
 2. ``_ANEInMemoryModel inMemoryModelWithDescriptor:``;
 3. ``hexStringIdentifier``; write ``NSTemporaryDirectory()/<hex>/model.mil`` and ``weights/``
    (:mod:`.workdirs`);
-4. ``setPerfStatsMask:`` when ``stats=True``; ``compileWithQoS:options:error:`` (counted
+4. ``setPerfStatsMask:`` when ``stats=True`` (``stats_mask=0`` skips it); ``compileWithQoS:options:error:`` (counted
    against the compile budget);
 5. ``loadWithQoS:options:error:``, retried once after 100 ms; ``setPerfStatsMask:`` again;
 6. ``modelAttributes`` (of the ``_ANEModel`` inside, else of the in-memory model) fixes
@@ -58,7 +58,7 @@ class InMemoryModel(Loaded):
         framework: Any,
         *,
         qos: int,
-        stats: bool,
+        mask: int = 0,
         autorelease: bool = True,
     ) -> None:
         super().__init__(framework, qos, autorelease=autorelease)
@@ -67,20 +67,21 @@ class InMemoryModel(Loaded):
             self.model = model = in_memory_model(fw, text, weights)
             self.workdir = WORKDIRS.acquire(workdir_path(fw, model), workdir_files(text, weights))
             try:
-                self._compile_and_load(stats)
+                self._compile_and_load(mask)
             except BaseException:
                 WORKDIRS.release(self.workdir)
                 raise
 
-    def _compile_and_load(self, stats: bool) -> None:
+    def _compile_and_load(self, mask: int) -> None:
+        """Compile and load; ``mask``: the performance-counter mask to set (0: leave it alone)."""
         model, options = self.model, self.options
-        if stats:
-            set_perf_mask([model], perf_mask())
+        if mask:
+            set_perf_mask([model], mask)
         budget.BUDGET.charge()
         compile_step(model.compileWithQoS_options_error_(self.qos, options, None), "compile")
         load_with_retry(lambda: model.loadWithQoS_options_error_(self.qos, options, None))
-        if stats:  # load clears the mask (tmc/apple x/ane)
-            set_perf_mask([model, *self.inner_models()], perf_mask())
+        if mask:  # load clears the mask (tmc/apple x/ane)
+            set_perf_mask([model, *self.inner_models()], mask)
 
     def inner_models(self) -> list[Any]:
         """The ``_ANEModel`` inside the in-memory model, if it exposes one."""
@@ -119,6 +120,7 @@ class InMemoryKernel(SurfaceKernel):
         qos: int = 21,
         pack_inputs: bool = True,
         stats: bool = False,
+        stats_mask: int | None = None,
         dialect: str | None = None,
         chip: str | Chip | None = None,
         check: bool = True,
@@ -140,11 +142,23 @@ class InMemoryKernel(SurfaceKernel):
             raise CompileError(
                 f"cannot print the program in the {self.dialect} dialect: {e}"
             ) from e
+        mask = _mask(stats, stats_mask)
         loaded = InMemoryModel(text, device.program.weight_files(), framework, qos=qos,
-                               stats=stats, autorelease=autorelease)  # fmt: skip
+                               mask=mask, autorelease=autorelease)  # fmt: skip
         self.qos = loaded.qos
         self.workdir: Path = loaded.workdir
         super().__init__(program, device, loaded, stats=stats, layout=layout, binding=binding)
+
+
+def _mask(stats: bool, stats_mask: int | None) -> int:
+    """The counter mask to set: none without stats, else ``stats_mask`` (default: every bit)."""
+    if stats_mask is not None and (
+        isinstance(stats_mask, bool) or not isinstance(stats_mask, int) or stats_mask < 0
+    ):
+        raise ValueError(f"stats_mask must be a non-negative int, found {stats_mask!r}")
+    if not stats:
+        return 0
+    return perf_mask() if stats_mask is None else stats_mask
 
 
 def in_memory_model(fw: Any, text: str, weights: dict[str, bytes]) -> Any:
