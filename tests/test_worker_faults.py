@@ -115,6 +115,10 @@ def test_malformed_commands_get_errors_and_the_worker_survives() -> None:
         ):
             with pytest.raises(EvaluationError, match=message):
                 host.call(header, timeout=10)
+        missing = {"op": "compile", "id": 5, "backend": "reference", "options": {},
+                   "region": "psm_no_such_segment", "weights": []}  # fmt: skip
+        with pytest.raises(EvaluationError, match="worker raised FileNotFoundError"):
+            host.call(missing, [scaled(3.0).to_text().encode()], timeout=10)
         np.testing.assert_array_equal(k(x=X)["y"], X * 2)
         assert k.worker_pid == pid, "a malformed frame cost the worker"
 

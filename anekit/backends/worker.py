@@ -146,14 +146,23 @@ def _serve(conn: Connection) -> None:
     while True:
         try:
             header, frames = wire.recv(conn)
+        except (EOFError, OSError):
+            break  # the parent is gone
+        except Exception as e:  # a malformed message: answer it, keep serving
+            reply = wire.encode_error(e)
+        else:
             if header.get("op") == "exit":
                 break
-            reply = _handle(hosted, header, frames)
-        except (EOFError, OSError):
+            try:
+                reply = _handle(hosted, header, frames)
+            except Exception as e:  # every failure goes back to the parent, typed
+                reply = wire.encode_error(e)
+        try:
+            wire.send(conn, reply)
+        except (TypeError, ValueError) as e:  # a reply that is not JSON: say so instead
+            wire.send(conn, wire.encode_error(EvaluationError(f"unsendable reply: {e}")))
+        except OSError:
             break
-        except Exception as e:  # every failure goes back to the parent, typed
-            reply = wire.encode_error(e)
-        wire.send(conn, reply)
     for h in hosted.values():
         h.close()
 
