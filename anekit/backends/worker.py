@@ -182,7 +182,8 @@ class WorkerHost:
             weakref.WeakValueDictionary()
         )
         self._forgotten: list[tuple[int, int]] = []  # (id, generation) to close in the worker
-        self._forgotten_lock = threading.Lock()  # never held across I/O: GC may take it
+        # never held across I/O; re-entrant, since a garbage-collector callback may take it
+        self._forgotten_lock = threading.RLock()
         self._next_id = 0
 
     @property

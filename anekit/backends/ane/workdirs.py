@@ -31,7 +31,8 @@ class WorkDirs:
     """Reference-counted work directories, shared by kernels of identical programs."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # re-entrant: a kernel collected while this thread holds it releases its directory
+        self._lock = threading.RLock()
         self._users: dict[Path, int] = {}
 
     def acquire(self, path: Path, files: dict[str, bytes]) -> Path:
