@@ -130,10 +130,12 @@ class CompileError(AnekitError):
         line: int | None = None,
         domain: str | None = None,
         code: int | None = None,
+        user_info: dict | None = None,
     ) -> None:
         self.line = line
         self.domain = domain
         self.code = code
+        self.user_info = user_info  # the NSError's userInfo, as plain Python values
         prefix = f"MIL line {line}: " if line is not None else ""
         suffix = f" [{domain} {code}]" if domain is not None else ""
         super().__init__(f"{prefix}{message}{suffix}")
@@ -142,9 +144,17 @@ class CompileError(AnekitError):
 class EvaluationError(AnekitError):
     """Running a compiled kernel failed (framework error, worker crash, bad output)."""
 
-    def __init__(self, message: str, *, domain: str | None = None, code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        domain: str | None = None,
+        code: int | None = None,
+        user_info: dict | None = None,
+    ) -> None:
         self.domain = domain
         self.code = code
+        self.user_info = user_info  # the NSError's userInfo, as plain Python values
         suffix = f" [{domain} {code}]" if domain is not None else ""
         super().__init__(f"{message}{suffix}")
 

@@ -3,29 +3,26 @@
 These prove our side of the contract only: that the backend calls exactly the
 selectors of ANE_NOTES section 2.1 (and 2.2 for ``_ANEClient``) in order, with
 the argument kinds the framework is known to need (NSData, not str, for the MIL
-text; the weights dictionary shape; QoS; real NSDictionary options), that the
-temporary directory holds ``model.mil`` and ``weights/`` when the compiler runs,
-and that everything is cleaned up after close and after a failed compile. They
-say nothing about whether Apple's framework behaves as documented; the hardware
-tests in ``test_ane_hw.py`` do that on a Mac.
+text; the weights dictionary shape; QoS; one immutable NSDictionary of options),
+that the temporary directory holds ``model.mil`` and ``weights/`` when the compiler
+runs, and that everything is cleaned up after close and after a failed compile.
+They say nothing about whether Apple's framework behaves as documented; the
+hardware tests in ``test_ane_hw.py`` do that on a Mac.
 
-The stand-in evaluates a request by running the reference backend on the MIL text
-it was given, reading and writing the request's surfaces, so wiring mistakes
-(wrong surface, wrong order, wrong packing) show up as wrong numbers.
+The stand-in (``tests/ane_fake.py``) evaluates a request by running the reference
+backend on the MIL text it was given, reading and writing the request's surfaces
+with padded rows and binding indices by its ``modelAttributes``, so wiring mistakes
+(wrong strides, wrong surface, wrong order, wrong packing) show up as wrong numbers.
+Layout and binding have their own tests in ``test_ane_layout.py``.
 """
 
 from __future__ import annotations
 
 import gc
-import hashlib
 import importlib
 import subprocess
 import sys
-import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -42,280 +39,19 @@ from anekit.errors import (
     CompileError,
     EvaluationError,
 )
-
-REQUEST = (
-    "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"
+from tests.ane_fake import (
+    NSURL,
+    REQUEST,
+    FakeFramework,
+    FakeNSError,
+    FakeSurface,
+    NSArray,
+    NSData,
+    NSDictionary,
+    NSNumber,
 )
 
-
-# -- the recording stand-in ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class NSData:
-    payload: bytes
-
-
-@dataclass(frozen=True)
-class NSNumber:
-    value: int | bool
-
-
-@dataclass
-class NSDictionary:
-    items: dict[Any, Any]
-
-
-@dataclass
-class NSArray:
-    items: list[Any]
-
-
-@dataclass(frozen=True)
-class NSURL:
-    path: str
-
-
-@dataclass
-class FakeNSError:
-    text: str
-    domain_name: str = "com.apple.appleneuralengine"
-    error_code: int = 7
-
-    def localizedDescription(self) -> str:
-        return self.text
-
-    def userInfo(self) -> dict[str, str]:
-        return {}
-
-    def domain(self) -> str:
-        return self.domain_name
-
-    def code(self) -> int:
-        return self.error_code
-
-
-@dataclass
-class FakeSurface:
-    properties: dict[str, Any]
-    buffer: bytearray
-    id: int
-    locks: int = 0
-
-
-@dataclass
-class Call:
-    receiver: str
-    selector: str
-    args: tuple[Any, ...]
-
-
-class ObjCObject:
-    """Stands in for a PyObjC object: ``obj.a_b_(x, y)`` records selector ``a:b:``."""
-
-    def __init__(self, fw: FakeFramework, label: str, **state: Any) -> None:
-        self._fw = fw
-        self.label = label
-        self.__dict__.update(state)
-
-    def __getattr__(self, pyname: str) -> Any:
-        selector = pyname.replace("_", ":")
-        impl = self._fw.selectors.get((self.label, selector))
-        if impl is None:
-            raise AttributeError(f"{self.label} does not respond to {selector}")
-
-        def send(*args: Any) -> Any:
-            self._fw.calls.append(Call(self.label, selector, args))
-            return impl(self, *args)
-
-        return send
-
-
-class FakeFramework:
-    """The Framework seam with every Objective-C object replaced by a recording stand-in."""
-
-    pyobjc_version = "fake"
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.calls: list[Call] = []
-        self.surfaces: list[FakeSurface] = []
-        self.compile_snapshots: list[dict[str, bytes]] = []
-        self.compile_result: tuple[bool, Any] = (True, None)
-        self.load_results: list[tuple[bool, Any]] = []
-        self.evaluate_result: tuple[bool, Any] | None = None
-        self.evaluate_delay = 0.0
-        self.violations: list[str] = []
-        self.in_flight: set[int] = set()
-        self.max_in_flight = 0
-        self._guard = threading.Lock()
-        self.selectors = {
-            (
-                "_ANEInMemoryModelDescriptor",
-                "modelWithMILText:weights:optionsPlist:",
-            ): self._descriptor,
-            ("_ANEInMemoryModel", "inMemoryModelWithDescriptor:"): self._model,
-            ("model", "hexStringIdentifier"): lambda m: m.hex,
-            ("model", "compileWithQoS:options:error:"): lambda m, q, o, e: self._compile(m),
-            ("model", "loadWithQoS:options:error:"): lambda m, q, o, e: self._load(),
-            ("model", "evaluateWithQoS:options:request:error:"): lambda m, q, o, r, e: (
-                self._evaluate(m, r)
-            ),
-            ("model", "unloadWithQoS:error:"): lambda m, q, e: (True, None),
-            ("_ANEIOSurfaceObject", "objectWithIOSurface:"): lambda c, s: ObjCObject(
-                self, "io", surface=s
-            ),
-            ("_ANERequest", REQUEST): self._request,
-            ("_ANEPerformanceStats", "statsWithHardwareExecutionNS:"): lambda c, ns: ObjCObject(
-                self, "stats", ns=ns
-            ),
-            ("stats", "hwExecutionTime"): lambda s: s.ns,
-            ("_ANEClient", "sharedConnection"): lambda c: ObjCObject(self, "client"),
-            ("_ANEModel", "modelAtURL:key:"): self._client_model,
-            ("client", "compileModel:options:qos:error:"): lambda c, m, o, q, e: self._compile(m),
-            ("client", "loadModel:options:qos:error:"): lambda c, m, o, q, e: self._load(),
-            ("client", "evaluateWithModel:options:request:qos:error:"): lambda c, m, o, r, q, e: (
-                self._evaluate(m, r)
-            ),
-            ("client", "unloadModel:options:qos:error:"): lambda c, m, o, q, e: (True, None),
-            ("_ANEDeviceInfo", "aneSubType"): lambda c: "h16",
-        }
-
-    # -- the Framework interface ---------------------------------------------------------------
-    def cls(self, name: str) -> ObjCObject:
-        if not any(label == name for label, _ in self.selectors):
-            raise BackendUnavailable(f"no class {name}")
-        return ObjCObject(self, name)
-
-    def data(self, payload: bytes) -> NSData:
-        assert isinstance(payload, bytes)
-        return NSData(payload)
-
-    def number(self, value: int | bool) -> NSNumber:
-        return NSNumber(value)
-
-    def dictionary(self, items: dict[Any, Any]) -> NSDictionary:
-        return NSDictionary(dict(items))
-
-    def array(self, items: list[Any]) -> NSArray:
-        return NSArray(list(items))
-
-    def file_url(self, path: str) -> NSURL:
-        return NSURL(path)
-
-    def temporary_directory(self) -> str:
-        return str(self.tmp)
-
-    def surface_create(self, properties: dict[str, Any]) -> FakeSurface:
-        s = FakeSurface(
-            dict(properties), bytearray(properties["AllocSize"]), len(self.surfaces) + 1
-        )
-        self.surfaces.append(s)
-        return s
-
-    def surface_lock(self, surface: FakeSurface, options: int) -> int:
-        surface.locks += 1
-        return 0
-
-    def surface_unlock(self, surface: FakeSurface, options: int) -> int:
-        if surface.locks == 0:
-            return 0xE00002C2  # kIOReturnNotLocked-like: an unbalanced unlock
-        surface.locks -= 1
-        return 0
-
-    def surface_memory(self, surface: FakeSurface, nbytes: int) -> memoryview:
-        return memoryview(surface.buffer)[:nbytes]
-
-    def surface_id(self, surface: FakeSurface) -> int:
-        return surface.id
-
-    def surface_lookup(self, surface_id: int) -> FakeSurface | None:
-        return next((s for s in self.surfaces if s.id == surface_id), None)
-
-    def class_names(self) -> list[str]:
-        return sorted({label for label, _ in self.selectors if label.startswith("_ANE")})
-
-    def methods(self, class_name: str) -> list[tuple[str, str, str]]:
-        return [("+", sel, "@24@0:8@16") for label, sel in self.selectors if label == class_name]
-
-    # -- selector implementations --------------------------------------------------------------
-    def _descriptor(self, cls: ObjCObject, text: Any, weights: Any, options: Any) -> ObjCObject:
-        return ObjCObject(self, "descriptor", text=text, weights=weights)
-
-    def _model(self, cls: ObjCObject, descriptor: ObjCObject) -> ObjCObject:
-        payload = descriptor.text.payload
-        weights = {k: v.items["data"].payload for k, v in descriptor.weights.items.items()}
-        hex_id = hashlib.sha256(payload + repr(sorted(weights.items())).encode()).hexdigest()
-        return ObjCObject(self, "model", hex=hex_id, text=payload.decode(), weights=weights)
-
-    def _client_model(self, cls: ObjCObject, url: NSURL, key: str) -> ObjCObject:
-        root = Path(url.path)
-        return ObjCObject(
-            self, "client_model", text=(root / "model.mil").read_text(), weights=root / "weights"
-        )
-
-    def _compile(self, model: ObjCObject) -> tuple[bool, Any]:
-        if hasattr(model, "hex"):
-            workdir = self.tmp / model.hex
-            self.compile_snapshots.append(
-                {
-                    str(p.relative_to(workdir)): p.read_bytes()
-                    for p in workdir.rglob("*")
-                    if p.is_file()
-                }
-                if workdir.is_dir()
-                else {}
-            )
-        return self.compile_result
-
-    def _load(self) -> tuple[bool, Any]:
-        return self.load_results.pop(0) if self.load_results else (True, None)
-
-    def _request(
-        self, cls: ObjCObject, ins, in_idx, outs, out_idx, weights_buf, stats, proc
-    ) -> ObjCObject:
-        return ObjCObject(
-            self, "request", inputs=ins, input_indices=in_idx, outputs=outs,
-            output_indices=out_idx, weights_buffer=weights_buf, stats=stats, procedure=proc,
-        )  # fmt: skip
-
-    def _evaluate(self, model: ObjCObject, request: ObjCObject) -> tuple[bool, Any]:
-        with self._guard:
-            if id(request) in self.in_flight:
-                self.violations.append("one request evaluated twice at once")
-            self.in_flight.add(id(request))
-            self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
-        try:
-            time.sleep(self.evaluate_delay)
-            surfaces = [o.surface for o in request.inputs.items + request.outputs.items]
-            if any(s.locks for s in surfaces):
-                self.violations.append("a surface was CPU-locked during evaluation")
-            if self.evaluate_result is not None:
-                return self.evaluate_result
-            self._compute(model, request)
-            if request.stats is not None:
-                request.stats.ns = 12_345
-            return True, None
-        finally:
-            with self._guard:
-                self.in_flight.discard(id(request))
-
-    def _compute(self, model: ObjCObject, request: ObjCObject) -> None:
-        program = mil.parse(model.text, weights=model.weights)
-        fn = program.main
-        inputs = {}
-        for obj, index in zip(request.inputs.items, request.input_indices.items):
-            v = fn.inputs[index.value]
-            inputs[v.name] = np.frombuffer(obj.surface.buffer, v.dtype.numpy).reshape(v.shape)
-        outs = reference.compile(program)(**inputs)
-        for obj, index in zip(request.outputs.items, request.output_indices.items):
-            name = fn.outputs[index.value].name
-            obj.surface.buffer[:] = np.ascontiguousarray(outs[name]).tobytes()
-
-    # -- helpers for the tests -----------------------------------------------------------------
-    def selectors_called(self) -> list[str]:
-        return [c.selector for c in self.calls]
-
-    def calls_to(self, selector: str) -> list[Call]:
-        return [c for c in self.calls if c.selector == selector]
+__all__ = ["FakeFramework"]  # other test modules import the stand-in from here
 
 
 @pytest.fixture
@@ -380,6 +116,8 @@ def test_contract_sequence_of_selectors_for_compile_run_close(fake: FakeFramewor
         "hexStringIdentifier",
         "compileWithQoS:options:error:",
         "loadWithQoS:options:error:",
+        "model",  # the _ANEModel inside, whose modelAttributes give layout and binding
+        "modelAttributes",
         "objectWithIOSurface:",  # input x
         "objectWithIOSurface:",  # output y
         REQUEST,
@@ -388,15 +126,24 @@ def test_contract_sequence_of_selectors_for_compile_run_close(fake: FakeFramewor
     ]
     receivers = [c.receiver for c in fake.calls[:2]]
     assert receivers == ["_ANEInMemoryModelDescriptor", "_ANEInMemoryModel"]
+    sent = {(c.receiver, c.selector) for c in fake.calls}
+    declared = {sel for sels in framework.SELECTORS.values() for _, sel in sels}
+    assert {sel for _, sel in sent} - declared == set(), "a selector missing from SELECTORS"
 
 
 def test_contract_descriptor_gets_nsdata_text_and_weights_dictionary(fake: FakeFramework) -> None:
     program = weighted_program()
-    ane_compile(program, framework=fake).close()
+    with ane_compile(program, framework=fake) as k:
+        device_text = k.device_program.to_text()
     (call,) = fake.calls_to("modelWithMILText:weights:optionsPlist:")
     text, weights, options = call.args
     assert isinstance(text, NSData), "MIL text must be NSData of UTF-8 bytes, not a string"
-    assert text.payload == program.to_text().encode("utf-8")
+    assert text.payload == device_text.encode("utf-8")
+    # the device program is the program with its I/O renamed by index (see test_ane_layout)
+    device = mil.parse(device_text, weights=program.weight_files())
+    assert [v.name for v in device.main.inputs] == ["i0_x"]
+    assert [v.name for v in device.main.outputs] == ["o0_y"]
+    assert [op.op_type for op in device.ops] == [op.op_type for op in program.ops]
     assert options is None
     assert isinstance(weights, NSDictionary)
     files = program.weight_files()
@@ -417,6 +164,7 @@ def test_contract_no_weights_gives_empty_dictionary_not_nil(fake: FakeFramework)
 def test_contract_qos_and_options_reach_every_call(fake: FakeFramework, qos: int) -> None:
     k = ane_compile(unweighted_program(), framework=fake, qos=qos)
     k(x=np.ones((1, 4, 1, 8), np.float16))
+    k.run()
     k.close()
     expect = {
         "compileWithQoS:options:error:": (qos, NSDictionary({}), None),
@@ -426,12 +174,15 @@ def test_contract_qos_and_options_reach_every_call(fake: FakeFramework, qos: int
     for selector, args in expect.items():
         (call,) = fake.calls_to(selector)
         assert call.args == args
-    (evaluate,) = fake.calls_to("evaluateWithQoS:options:request:error:")
-    assert (
-        evaluate.args[0] == qos
-        and evaluate.args[1] == NSDictionary({})
-        and evaluate.args[3] is None
-    )
+    evaluations = fake.calls_to("evaluateWithQoS:options:request:error:")
+    assert len(evaluations) == 2
+    for evaluate in evaluations:
+        assert evaluate.args[0] == qos and evaluate.args[1] == NSDictionary({})
+        assert evaluate.args[3] is None
+    # one options dictionary per kernel, made once and reused by every call
+    options = [c.args[1] for c in fake.calls if c.selector.endswith("options:error:")]
+    options += [c.args[1] for c in evaluations]
+    assert len(options) == 4 and all(o is options[0] for o in options)
 
 
 def test_contract_temp_directory_holds_model_and_weights_at_compile_then_is_removed(
@@ -441,12 +192,13 @@ def test_contract_temp_directory_holds_model_and_weights_at_compile_then_is_remo
     k = ane_compile(program, framework=fake)
     (snapshot,) = fake.compile_snapshots
     assert snapshot == {
-        "model.mil": program.to_text().encode("utf-8"),
+        "model.mil": k.device_program.to_text().encode("utf-8"),
         "weights/w.bin": program.weight_files()["@model_path/weights/w.bin"],
     }
     assert k.workdir.parent == fake.tmp and k.workdir.is_dir()
     k.close()
     assert not k.workdir.exists()
+    assert list(fake.tmp.iterdir()) == [], "a marker or directory left behind"
     assert all(s.locks == 0 for s in fake.surfaces), "surfaces stay locked after close"
 
 
@@ -461,14 +213,14 @@ def test_contract_request_shape(fake: FakeFramework) -> None:
 
 def test_contract_surfaces_have_the_documented_properties(fake: FakeFramework) -> None:
     ane_compile(weighted_program(), framework=fake).close()
-    nbytes = 8 * 16 * 2  # fp16 [1, 8, 1, 16], input and output alike
+    # fp16 [1, 8, 1, 16], input and output alike: 8 rows of 32 bytes, each at a 64-byte stride
     for s in fake.surfaces:
         assert s.properties == {
-            "Width": nbytes,
-            "Height": 1,
-            "BytesPerElement": 1,
-            "BytesPerRow": nbytes,
-            "AllocSize": nbytes,
+            "Width": 16,
+            "Height": 8,
+            "BytesPerElement": 2,
+            "BytesPerRow": 64,
+            "AllocSize": 8 * 64,
             "PixelFormat": 0,
         }
 
@@ -497,8 +249,9 @@ def test_a_view_keeps_its_surface_alive_after_close(fake: FakeFramework) -> None
     gc.collect()
     assert isinstance(view, SurfaceView) and isinstance(view.surface.handle, FakeSurface)
     view[...] = 3.0
-    memory = np.frombuffer(view.surface.handle.buffer, np.float16).reshape(1, 4, 1, 8)
-    assert (memory[0, 1:3] == 3.0).all() and memory[0, 0].sum() == 0
+    # rows of 8 fp16 values at 64-byte (32-element) strides
+    memory = np.frombuffer(view.surface.handle.buffer, np.float16).reshape(4, 32)
+    assert (memory[1:3, :8] == 3.0).all() and memory[0].sum() == 0 and memory[1:3, 8:].sum() == 0
 
 
 def test_packed_inputs_by_default(fake: FakeFramework) -> None:
@@ -508,7 +261,7 @@ def test_packed_inputs_by_default(fake: FakeFramework) -> None:
     with ane_compile(program, framework=fake) as k:
         (descriptor,) = fake.calls_to("modelWithMILText:weights:optionsPlist:")
         device = mil.parse(descriptor.args[0].payload.decode())
-        assert [v.name for v in device.main.inputs] == [k.packing.name]
+        assert [v.name for v in device.main.inputs] == [f"i0_{k.packing.name}"]
         (request,) = fake.calls_to(REQUEST)
         assert len(request.args[0].items) == 1
         got = k(**inputs)
@@ -528,13 +281,15 @@ def test_unpacked_inputs_ascend_and_outputs_descend_in_size(fake: FakeFramework)
     with ane_compile(program, framework=fake, pack_inputs=False) as k:
         (descriptor,) = fake.calls_to("modelWithMILText:weights:optionsPlist:")
         device = mil.parse(descriptor.args[0].payload.decode())
-        assert [v.name for v in device.main.inputs] == ["small", "mid", "big"]
-        assert [v.name for v in device.main.outputs] == ["total", "prod"]
-        (request,) = fake.calls_to(REQUEST)
-        sizes = [len(o.surface.buffer) for o in request.args[0].items]
+        assert [v.name for v in device.main.inputs] == ["i0_small", "i1_mid", "i2_big"]
+        assert [v.name for v in device.main.outputs] == ["o0_total", "o1_prod"]
+        sizes = [v.type.nbytes for v in device.main.inputs]
         assert sizes == sorted(sizes) and len(set(sizes)) == 3
-        out_sizes = [len(o.surface.buffer) for o in request.args[2].items]
+        out_sizes = [v.type.nbytes for v in device.main.outputs]
         assert out_sizes == sorted(out_sizes, reverse=True)
+        # surfaces in request order: [1, 4, 1, w] fp16 is 4 rows of 64 bytes for w <= 32
+        (request,) = fake.calls_to(REQUEST)
+        assert [o.surface.properties["Width"] for o in request.args[0].items] == [1, 16, 32]
         got = k(**inputs)
         for name in ("prod", "total"):
             np.testing.assert_array_equal(got[name], expected[name])
@@ -650,6 +405,7 @@ def test_contract_client_path_for_mlmodelc(fake: FakeFramework, tmp_path: Path) 
         "modelAtURL:key:",
         "compileModel:options:qos:error:",
         "loadModel:options:qos:error:",
+        "modelAttributes",
         "objectWithIOSurface:",
         "objectWithIOSurface:",
         REQUEST,
@@ -750,7 +506,8 @@ class Watch(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Watch())
 import anekit, anekit.backends
 import anekit.backends.ane as ane
-for m in ('framework', 'iosurface', 'kernel', 'inmemory', 'client', 'stats'):
+for m in ('framework', 'iosurface', 'kernel', 'inmemory', 'client', 'stats', 'host',
+          'layout', 'device', 'dialect', 'workdirs', 'facts'):
     __import__('anekit.backends.ane.' + m)
 ane.available()
 anekit.backends.available_backends()

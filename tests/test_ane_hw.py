@@ -3,6 +3,11 @@
 Every test here is marked ``ane``; ``conftest.py`` skips them, with the reason,
 where ``anekit.backends.ane.available()`` is False. Tolerances are for fp16
 storage with an accumulator of undocumented width (ANE_NOTES section 1).
+
+The unaligned shapes (rows not a multiple of 64 bytes) and the three-input,
+three-output program whose signature, alphabetical and size orders differ are the
+ones ``doctor --ladder`` uses (:mod:`anekit.doctor.cases`, outputs computed in
+NumPy): they fail on hardware if the layout or binding rules are wrong.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import pytest
 import anekit
 from anekit import mil
 from anekit.backends import ane, reference
+from anekit.doctor import cases
 from anekit.mil import blob
 from tests.examples import SECTION_3_EXAMPLE
 
@@ -163,3 +169,37 @@ def test_compile_mlmodelc_through_ane_client(tmp_path) -> None:
     with anekit.compile_mlmodelc(model.get_compiled_model_path()) as k:
         inputs = inputs_for(k.program)
         assert_matches_reference(k.program, k(**inputs), inputs)
+
+
+UNALIGNED = cases.unaligned_cases()
+
+
+@pytest.mark.parametrize("case", UNALIGNED, ids=[c.name for c in UNALIGNED])
+@pytest.mark.parametrize("layout", ["auto", "model"])
+def test_unaligned_rows_give_exact_results(case: cases.Case, layout: str) -> None:
+    with ane.compile(case.program, layout=layout) as k:
+        source = k.layout.inputs["x"].source
+        got = cases.compare(case, k(**case.inputs))
+        assert got["match"], f"{got} with strides {k.layout.inputs['x'].strides} from {source}"
+        k.input_buffer("x")[...] = case.inputs["x"]
+        k.run()
+        assert cases.compare(case, {"y": k.output_buffer("y")})["match"], source
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"pack_inputs": False}, {"pack_inputs": False, "canonical_io": False}],
+    ids=["packed", "canonical", "as-written"],
+)
+def test_three_inputs_and_outputs_bind_to_the_right_tensors(options: dict) -> None:
+    case = cases.binding_case()
+    with ane.compile(case.program, **options) as k:
+        got = cases.compare(case, k(**case.inputs))
+        assert got["match"], f"{got}; binding {k.plan.binding}, notes {k.layout.notes}"
+
+
+def test_the_compiled_model_reports_layout_and_symbols() -> None:
+    """If this fails, the backend runs on computed strides and signature order: say so."""
+    with ane.compile(cases.binding_case().program, pack_inputs=False, canonical_io=False) as k:
+        assert all(b.source == "model attributes" for b in k.layout.inputs.values()), k.layout
+        assert k.plan.binding == "symbols", k.layout.notes

@@ -7,14 +7,13 @@ import os
 import signal
 import threading
 from multiprocessing.shared_memory import SharedMemory
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import anekit
 from anekit import mil
-from anekit.backends import reference, worker
+from anekit.backends import reference, shm, worker
 from anekit.errors import EvaluationError
 
 RNG = np.random.default_rng(11)
@@ -40,15 +39,16 @@ def _segment_exists(name: str) -> bool:
 def no_leaks(monkeypatch: pytest.MonkeyPatch):
     """Every test must leave no worker process and none of its shared-memory segments behind."""
     created: list[str] = []
-    make = worker.ShmRegion.create
+    make = shm.Region.create
 
-    def recording(nbytes: int) -> worker.ShmRegion:
+    def recording(nbytes: int) -> shm.Region:
         region = make(nbytes)
         created.append(region.ref)
         return region
 
-    monkeypatch.setattr(worker.ShmRegion, "create", staticmethod(recording))
+    monkeypatch.setattr(shm.Region, "create", staticmethod(recording))
     yield created
+    worker.flush()  # what collected kernels left behind
     assert multiprocessing.active_children() == []
     assert [name for name in created if _segment_exists(name)] == []
 
@@ -173,29 +173,12 @@ def test_closing_with_a_buffer_still_held_frees_the_segment(no_leaks: list[str])
     k.close()  # a second close does nothing
     assert not _segment_exists(no_leaks[0])
     assert held.shape == (1, 4, 1, 8)
+    held[0, 1] = 5.0  # the memory is still mapped: the view holds its region
+    assert float(held.sum()) == 32 - 8 + 40
 
 
 def test_layout_aligns_every_tensor() -> None:
     specs = scaled(2.0)
     with anekit.compile(specs, backend="reference") as k:
-        offsets, size = worker.layout(k.inputs + k.outputs)
+        offsets, size = shm.layout(k.inputs + k.outputs)
     assert offsets == {"x": 0, "y": 64} and size == 128
-
-
-def test_surface_region_is_found_by_its_global_id(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    from anekit.backends.ane import framework
-    from tests.test_ane_contract import FakeFramework
-
-    fake = FakeFramework(tmp_path)
-    monkeypatch.setattr(framework, "load", lambda: fake)
-    region = worker.SurfaceRegion.create(256)
-    (surface,) = fake.surfaces
-    assert surface.properties["IsGlobal"] is True and surface.properties["AllocSize"] == 256
-    seen = worker.attach_region(worker.SurfaceRegion.kind, region.ref, 256)
-    np.frombuffer(region.buf, np.uint8)[:4] = [1, 2, 3, 4]
-    assert bytes(seen.buf[:4]) == b"\x01\x02\x03\x04"
-    seen.close(unlink=False)
-    region.close(unlink=True)
-    assert surface.locks == 0

@@ -6,7 +6,8 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,78 @@ class TensorSpec:
                 f"{v.name!r} has a dynamic shape {v.type}; kernels need static shapes"
             )
         return cls(v.name, tuple(int(d) for d in v.type.shape), v.type.dtype)
+
+
+@dataclass(frozen=True)
+class BufferLayout:
+    """How one input or output buffer lies in memory, and where that layout came from.
+
+    Attributes:
+        shape: the tensor's shape.
+        dtype: its element type.
+        strides: byte strides of ``input_buffer()``/``output_buffer()`` per axis.
+        nbytes: bytes the backend allocated for the buffer holding it.
+        source: where the strides came from (e.g. "model attributes", "computed: 64-byte
+            rows", "dense host memory").
+        index: the request index it is bound to, where the backend binds by index.
+    """
+
+    shape: tuple[int, ...]
+    dtype: DType
+    strides: tuple[int, ...]
+    nbytes: int
+    source: str
+    index: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy."""
+        return {
+            "shape": list(self.shape),
+            "dtype": str(self.dtype),
+            "strides": list(self.strides),
+            "nbytes": self.nbytes,
+            "source": self.source,
+            "index": self.index,
+        }
+
+
+@dataclass(frozen=True)
+class KernelLayout:
+    """Every input and output buffer's layout, plus notes on how the backend chose them."""
+
+    inputs: Mapping[str, BufferLayout]
+    outputs: Mapping[str, BufferLayout]
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy."""
+        return {
+            "inputs": {k: v.as_dict() for k, v in self.inputs.items()},
+            "outputs": {k: v.as_dict() for k, v in self.outputs.items()},
+            "notes": list(self.notes),
+        }
+
+
+def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
+def dense_layout(kernel: Kernel, source: str = "dense host memory") -> KernelLayout:
+    """The layout of a kernel whose buffers are C-contiguous arrays of their specs."""
+
+    def one(spec: TensorSpec) -> BufferLayout:
+        strides = contiguous_strides(spec.shape, spec.dtype.itemsize)
+        return BufferLayout(spec.shape, spec.dtype, strides, spec.nbytes, source)
+
+    return KernelLayout(
+        MappingProxyType({s.name: one(s) for s in kernel.inputs}),
+        MappingProxyType({s.name: one(s) for s in kernel.outputs}),
+    )
 
 
 class Kernel(ABC):
@@ -89,6 +162,15 @@ class Kernel(ABC):
     def last_stats(self) -> dict[str, float] | None:
         """Hardware timing of the last evaluation where the backend can measure it, else None."""
         return None
+
+    @property
+    def layout(self) -> KernelLayout:
+        """How each input and output buffer lies in memory (strides, size) and why.
+
+        Backends with their own memory (the ANE's padded IOSurface rows) override this;
+        the default describes dense host arrays.
+        """
+        return dense_layout(self)
 
     # -- shared behaviour ---------------------------------------------------------------------
     def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
@@ -147,8 +229,19 @@ class Kernel(ABC):
     def __enter__(self) -> Kernel:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        # An exception is already propagating: it is the one to report. A failure to close
+        # is attached to it as a note instead of replacing it.
+        try:
+            self.close()
+        except Exception as close_error:
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(
+                    f"while closing the kernel: {type(close_error).__name__}: {close_error}"
+                )
 
     def __repr__(self) -> str:
         ins = ", ".join(str(s) for s in self.inputs)

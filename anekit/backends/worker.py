@@ -5,14 +5,19 @@ one process (ANE_NOTES section 2.4). ``anekit.compile(program, isolate=True)``
 returns an :class:`IsolatedKernel` whose compiled form lives in a worker process.
 The parent counts the compiles it sends to the worker; when the next one would
 pass ``recycle_after`` it stops the worker and starts a fresh one, and kernels of
-the old worker are compiled again there on their next use. A worker that dies
-surfaces as :class:`EvaluationError`; the next call starts a new one.
+the old worker are compiled again there on their next use.
 
-Inputs and outputs live in memory the parent owns, so they survive recycling: a
-global IOSurface looked up by ID on a Mac with the ANE framework, POSIX shared
-memory elsewhere. The worker copies them into and out of its kernel's own
-buffers. Commands travel over a pipe as JSON, programs as MIL text plus weight
-files. Nothing here knows which backend it hosts.
+Every call has a deadline (``timeout=``, seconds): a worker that does not answer in
+time (hung, or stopped with SIGSTOP) is killed and replaced, and the call raises
+:class:`EvaluationError`; so does a worker that dies. A malformed message is answered
+with an error on either side, never a dead worker. Errors raised in the worker
+arrive as their own class with their fields (:mod:`anekit.backends.wire`).
+
+Inputs and outputs live in POSIX shared memory the parent owns
+(:mod:`anekit.backends.shm`), so they survive recycling, and a buffer handed out
+keeps its memory mapped after the kernel is closed or collected. The worker copies
+them into and out of its kernel's own buffers. Programs travel as MIL text plus
+weight files. Nothing here knows which backend it hosts.
 
 An isolated kernel runs one evaluation at a time (``max_in_flight() == 1``).
 If more kernels are in use round-robin than ``recycle_after``, every recycle
@@ -27,197 +32,66 @@ import multiprocessing
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
 
-from anekit.backends.base import Kernel, TensorSpec
+from anekit.backends import shm, wire
+from anekit.backends.base import Kernel
 from anekit.backends.budget import DEFAULT_LIMIT
-from anekit.errors import (
-    BackendUnavailable,
-    CompileError,
-    EvaluationError,
-    MilTypeError,
-    WeightFileError,
-)
+from anekit.errors import EvaluationError
 from anekit.mil.program import Program
 
 DEFAULT_RECYCLE_AFTER = 100  # compiles per worker; below the in-process budget (budget.py)
-ALIGN = 64  # byte alignment of each tensor in a shared region
+DEFAULT_TIMEOUT_S = 120.0  # per call; a compile of a large program takes seconds, not minutes
 STOP_TIMEOUT_S = 5.0
 
-__all__ = ["DEFAULT_RECYCLE_AFTER", "IsolatedKernel", "compile"]
+__all__ = ["DEFAULT_RECYCLE_AFTER", "DEFAULT_TIMEOUT_S", "IsolatedKernel", "compile", "flush"]
 
 
 def compile(
-    program: Program, backend: str, *, recycle_after: int = DEFAULT_RECYCLE_AFTER, **options: Any
+    program: Program,
+    backend: str,
+    *,
+    recycle_after: int = DEFAULT_RECYCLE_AFTER,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    **options: Any,
 ) -> IsolatedKernel:
-    """Compile ``program`` for ``backend`` inside a worker process recycled every ``recycle_after`` compiles."""
+    """Compile ``program`` for ``backend`` in a worker recycled every ``recycle_after`` compiles.
+
+    ``timeout`` bounds every call to the worker, in seconds; options go to the backend.
+    """
     if not 1 <= recycle_after <= DEFAULT_LIMIT:
         raise ValueError(f"recycle_after must be in [1, {DEFAULT_LIMIT}], found {recycle_after}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, found {timeout!r}")
     try:
         json.dumps(options)
     except TypeError as e:
         raise TypeError(f"isolated kernels take JSON-serialisable backend options: {e}") from None
-    return IsolatedKernel(program, backend, options, _host(recycle_after))
-
-
-# -- shared memory -----------------------------------------------------------------------------
-class Region:
-    """Memory shared between the parent (which owns it) and the worker, found by (kind, ref)."""
-
-    kind = ""
-
-    def __init__(self, ref: Any, buf: memoryview, owner: Any) -> None:
-        self.ref = ref
-        self.buf = buf
-        self._owner = owner
-
-    def close(self, *, unlink: bool) -> None:
-        """Stop using the memory; the owner also frees it (``unlink``)."""
-
-
-class ShmRegion(Region):
-    """POSIX shared memory (``multiprocessing.shared_memory``)."""
-
-    kind = "shm"
-
-    @classmethod
-    def create(cls, nbytes: int) -> ShmRegion:
-        shm = SharedMemory(create=True, size=nbytes)
-        return cls(shm.name, shm.buf, shm)
-
-    @classmethod
-    def attach(cls, ref: str) -> ShmRegion:
-        shm = SharedMemory(name=ref)
-        return cls(ref, shm.buf, shm)
-
-    def close(self, *, unlink: bool) -> None:
-        try:
-            self._owner.close()
-        except BufferError:
-            pass  # a caller still holds a view; the mapping goes with the last view
-        if unlink:
-            self._owner.unlink()
-
-
-class SurfaceRegion(Region):
-    """A global IOSurface, looked up by ID in the worker (macOS with the ANE framework)."""
-
-    kind = "iosurface"
-
-    @classmethod
-    def create(cls, nbytes: int) -> SurfaceRegion:
-        from anekit.backends.ane import framework
-        from anekit.backends.ane.iosurface import Surface
-
-        fw = framework.load()
-        surface = Surface.create(fw, nbytes, shared=True)
-        return cls(surface.id, fw.surface_memory(surface.handle, nbytes), surface)
-
-    @classmethod
-    def attach(cls, ref: int, nbytes: int) -> SurfaceRegion:
-        from anekit.backends.ane import framework
-        from anekit.backends.ane.iosurface import Surface
-
-        fw = framework.load()
-        surface = Surface.lookup(fw, ref, nbytes)
-        return cls(ref, fw.surface_memory(surface.handle, nbytes), surface)
-
-    def close(self, *, unlink: bool) -> None:
-        self._owner.unlock()  # the surface is freed when its last reference goes
-
-
-def create_region(nbytes: int) -> Region:
-    """Parent side: new shared memory of ``nbytes`` (IOSurface where the ANE framework loads)."""
-    from anekit.backends.ane import framework
-
-    if framework.problem() is None:
-        return SurfaceRegion.create(nbytes)
-    return ShmRegion.create(nbytes)
-
-
-def attach_region(kind: str, ref: Any, nbytes: int) -> Region:
-    """Worker side: the parent's region by kind and reference."""
-    if kind == SurfaceRegion.kind:
-        return SurfaceRegion.attach(ref, nbytes)
-    return ShmRegion.attach(ref)
-
-
-def layout(specs: Sequence[TensorSpec]) -> tuple[dict[str, int], int]:
-    """Byte offset of each tensor in a region (64-byte aligned) and the region's size."""
-    offsets, end = {}, 0
-    for s in specs:
-        offsets[s.name] = end
-        end += -(-s.nbytes // ALIGN) * ALIGN
-    return offsets, max(end, ALIGN)
-
-
-def views(region: Region, specs: Sequence[TensorSpec], base: int) -> dict[str, np.ndarray]:
-    """Arrays on ``region`` for ``specs``, laid out by :func:`layout` from byte ``base``."""
-    offsets, _ = layout(specs)
-    return {
-        s.name: np.ndarray(s.shape, s.dtype.numpy, buffer=region.buf, offset=base + offsets[s.name])
-        for s in specs
-    }
-
-
-# -- the wire ---------------------------------------------------------------------------------
-def _send(conn: Connection, header: dict[str, Any], frames: Sequence[bytes] = ()) -> None:
-    conn.send_bytes(json.dumps({**header, "frames": len(frames)}).encode())
-    for frame in frames:
-        conn.send_bytes(frame)
-
-
-def _recv(conn: Connection) -> tuple[dict[str, Any], list[bytes]]:
-    header = json.loads(conn.recv_bytes())
-    return header, [conn.recv_bytes() for _ in range(header.pop("frames"))]
-
-
-_FIELDS = ("line", "column", "op", "param", "file", "offset", "domain", "code")
-_REBUILD: dict[str, type[Exception]] = {
-    "BackendUnavailable": BackendUnavailable,
-    "CompileError": CompileError,
-    "CompileBudgetExhausted": CompileError,
-    "EvaluationError": EvaluationError,
-    "MilTypeError": MilTypeError,
-    "WeightFileError": WeightFileError,
-    "ValueError": ValueError,
-    "TypeError": TypeError,
-}
-
-
-def _error_reply(e: Exception) -> dict[str, Any]:
-    fields = {f: getattr(e, f) for f in _FIELDS if isinstance(getattr(e, f, None), (int, str))}
-    return {"ok": False, "kind": type(e).__name__, "message": str(e), "fields": fields}
-
-
-def _rebuild(reply: dict[str, Any]) -> Exception:
-    """The worker's exception as the parent raises it (same class where it can be rebuilt)."""
-    cls = _REBUILD.get(reply["kind"])
-    if cls is None:
-        return EvaluationError(f"worker raised {reply['kind']}: {reply['message']}")
-    err = cls(reply["message"])
-    for name, value in reply["fields"].items():
-        setattr(err, name, value)
-    return err
+    return IsolatedKernel(program, backend, options, _host(recycle_after), timeout=float(timeout))
 
 
 # -- the worker process --------------------------------------------------------------------------
 class _Hosted:
     """Worker side of one kernel: the compiled kernel and its two slots of shared views."""
 
-    def __init__(self, kernel: Kernel, region: Region) -> None:
+    def __init__(self, kernel: Kernel, region: shm.Region) -> None:
         self.kernel = kernel
-        self.region = region
         specs = kernel.inputs + kernel.outputs
-        size = layout(specs)[1]
-        self.slots = [views(region, specs, 0), views(region, specs, size)]
+        size = shm.layout(specs)[1]
+        if len(region) < 2 * size:
+            raise EvaluationError(
+                f"shared region of {len(region)} bytes; the kernel needs {2 * size}"
+            )
+        self.slots = [shm.views(region, specs, 0), shm.views(region, specs, size)]
 
-    def run(self, slot: int) -> dict[str, Any]:
+    def run(self, slot: Any) -> dict[str, Any]:
+        if slot not in (0, 1):
+            raise EvaluationError(f"malformed run command: slot {slot!r} is not 0 or 1")
         shared, k = self.slots[slot], self.kernel
         for s in k.inputs:
             np.copyto(k.input_buffer(s.name), shared[s.name])
@@ -229,7 +103,6 @@ class _Hosted:
     def close(self) -> None:
         self.slots.clear()
         self.kernel.close()
-        self.region.close(unlink=False)
 
 
 def _compile(header: dict[str, Any], frames: list[bytes]) -> _Hosted:
@@ -237,15 +110,34 @@ def _compile(header: dict[str, Any], frames: list[bytes]) -> _Hosted:
     from anekit.backends import compile as compile_kernel
     from anekit.mil import parse
 
-    program = parse(frames[0].decode("utf-8"), weights=dict(zip(header["weights"], frames[1:])))
-    kind, ref, nbytes = header["region"]
-    region = attach_region(kind, ref, nbytes)
     try:
-        kernel = compile_kernel(program, backend=header["backend"], **header["options"])
+        names, region_ref = list(header["weights"]), str(header["region"])
+        backend, options = str(header["backend"]), dict(header["options"])
+        text = frames[0].decode("utf-8")
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise EvaluationError(f"malformed compile command: {type(e).__name__}: {e}") from None
+    program = parse(text, weights=dict(zip(names, frames[1:])))
+    kernel = compile_kernel(program, backend=backend, **options)
+    try:
+        return _Hosted(kernel, shm.Region.attach(region_ref))
     except BaseException:
-        region.close(unlink=False)
+        kernel.close()
         raise
-    return _Hosted(kernel, region)
+
+
+def _handle(hosted: dict[int, _Hosted], header: dict[str, Any], frames: list[bytes]) -> dict:
+    op, kernel_id = header.get("op"), header.get("id")
+    if op == "compile":
+        hosted[kernel_id] = _compile(header, frames)  # type: ignore[index]
+        return {"ok": True, "layout": hosted[kernel_id].kernel.layout.as_dict()}  # type: ignore[index]
+    if op not in ("run", "close"):
+        raise EvaluationError(f"malformed command: unknown op {op!r}")
+    if kernel_id not in hosted:
+        raise EvaluationError(f"the worker hosts no kernel with id {kernel_id!r}")
+    if op == "run":
+        return hosted[kernel_id].run(header.get("slot"))
+    hosted.pop(kernel_id).close()
+    return {"ok": True}
 
 
 def _serve(conn: Connection) -> None:
@@ -253,24 +145,24 @@ def _serve(conn: Connection) -> None:
     hosted: dict[int, _Hosted] = {}
     while True:
         try:
-            header, frames = _recv(conn)
-        except EOFError:
-            break
-        op = header["op"]
-        if op == "exit":
-            break
+            header, frames = wire.recv(conn)
+        except (EOFError, OSError):
+            break  # the parent is gone
+        except Exception as e:  # a malformed message: answer it, keep serving
+            reply = wire.encode_error(e)
+        else:
+            if header.get("op") == "exit":
+                break
+            try:
+                reply = _handle(hosted, header, frames)
+            except Exception as e:  # every failure goes back to the parent, typed
+                reply = wire.encode_error(e)
         try:
-            if op == "compile":
-                hosted[header["id"]] = _compile(header, frames)
-                reply: dict[str, Any] = {"ok": True}
-            elif op == "run":
-                reply = hosted[header["id"]].run(header["slot"])
-            else:  # close
-                hosted.pop(header["id"]).close()
-                reply = {"ok": True}
-        except Exception as e:  # every failure goes back to the parent, typed
-            reply = _error_reply(e)
-        _send(conn, reply)
+            wire.send(conn, reply)
+        except (TypeError, ValueError) as e:  # a reply that is not JSON: say so instead
+            wire.send(conn, wire.encode_error(EvaluationError(f"unsendable reply: {e}")))
+        except OSError:
+            break
     for h in hosted.values():
         h.close()
 
@@ -286,7 +178,12 @@ class WorkerHost:
         self.compiles = 0  # sent to the current worker
         self._process: Any = None
         self._conn: Connection | None = None
-        self._kernels: set[IsolatedKernel] = set()
+        self._kernels: weakref.WeakValueDictionary[int, IsolatedKernel] = (
+            weakref.WeakValueDictionary()
+        )
+        self._forgotten: list[tuple[int, int]] = []  # (id, generation) to close in the worker
+        # never held across I/O; re-entrant, since a garbage-collector callback may take it
+        self._forgotten_lock = threading.RLock()
         self._next_id = 0
 
     @property
@@ -297,24 +194,30 @@ class WorkerHost:
         """Register a kernel; returns its id."""
         with self.lock:
             self._next_id += 1
-            self._kernels.add(kernel)
+            self._kernels[self._next_id] = kernel
             return self._next_id
 
     def kernels(self) -> list[IsolatedKernel]:
-        """The kernels registered with this host."""
-        with self.lock:
-            return list(self._kernels)
+        """The kernels registered with this host and still alive."""
+        return list(self._kernels.values())
 
-    def remove(self, kernel: IsolatedKernel) -> None:
-        """Forget a kernel; the worker stops with the last one."""
+    def forget(self, kernel_id: int, generation: int) -> None:
+        """Drop a kernel without talking to the worker (safe from a garbage-collector callback)."""
+        self._kernels.pop(kernel_id, None)
+        with self._forgotten_lock:
+            self._forgotten.append((kernel_id, generation))
+
+    def flush(self) -> None:
+        """Close forgotten kernels in the worker; stop it when no kernel is left."""
         with self.lock:
-            self._kernels.discard(kernel)
+            self._close_forgotten()
             if not self._kernels:
                 self.stop()
 
     def ensure(self, kernel: IsolatedKernel) -> None:
         """Make sure ``kernel`` is compiled in the current worker, recycling it if it is full."""
         with self.lock:
+            self._close_forgotten()
             if self._process is not None and kernel.generation == self.generation:
                 return
             if self._process is not None and self.compiles >= self.recycle_after:
@@ -323,26 +226,64 @@ class WorkerHost:
                 self._start()
             self.compiles += 1
             header, frames = kernel.compile_message()
-            self.call(header, frames)
+            reply = self.call(header, frames, timeout=kernel.timeout)
             kernel.generation = self.generation
+            kernel.worker_layout = reply.get("layout")
 
-    def call(self, header: dict[str, Any], frames: Sequence[bytes] = ()) -> dict[str, Any]:
-        """Send one command and wait for its reply; a dead worker becomes EvaluationError."""
+    def _close_forgotten(self) -> None:
+        with self._forgotten_lock:
+            pending, self._forgotten = self._forgotten, []
+        for kernel_id, generation in pending:
+            if generation == self.generation and self._conn is not None:
+                try:
+                    self.call({"op": "close", "id": kernel_id}, timeout=STOP_TIMEOUT_S)
+                except EvaluationError:
+                    pass  # the worker is gone or replaced: nothing of the kernel is left
+
+    def call(
+        self, header: dict[str, Any], frames: Sequence[bytes] = (), *, timeout: float
+    ) -> dict[str, Any]:
+        """Send one command and wait for its reply, at most ``timeout`` seconds.
+
+        A worker that dies, answers garbage or misses the deadline is killed and forgotten
+        (the next call starts a new one) and the call raises EvaluationError.
+        """
         with self.lock:
             if self._conn is None:
                 raise EvaluationError("no worker process is running")
-            pid = self.pid
+            pid, op = self.pid, header.get("op")
+            late = threading.Event()
+            # A large send blocks while the worker does not read: a watchdog ends it in time.
+            watchdog = threading.Timer(timeout, self._kill, (late,)) if frames else None
             try:
-                _send(self._conn, header, frames)
-                reply, _ = _recv(self._conn)
+                if watchdog is not None:
+                    watchdog.start()
+                wire.send(self._conn, header, frames)
+                if not self._conn.poll(timeout):
+                    late.set()
+                    raise EOFError
+                reply, _ = wire.recv(self._conn)
             except (EOFError, OSError) as e:
-                code = self._discard()
+                code = self._discard(kill=True)
+                what = (
+                    f"did not answer {op!r} within {timeout:g} s and was killed"
+                    if late.is_set()
+                    else f"died during {op!r} (exit code {code})"
+                )
                 raise EvaluationError(
-                    f"worker process {pid} died during {header['op']!r} (exit code {code}); "
-                    "the next call starts a new worker"
+                    f"worker process {pid} {what}; the next call starts a new worker"
                 ) from e
-        if not reply["ok"]:
-            raise _rebuild(reply)
+            except EvaluationError as e:  # a malformed reply: the stream cannot be trusted
+                self._discard(kill=True)
+                raise EvaluationError(
+                    f"worker process {pid} sent a malformed reply to {op!r} ({e}); it was "
+                    "killed and the next call starts a new worker"
+                ) from e
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
+        if reply.get("ok") is not True:
+            raise wire.rebuild_error(reply)
         return reply
 
     def stop(self) -> None:
@@ -350,10 +291,16 @@ class WorkerHost:
         with self.lock:
             if self._conn is not None:
                 try:
-                    _send(self._conn, {"op": "exit"})
+                    wire.send(self._conn, {"op": "exit"})
                 except OSError:
                     pass  # already gone
             self._discard()
+
+    def _kill(self, late: threading.Event) -> None:
+        late.set()
+        process = self._process
+        if process is not None:
+            process.kill()
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -372,7 +319,7 @@ class WorkerHost:
         self.generation += 1
         self.compiles = 0
 
-    def _discard(self) -> int | None:
+    def _discard(self, *, kill: bool = False) -> int | None:
         """Forget the current worker, reaping its process; returns its exit code."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
@@ -380,6 +327,8 @@ class WorkerHost:
             conn.close()
         if process is None:
             return None
+        if kill:
+            process.kill()
         process.join(STOP_TIMEOUT_S)
         if process.is_alive():
             process.kill()
@@ -400,41 +349,79 @@ def _host(recycle_after: int) -> WorkerHost:
         return _hosts[recycle_after]
 
 
+def flush() -> None:
+    """Close what collected isolated kernels left in their workers; stop idle workers."""
+    for host in list(_hosts.values()):
+        host.flush()
+
+
 def _close_all() -> None:
     """At exit: close every isolated kernel still open, freeing its memory and its worker."""
     for host in list(_hosts.values()):
-        for kernel in list(host.kernels()):
+        for kernel in host.kernels():
             kernel.close()
+        host.flush()
         host.stop()
+
+
+def _finalize(host: WorkerHost, kernel_id: int, state: _State, region: shm.Region) -> None:
+    """Release an isolated kernel (on close, or when it is garbage): no I/O to the worker here."""
+    host.forget(kernel_id, state.generation)
+    region.close()
+
+
+class _State:
+    """What the finalizer of an isolated kernel needs to know; shared with the kernel."""
+
+    generation = 0  # the worker generation the kernel is compiled in (0: none)
 
 
 class IsolatedKernel(Kernel):
     """A kernel compiled in a worker process; same API as any Kernel.
 
-    ``input_buffer``/``output_buffer`` are views of shared memory the parent owns;
-    ``run()`` uses them, ``evaluate()`` (and ``__call__``/``submit``) a second slot,
-    so calls never disturb the buffers.
+    ``input_buffer``/``output_buffer`` are views of shared memory the parent owns (they
+    keep it mapped after the kernel is gone); ``run()`` uses them, ``evaluate()`` (and
+    ``__call__``/``submit``) a second slot, so calls never disturb the buffers.
     """
 
     def __init__(
-        self, program: Program, backend: str, options: dict[str, Any], host: WorkerHost
+        self,
+        program: Program,
+        backend: str,
+        options: dict[str, Any],
+        host: WorkerHost,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__(program)
         self.backend = backend
+        self.timeout = timeout
+        self.worker_layout: dict[str, Any] | None = None  # the hosted kernel's own layout
         self._options = options
         self._host = host
-        self.generation = 0  # the worker generation this kernel is compiled in (0: none)
+        self._state = _State()
         self._last: dict[str, float] | None = None
         specs = self.inputs + self.outputs
-        size = layout(specs)[1]
-        self._region = create_region(2 * size)
-        self._slots = [views(self._region, specs, 0), views(self._region, specs, size)]
+        size = shm.layout(specs)[1]
+        self._region = shm.Region.create(2 * size)
+        self._slots = [shm.views(self._region, specs, 0), shm.views(self._region, specs, size)]
         self._id = host.add(self)
+        self._finalizer = weakref.finalize(self, _finalize, host, self._id, self._state,
+                                           self._region)  # fmt: skip
         try:
             host.ensure(self)
         except BaseException:
-            self._detach()
+            self._release()
             raise
+
+    @property
+    def generation(self) -> int:
+        """The worker generation this kernel is compiled in (0: none)."""
+        return self._state.generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self._state.generation = value
 
     @property
     def worker_pid(self) -> int | None:
@@ -449,7 +436,7 @@ class IsolatedKernel(Kernel):
             "id": self._id,
             "backend": self.backend,
             "options": self._options,
-            "region": [self._region.kind, self._region.ref, len(self._region.buf)],
+            "region": self._region.ref,
             "weights": list(weights),
         }
         return header, [self.program.to_text().encode("utf-8"), *weights.values()]
@@ -460,7 +447,7 @@ class IsolatedKernel(Kernel):
             for name, value in inputs.items():
                 np.copyto(shared[name], value)
             self._run_slot(1)
-            return {s.name: shared[s.name].copy() for s in self.outputs}
+            return {s.name: np.array(shared[s.name]) for s in self.outputs}
 
     def run(self) -> None:
         self._check_open()
@@ -483,17 +470,9 @@ class IsolatedKernel(Kernel):
 
     def _run_slot(self, slot: int) -> None:
         self._host.ensure(self)
-        self._last = self._host.call({"op": "run", "id": self._id, "slot": slot})["stats"]
+        reply = self._host.call({"op": "run", "id": self._id, "slot": slot}, timeout=self.timeout)
+        self._last = reply.get("stats")
 
     def _release(self) -> None:
-        with self._host.lock:
-            try:
-                if self.generation == self._host.generation and self._host.pid is not None:
-                    self._host.call({"op": "close", "id": self._id})
-            finally:
-                self._detach()
-
-    def _detach(self) -> None:
-        self._slots.clear()
-        self._host.remove(self)
-        self._region.close(unlink=True)
+        self._finalizer()
+        self._host.flush()

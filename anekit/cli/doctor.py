@@ -1,4 +1,7 @@
-"""``anekit doctor``: say plainly what works on this machine; exits 0 everywhere."""
+"""``anekit doctor``: say plainly what works on this machine; exits 0 everywhere.
+
+``--ladder`` runs the experiments of :mod:`anekit.doctor.ladder` (exit 1 if a rung fails).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-smoke", action="store_true", help="skip the compile/evaluate smoke test on the ANE"
     )
+    parser.add_argument(
+        "--ladder",
+        action="store_true",
+        help="run the ladder of experiments, each rung in its own process (first thing on a Mac)",
+    )
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="with --ladder: also compile until the framework fails, to measure the real limit",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,6 +35,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json and Path(args.json).is_dir():
         raise UsageError(f"--json {args.json} is a directory; expected a file name")
+    if args.budget and not args.ladder:
+        raise UsageError("--budget needs --ladder")
+    if args.ladder:
+        from anekit.doctor.ladder import main as ladder
+
+        return ladder(json_path=args.json, budget=args.budget)
     r = report(smoke=not args.no_smoke)
     print(format_report(r))
     if args.json:

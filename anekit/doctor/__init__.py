@@ -1,1 +1,1 @@
-"""What this machine offers for the ANE: the report behind ``anekit doctor`` (``report``)."""
+"""``anekit doctor``: what this machine offers for the ANE, and the ladder of experiments that pinpoints a failure."""

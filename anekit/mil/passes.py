@@ -135,12 +135,12 @@ def _view_as(block: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def prepare_for_device(
-    program: Program, *, pack: bool = True, max_dim: int = MAX_DIM
+    program: Program, *, pack: bool = True, order: bool = True, max_dim: int = MAX_DIM
 ) -> tuple[Program, InputPacking | None]:
-    """The pass list of the ANE backend: fold constants, pack the inputs (if ``pack``), order I/O."""
+    """The pass list of the ANE backend: fold constants, pack the inputs, order I/O by size."""
     device = fold_constants(program)
     device, packing = pack_inputs(device, max_dim=max_dim) if pack else (device, None)
-    return order_by_size(device), packing
+    return (order_by_size(device) if order else device), packing
 
 
 def pack_inputs(
@@ -228,6 +228,44 @@ def rebuild_ops(ops: tuple[Operation, ...], replace: dict[int, Value]) -> tuple[
 def _rebuilt(op: Operation, replace: Mapping[int, Value]) -> Operation:
     """``op`` itself if it reads no replaced value, else its substitute."""
     return substitute(op, replace) if any(id(v) in replace for v in op.input_values()) else op
+
+
+def rename_io(program: Program, inputs: Mapping[str, str], outputs: Mapping[str, str]) -> Program:
+    """``program`` with ``main``'s inputs and outputs renamed (old -> new), ops rebuilt.
+
+    An output that is also an input gets an ``identity`` op, so each interface name names
+    one value.
+    """
+    fn = program.main
+    new_inputs = tuple(Value(inputs.get(v.name, v.name), v.type) for v in fn.inputs)
+    replace: dict[int, Value] = {id(old): new for old, new in zip(fn.inputs, new_inputs)}
+    input_ids = set(replace)
+    renamed = {id(v): outputs[v.name] for v in fn.outputs if id(v) not in input_ids}
+    ops = []
+    for op in fn.ops:
+        if any(id(v) in renamed for v in op.outputs):
+            new = substitute(op, replace)
+            for old, out in zip(op.outputs, new.outputs):
+                out.name = renamed.get(id(old), out.name)  # a fresh Value: nothing else holds it
+        else:
+            new = _rebuilt(op, replace)
+        replace.update((id(old), out) for old, out in zip(op.outputs, new.outputs) if new is not op)
+        ops.append(new)
+    returned = []
+    for old in fn.outputs:
+        v = replace.get(id(old), old)
+        if id(old) in input_ids:
+            v = _identity(v, outputs.get(old.name, old.name), fn.opset)
+            ops.append(v.producer)
+        returned.append(v)
+    main = Function(fn.name, new_inputs, tuple(ops), tuple(returned), fn.opset)
+    return _replace_main(program, main)
+
+
+def _identity(v: Value, name: str, opset: str) -> Value:
+    out = Value(name, v.type)
+    out.producer = Operation(registry.get("identity", opset), {"x": v}, (out,), {"name": name})
+    return out
 
 
 # -- constant folding ----------------------------------------------------------------------------

@@ -2,26 +2,30 @@
 
 Everything the ANE backend touches in the Objective-C world goes through a
 :class:`Framework`: classes by name, real ``NSData``/``NSDictionary``/``NSArray``/
-``NSNumber``/``NSURL`` objects, ``NSTemporaryDirectory()``, the IOSurface C functions
-and runtime introspection. Objects it returns are called the PyObjC way
-(``model.compileWithQoS_options_error_(21, opts, None) -> (ok, error)``).
+``NSNumber``/``NSURL`` objects, ``NSTemporaryDirectory()``, autorelease pools, the
+IOSurface C functions and runtime introspection. Objects it returns are called the
+PyObjC way (``model.compileWithQoS_options_error_(21, opts, None) -> (ok, error)``).
 The contract test replaces it with a recording stand-in; nothing else in the
 backend imports PyObjC. PyObjC is imported lazily, only on macOS.
+
+:data:`SELECTORS` lists every class and selector the backend sends, so ``doctor
+--ladder`` can check each exists (with its runtime type encoding) before anything
+runs, and the contract test can check the list is complete.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import platform
 import re
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
+from anekit.backends.ane import host
 from anekit.errors import BackendUnavailable
 
-FRAMEWORK_PATH = "/System/Library/PrivateFrameworks/AppleNeuralEngine.framework"
+FRAMEWORK_PATH = host.FRAMEWORK_PATH
 
 # The classes the backend needs; loading fails with a reason if one is missing.
 REQUIRED_CLASSES = (
@@ -48,18 +52,70 @@ ERROR_SELECTORS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-PYOBJC_HINT = "pip install pyobjc-core pyobjc-framework-IOSurface"
+# What ``+[_ANEDeviceInfo ...]`` can tell (class methods without arguments).
+DEVICE_INFO = (
+    "hasANE",
+    "isVirtualMachine",
+    "aneSubType",
+    "aneSubTypeVariant",
+    "aneArchitectureType",
+    "aneBoardType",
+    "numANECores",
+    "numANEs",
+    "productName",
+    "buildVersion",
+)
+
+# Every selector the backend sends, by class: ``+`` class methods, ``-`` instance methods.
+SELECTORS: dict[str, tuple[tuple[str, str], ...]] = {
+    "_ANEInMemoryModelDescriptor": (("+", "modelWithMILText:weights:optionsPlist:"),),
+    "_ANEInMemoryModel": (
+        ("+", "inMemoryModelWithDescriptor:"),
+        ("-", "hexStringIdentifier"),
+        ("-", "compileWithQoS:options:error:"),
+        ("-", "loadWithQoS:options:error:"),
+        ("-", "evaluateWithQoS:options:request:error:"),
+        ("-", "unloadWithQoS:error:"),
+        ("-", "setPerfStatsMask:"),
+        ("-", "model"),
+        ("-", "modelAttributes"),
+    ),
+    "_ANEModel": (
+        ("+", "modelAtURL:key:"),
+        ("-", "modelAttributes"),
+        ("-", "setPerfStatsMask:"),
+    ),
+    "_ANEClient": (
+        ("+", "sharedConnection"),
+        ("-", "compileModel:options:qos:error:"),
+        ("-", "loadModel:options:qos:error:"),
+        ("-", "evaluateWithModel:options:request:qos:error:"),
+        ("-", "unloadModel:options:qos:error:"),
+    ),
+    "_ANEIOSurfaceObject": (("+", "objectWithIOSurface:"),),
+    "_ANERequest": (
+        (
+            "+",
+            "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:"
+            "procedureIndex:",
+        ),
+    ),
+    "_ANEPerformanceStats": (("+", "statsWithHardwareExecutionNS:"), ("-", "hwExecutionTime")),
+    "_ANEDeviceInfo": tuple(("+", s) for s in DEVICE_INFO),
+}
+
+# Selectors the backend asks for only if they exist (it works, with less, without them).
+OPTIONAL_SELECTORS = frozenset(
+    {"setPerfStatsMask:", "model", "modelAttributes", "statsWithHardwareExecutionNS:",
+     "hwExecutionTime", *DEVICE_INFO}
+)  # fmt: skip
+
+PYOBJC_HINT = "pip install pyobjc-core pyobjc-framework-Cocoa pyobjc-framework-IOSurface"
 
 
 def platform_problem() -> str | None:
-    """Why this machine cannot have the framework at all (None on macOS/arm64); imports nothing."""
-    if sys.platform != "darwin":
-        return f"needs macOS on Apple silicon; this is {sys.platform} ({platform.machine()})"
-    if platform.machine() != "arm64":
-        return f"needs Apple silicon; this Mac is {platform.machine()}"
-    if not Path(FRAMEWORK_PATH).is_dir():
-        return f"{FRAMEWORK_PATH} is missing on this macOS {platform.mac_ver()[0]}"
-    return None
+    """Why this machine cannot have a usable framework at all (None if it may); loads nothing."""
+    return host.problem(host.facts())
 
 
 _lock = threading.Lock()
@@ -68,16 +124,22 @@ _failure: str | None = None
 
 
 def problem() -> str | None:
-    """Why the framework cannot be used here, or None; loads it (once) on macOS."""
+    """Why the framework cannot be used here, or None; loads it (once) on macOS.
+
+    Never raises: whatever goes wrong while probing (PyObjC raises many types)
+    becomes the reason.
+    """
     global _loaded, _failure
     with _lock:
         if _loaded is None and _failure is None:
-            _failure = platform_problem()
-            if _failure is None:
-                try:
+            try:
+                _failure = platform_problem()
+                if _failure is None:
                     _loaded = Framework()
-                except BackendUnavailable as e:
-                    _failure = str(e)
+            except BackendUnavailable as e:
+                _failure = str(e)
+            except Exception as e:  # anything unexpected is a reason, never a traceback
+                _failure = f"loading the framework raised {type(e).__name__}: {e}"
         return _failure
 
 
@@ -89,15 +151,56 @@ def load() -> Framework:
     return _loaded
 
 
-def describe_error(error: Any) -> tuple[str, str | None, int | None]:
-    """The text, domain and code of an NSError (the framework may fail without one)."""
+def describe_error(error: Any) -> tuple[str, str | None, int | None, dict[str, Any] | None]:
+    """The text, domain, code and userInfo of an NSError (the framework may fail without one)."""
     if error is None:
-        return "the framework reported failure without an NSError", None, None
+        return "the framework reported failure without an NSError", None, None, None
     text = str(error.localizedDescription())
-    info = error.userInfo()
+    info = plain(error.userInfo())
     if info:
         text += f" ({info})"
-    return text, str(error.domain()), int(error.code())
+    return text, str(error.domain()), int(error.code()), info or None
+
+
+MAX_PLAIN_DEPTH = 32  # Foundation graphs from the framework are shallow; bound the recursion
+
+
+def plain(obj: Any, depth: int = 0) -> Any:
+    """A JSON-ready copy of a Foundation object graph: dict, list, str, int, float, bool, None.
+
+    PyObjC bridges NSString and NSNumber to ``str``/``int``/``float`` subclasses and
+    NSDictionary/NSArray to mappings and sequences; anything else becomes its ``str``.
+    """
+    if obj is None or isinstance(obj, bool):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).hex()
+    if depth >= MAX_PLAIN_DEPTH:
+        return str(obj)
+    if hasattr(obj, "keys"):
+        return {str(k): plain(obj[k], depth + 1) for k in obj.keys()}
+    if isinstance(obj, (list, tuple)) or hasattr(obj, "__iter__"):
+        return [plain(x, depth + 1) for x in obj]
+    return str(obj)
+
+
+def device_info(fw: Any) -> dict[str, Any]:
+    """What ``_ANEDeviceInfo`` reports (None for a selector it lacks or that fails)."""
+    cls = fw.cls("_ANEDeviceInfo")
+    info: dict[str, Any] = {}
+    for selector in DEVICE_INFO:
+        try:
+            with fw.pool():
+                info[selector] = plain(getattr(cls, selector)())
+        except Exception:  # a missing selector is an answer too: "not reported"
+            info[selector] = None
+    return info
 
 
 _MIL_LINE = re.compile(r"(?:\bline\s*[:=]?\s*|model\.mil:)(\d+)", re.IGNORECASE)
@@ -136,6 +239,14 @@ class Framework:
         self.pyobjc_version: str = objc.__version__
 
     # -- Objective-C objects -------------------------------------------------------------------
+    def pool(self) -> contextlib.AbstractContextManager[Any]:
+        """An autorelease pool: PyObjC drains none without a run loop (ANE_NOTES 2.5)."""
+        return self._objc.autorelease_pool()
+
+    def empty_options(self) -> Any:
+        """A new immutable empty NSDictionary (the ``options:`` of compile, load and evaluate)."""
+        return self._ns.NSDictionary.dictionary()
+
     def cls(self, name: str) -> Any:
         """An Objective-C class by name; BackendUnavailable if the framework lacks it."""
         try:
@@ -196,14 +307,6 @@ class Framework:
     def surface_memory(self, surface: Any, nbytes: int) -> memoryview:
         """The first ``nbytes`` of the surface's memory, writable, without copying."""
         return memoryview(self._ios.IOSurfaceGetBaseAddress(surface).as_buffer(nbytes))
-
-    def surface_id(self, surface: Any) -> int:
-        """``IOSurfaceGetID``: the ID another process can look the surface up by."""
-        return int(self._ios.IOSurfaceGetID(surface))
-
-    def surface_lookup(self, surface_id: int) -> Any:
-        """``IOSurfaceLookup``: a global surface by ID, or None."""
-        return self._ios.IOSurfaceLookup(surface_id)
 
     # -- runtime introspection ------------------------------------------------------------------
     def class_names(self) -> list[str]:

@@ -1,9 +1,11 @@
-"""IOSurfaces as the ANE wants them, and zero-copy NumPy views of their memory.
+"""IOSurfaces laid out as the compiled model reads them, and zero-copy NumPy views of them.
 
-A surface for ``n`` bytes is one row of ``n`` one-byte elements: width = bytes per
-row = allocation size = n, height 1, pixel format 0 (ANE_NOTES section 2.1). Its
-memory is locked for CPU access whenever the host may touch it and unlocked only
-while the ANE runs. A view holds its surface, so the memory outlives every view.
+A tensor's surface follows its :class:`~anekit.backends.ane.layout.TensorLayout`:
+width W, height C*H, the element size, bytes per row = the row stride, allocation
+size = C * plane stride, pixel format 0 (ANE_NOTES 2.5, as tmc/apple's x/ane makes
+them). Its memory is locked for CPU access whenever the host may touch it and
+unlocked only while the ANE runs. A view holds its surface, so the memory outlives
+every view.
 """
 
 from __future__ import annotations
@@ -12,25 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from anekit.backends.ane.layout import TensorLayout
 from anekit.errors import EvaluationError
 
 LOCK_READ_WRITE = 0  # IOSurfaceLock options: 0 = read/write (kIOSurfaceLockReadOnly is 1)
-
-
-def surface_properties(nbytes: int, *, shared: bool = False) -> dict[str, int | bool]:
-    """IOSurfaceCreate properties (``kIOSurface`` prefix dropped) for an ``nbytes`` I/O buffer."""
-    props: dict[str, int | bool] = {
-        "Width": nbytes,
-        "Height": 1,
-        "BytesPerElement": 1,
-        "BytesPerRow": nbytes,
-        "AllocSize": nbytes,
-        "PixelFormat": 0,
-    }
-    if shared:
-        # IOSurfaceLookup finds a surface from another process only if it is global.
-        props["IsGlobal"] = True
-    return props
 
 
 class SurfaceView(np.ndarray):
@@ -43,42 +30,34 @@ class SurfaceView(np.ndarray):
 
 
 class Surface:
-    """One IOSurface: its handle, size, lock state and views of its memory."""
+    """One IOSurface: its handle, layout, lock state and views of its memory."""
 
-    def __init__(self, framework: Any, handle: Any, nbytes: int) -> None:
+    def __init__(self, framework: Any, handle: Any, layout: TensorLayout) -> None:
         self._fw = framework
         self.handle = handle
-        self.nbytes = nbytes
+        self.layout = layout
+        self.nbytes = layout.alloc_size
         self.locked = False
         self.lock()
 
     @classmethod
-    def create(cls, framework: Any, nbytes: int, *, shared: bool = False) -> Surface:
-        """A new surface for ``nbytes`` bytes, locked for CPU access."""
-        if nbytes <= 0:
-            raise ValueError(f"an IOSurface needs at least one byte, asked for {nbytes}")
-        handle = framework.surface_create(surface_properties(nbytes, shared=shared))
+    def create(cls, framework: Any, layout: TensorLayout) -> Surface:
+        """A new surface for one tensor of ``layout``, locked for CPU access."""
+        if layout.alloc_size <= 0:
+            raise ValueError(f"an IOSurface needs at least one byte, asked for {layout.alloc_size}")
+        handle = framework.surface_create(layout.surface_properties())
         if handle is None:
-            raise EvaluationError(f"IOSurfaceCreate failed for {nbytes} bytes")
-        return cls(framework, handle, nbytes)
+            raise EvaluationError(
+                f"IOSurfaceCreate failed for {layout.alloc_size} bytes "
+                f"({layout.channels}x{layout.height} rows of {layout.row_stride} bytes)"
+            )
+        return cls(framework, handle, layout)
 
-    @classmethod
-    def lookup(cls, framework: Any, surface_id: int, nbytes: int) -> Surface:
-        """Another process's global surface by ID, locked for CPU access."""
-        handle = framework.surface_lookup(surface_id)
-        if handle is None:
-            raise EvaluationError(f"IOSurfaceLookup found no surface with ID {surface_id}")
-        return cls(framework, handle, nbytes)
-
-    @property
-    def id(self) -> int:
-        """The global ID another process looks this surface up by."""
-        return self._fw.surface_id(self.handle)
-
-    def view(self, shape: tuple[int, ...], dtype: np.dtype, offset: int = 0) -> SurfaceView:
-        """A zero-copy array of ``shape`` and ``dtype`` at byte ``offset`` of the surface."""
+    def view(self, shape: tuple[int, ...], dtype: np.dtype) -> SurfaceView:
+        """A zero-copy array of ``shape`` over the surface, with the layout's row and plane strides."""
         memory = self._fw.surface_memory(self.handle, self.nbytes)
-        arr = np.ndarray(shape, dtype=dtype, buffer=memory, offset=offset).view(SurfaceView)
+        strides = self.layout.strides(shape)
+        arr = np.ndarray(shape, dtype=dtype, buffer=memory, strides=strides).view(SurfaceView)
         arr.surface = self
         return arr
 

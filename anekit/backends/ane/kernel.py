@@ -1,11 +1,18 @@
-"""What both ANE paths share: the device program, IOSurface slots, requests and evaluation.
+"""What both ANE paths share: the loaded model, IOSurface slots, requests and evaluation.
+
+A :class:`Loaded` model is what a compile path hands over: it dispatches requests,
+reports ``modelAttributes`` and unloads once. Every framework call runs inside an
+autorelease pool (PyObjC drains none without a run loop; ANE_NOTES 2.5), with one
+immutable empty options dictionary per model, reused.
 
 A *slot* is one request's worth of surfaces: an input surface per device input,
-an output surface per output, the ``_ANERequest`` built once over them, and the
-NumPy views the host uses. The primary slot backs ``input_buffer``/``output_buffer``
-and ``run()``; ``evaluate()`` (and so ``__call__`` and ``submit``) takes a slot from
-a pool that grows to the ANE's queue depth, one request object per evaluation in
-flight.
+an output surface per output, laid out as :func:`~anekit.backends.ane.layout.plan`
+says, the ``_ANERequest`` built once over them with the planned indices, and the
+strided NumPy views the host uses. The primary slot backs ``input_buffer``/
+``output_buffer`` and ``run()``; ``evaluate()`` (and so ``__call__`` and ``submit``)
+takes a slot from a pool that grows to the ANE's queue depth, one request object per
+evaluation in flight. A kernel that is never closed is unloaded when it is garbage
+collected (``weakref.finalize``).
 """
 
 from __future__ import annotations
@@ -14,20 +21,21 @@ import contextlib
 import queue
 import threading
 import time
-from abc import abstractmethod
+import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from anekit.backends.ane.framework import describe_error, mil_line
+from anekit.backends.ane.device import DeviceProgram
+from anekit.backends.ane.framework import describe_error, mil_line, plain
 from anekit.backends.ane.iosurface import Surface
+from anekit.backends.ane.layout import IOPlan, plan
 from anekit.backends.ane.stats import hardware_seconds, make_stats
-from anekit.backends.base import QUEUE_DEPTH, Kernel, TensorSpec
+from anekit.backends.base import QUEUE_DEPTH, BufferLayout, Kernel, KernelLayout, TensorSpec
 from anekit.errors import CompileError, EvaluationError
-from anekit.hw.chips import default_chip, get_chip
-from anekit.mil import passes
-from anekit.mil.passes import InputPacking
 from anekit.mil.program import Program
 
 MAX_QOS = 2**32 - 1  # the selectors take an unsigned int
@@ -45,9 +53,13 @@ def compile_step(result: tuple[bool, Any], step: str) -> None:
     """Raise CompileError with the framework's text (and the MIL line it names) if ``step`` failed."""
     ok, error = result
     if not ok:
-        text, domain, code = describe_error(error)
+        text, domain, code, info = describe_error(error)
         raise CompileError(
-            f"ANE {step} failed: {text}", line=mil_line(text), domain=domain, code=code
+            f"ANE {step} failed: {text}",
+            line=mil_line(text),
+            domain=domain,
+            code=code,
+            user_info=info,
         )
 
 
@@ -60,43 +72,73 @@ def load_with_retry(attempt: Callable[[], tuple[bool, Any]]) -> None:
     compile_step(result, "load")
 
 
-def unload_step(result: tuple[bool, Any]) -> None:
-    """Raise EvaluationError if unloading failed."""
-    ok, error = result
-    if not ok:
-        text, domain, code = describe_error(error)
-        raise EvaluationError(f"ANE unload failed: {text}", domain=domain, code=code)
+def evaluation_error(error: Any, what: str) -> EvaluationError:
+    """The EvaluationError for a failed framework call, with the NSError's fields."""
+    text, domain, code, info = describe_error(error)
+    return EvaluationError(f"ANE {what} failed: {text}", domain=domain, code=code, user_info=info)
 
 
-def device_program(program: Program, pack_inputs: bool) -> tuple[Program, InputPacking | None]:
-    """The program the ANE compiles: constants folded, inputs packed (or ordered by size)."""
-    chip = get_chip(default_chip()[0])  # the host's chip: packing must stay within its limits
-    limit = min(chip.max_dim_spatial, chip.max_dim_channel)
-    return passes.prepare_for_device(program, pack=pack_inputs, max_dim=limit)
+def read_attributes(candidates: list[Any]) -> Any:
+    """The first non-empty ``modelAttributes`` among model objects, as plain Python (or None)."""
+    for obj in candidates:
+        getter = getattr(obj, "modelAttributes", None)
+        if getter is None:
+            continue
+        attrs = plain(getter())
+        if attrs:
+            return attrs
+    return None
+
+
+class Loaded(ABC):
+    """A compiled and loaded model: it dispatches requests and unloads once."""
+
+    def __init__(self, framework: Any, qos: int, *, autorelease: bool = True) -> None:
+        self.fw = framework
+        self.qos = check_qos(qos)
+        self.autorelease = autorelease
+        self.options = framework.empty_options()  # immutable, reused for every call
+
+    def pool(self) -> contextlib.AbstractContextManager[Any]:
+        """The autorelease pool every framework call runs in (none with ``autorelease=False``)."""
+        return self.fw.pool() if self.autorelease else contextlib.nullcontext()
+
+    @abstractmethod
+    def attributes(self) -> Any:
+        """The compiled model's ``modelAttributes`` as plain Python, or None."""
+
+    @abstractmethod
+    def dispatch(self, request: Any) -> tuple[bool, Any]:
+        """Evaluate one request synchronously; returns (ok, NSError or None)."""
+
+    @abstractmethod
+    def unload(self) -> None:
+        """Unload the model and remove what compiling left behind (called once)."""
 
 
 class Slot:
     """Surfaces, views and the request for one evaluation in flight."""
 
-    def __init__(
-        self,
-        framework: Any,
-        device_inputs: tuple[TensorSpec, ...],
-        device_outputs: tuple[TensorSpec, ...],
-        packing: InputPacking | None,
-        stats: bool,
-    ) -> None:
-        self.inputs = [Surface.create(framework, s.nbytes) for s in device_inputs]
-        self.outputs = [Surface.create(framework, s.nbytes) for s in device_outputs]
-        device_views = {
-            s.name: f.view(s.shape, s.dtype.numpy) for s, f in zip(device_inputs, self.inputs)
-        }
-        self.in_views = packing.views(device_views[packing.name]) if packing else device_views
-        self.out_views = {
-            s.name: f.view(s.shape, s.dtype.numpy) for s, f in zip(device_outputs, self.outputs)
-        }
-        self.stats = make_stats(framework) if stats else None
-        self.request = _request(framework, self.inputs, self.outputs, self.stats)
+    def __init__(self, loaded: Loaded, kernel_plan: IOPlan, device: DeviceProgram, stats: bool):
+        fw = loaded.fw
+        fn = device.program.main
+        with loaded.pool():
+            self.inputs = [Surface.create(fw, lay) for lay in kernel_plan.inputs]
+            self.outputs = [Surface.create(fw, lay) for lay in kernel_plan.outputs]
+            self.in_views: dict[str, np.ndarray] = {}
+            for v, surface in zip(fn.inputs, self.inputs):
+                view = surface.view(_shape(v), v.dtype.numpy)
+                host = device.input_names[v.name]
+                if device.packing is not None and host == device.packing.name:
+                    self.in_views.update(device.packing.views(view))
+                else:
+                    self.in_views[host] = view
+            self.out_views = {
+                device.output_names[v.name]: surface.view(_shape(v), v.dtype.numpy)
+                for v, surface in zip(fn.outputs, self.outputs)
+            }
+            self.stats = make_stats(fw) if stats else None
+            self.request = _request(fw, self, kernel_plan)
 
     @property
     def surfaces(self) -> list[Surface]:
@@ -108,75 +150,88 @@ class Slot:
             s.unlock()
 
 
-def _request(fw: Any, inputs: list[Surface], outputs: list[Surface], stats: Any) -> Any:
+def _shape(v: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in v.type.shape)
+
+
+def _request(fw: Any, slot: Slot, kernel_plan: IOPlan) -> Any:
     wrap = fw.cls("_ANEIOSurfaceObject")
-    in_objects = [wrap.objectWithIOSurface_(s.handle) for s in inputs]
-    out_objects = [wrap.objectWithIOSurface_(s.handle) for s in outputs]
+    in_objects = [wrap.objectWithIOSurface_(s.handle) for s in slot.inputs]
+    out_objects = [wrap.objectWithIOSurface_(s.handle) for s in slot.outputs]
     request = fw.cls(
         "_ANERequest"
     ).requestWithInputs_inputIndices_outputs_outputIndices_weightsBuffer_perfStats_procedureIndex_(
         fw.array(in_objects),
-        fw.array([fw.number(i) for i in range(len(inputs))]),
+        fw.array([fw.number(i) for i in kernel_plan.input_indices]),
         fw.array(out_objects),
-        fw.array([fw.number(i) for i in range(len(outputs))]),
+        fw.array([fw.number(i) for i in kernel_plan.output_indices]),
         None,
-        stats,
+        slot.stats,
         fw.number(0),
     )
     if request is None:
         raise EvaluationError(
-            f"_ANERequest rejected {len(inputs)} input and {len(outputs)} output surfaces"
+            f"_ANERequest rejected {len(in_objects)} input and {len(out_objects)} output surfaces"
         )
     return request
 
 
+def _release_all(loaded: Loaded, slots: list[Slot]) -> None:
+    """Unlock every slot's surfaces and unload; every step runs, the first failure is raised."""
+    errors: list[Exception] = []
+    for slot in slots:
+        try:
+            slot.release()
+        except Exception as e:
+            errors.append(e)
+    try:
+        loaded.unload()
+    except Exception as e:
+        errors.append(e)
+    if errors:
+        raise errors[0]
+
+
 class SurfaceKernel(Kernel):
-    """A loaded ANE model evaluated through IOSurface slots; subclasses dispatch and unload."""
+    """A loaded ANE model evaluated through IOSurface slots laid out as the model reports."""
 
     backend = "ane"
 
     def __init__(
         self,
         program: Program,
-        device: Program,
-        packing: InputPacking | None,
-        framework: Any,
+        device: DeviceProgram,
+        loaded: Loaded,
         *,
         stats: bool,
+        layout: str = "auto",
+        binding: str = "auto",
     ) -> None:
         super().__init__(program)
-        self.device_program = device
-        self.packing = packing
-        self._fw = framework
+        self.device_program = device.program
+        self.packing = device.packing
+        self._device = device
+        self._loaded = loaded
         self._stats = stats
-        self._device_inputs = tuple(TensorSpec.of(v) for v in device.main.inputs)
-        self._device_outputs = tuple(TensorSpec.of(v) for v in device.main.outputs)
-        self._primary: Slot | None = None
+        self._slots: list[Slot] = []  # every slot made, so close (or the finalizer) frees them
+        self._finalizer = weakref.finalize(self, _release_all, loaded, self._slots)
         self._primary_lock = threading.Lock()
         self._idle: queue.LifoQueue[Slot] = queue.LifoQueue()
-        self._made = 0
         self._made_lock = threading.Lock()
         self._last: dict[str, float] | None = None
-
-    # -- what subclasses implement -------------------------------------------------------------
-    @abstractmethod
-    def _dispatch(self, request: Any) -> tuple[bool, Any]:
-        """Evaluate one request synchronously; returns (ok, NSError or None)."""
-
-    @abstractmethod
-    def _unload(self) -> None:
-        """Unload the model and remove what compiling left behind."""
-
-    # -- Kernel API ----------------------------------------------------------------------------
-    def _open_slots(self) -> None:
-        """Build the primary slot once the model is loaded; unload again if that fails."""
         try:
+            specs_in = tuple(TensorSpec.of(v) for v in device.program.main.inputs)
+            specs_out = tuple(TensorSpec.of(v) for v in device.program.main.outputs)
+            self.plan = plan(specs_in, specs_out, loaded.attributes(), layout=layout,
+                             binding=binding)  # fmt: skip
             self._primary = self._new_slot()
         except BaseException:
-            with contextlib.suppress(EvaluationError):  # the first error is the one to report
-                self._unload()
+            with contextlib.suppress(Exception):  # the first error is the one to report
+                self._finalizer()
             raise
+        self._layout = self._describe()
 
+    # -- Kernel API ----------------------------------------------------------------------------
     def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         slot = self._acquire()
         try:
@@ -190,15 +245,26 @@ class SurfaceKernel(Kernel):
     def run(self) -> None:
         self._check_open()
         with self._primary_lock:
-            self._run_slot(self._slot0())
+            self._run_slot(self._primary)
 
     def input_buffer(self, name: str) -> np.ndarray:
         self.spec(name)
-        return self._slot0().in_views[name]
+        return self._primary.in_views[name]
 
     def output_buffer(self, name: str) -> np.ndarray:
         self.spec(name, output=True)
-        return self._slot0().out_views[name]
+        return self._primary.out_views[name]
+
+    @property
+    def layout(self) -> KernelLayout:
+        """Strides and sizes of every buffer, where they came from, and its request index."""
+        return self._layout
+
+    @property
+    def surfaces(self) -> list[Surface]:
+        """Every IOSurface this kernel has made (all slots)."""
+        with self._made_lock:
+            return [s for slot in self._slots for s in slot.surfaces]
 
     def last_stats(self) -> dict[str, float] | None:
         """``{"wall_s", "hw_s"}`` of the last evaluation when compiled with ``stats=True`` and the
@@ -209,21 +275,14 @@ class SurfaceKernel(Kernel):
         return QUEUE_DEPTH
 
     def _release(self) -> None:
-        slots = [self._primary] if self._primary is not None else []
-        while not self._idle.empty():
-            slots.append(self._idle.get_nowait())
-        for slot in slots:
-            slot.release()
-        self._unload()
+        self._finalizer()
 
     # -- internals -----------------------------------------------------------------------------
-    def _slot0(self) -> Slot:
-        if self._primary is None:
-            raise EvaluationError("kernel has no loaded model")
-        return self._primary
-
     def _new_slot(self) -> Slot:
-        return Slot(self._fw, self._device_inputs, self._device_outputs, self.packing, self._stats)
+        slot = Slot(self._loaded, self.plan, self._device, self._stats)
+        with self._made_lock:
+            self._slots.append(slot)
+        return slot
 
     def _acquire(self) -> Slot:
         try:
@@ -231,30 +290,53 @@ class SurfaceKernel(Kernel):
         except queue.Empty:
             pass
         with self._made_lock:
-            make = self._made < QUEUE_DEPTH
-            if make:
-                self._made += 1
-        if not make:
-            return self._idle.get()
-        try:
-            return self._new_slot()
-        except BaseException:
-            with self._made_lock:
-                self._made -= 1
-            raise
+            make = len(self._slots) < QUEUE_DEPTH
+        return self._new_slot() if make else self._idle.get()
 
     def _run_slot(self, slot: Slot) -> None:
         for s in slot.surfaces:
             s.unlock()
         start = time.perf_counter()
         try:
-            ok, error = self._dispatch(slot.request)
+            ok, error = self._loaded.dispatch(slot.request)
         finally:
             wall = time.perf_counter() - start
             for s in slot.surfaces:
                 s.lock()
         if not ok:
-            text, domain, code = describe_error(error)
-            raise EvaluationError(f"ANE evaluation failed: {text}", domain=domain, code=code)
-        hw = hardware_seconds(slot.stats)
+            raise evaluation_error(error, "evaluation")
+        with self._loaded.pool():
+            hw = hardware_seconds(slot.stats)
         self._last = None if hw is None else {"wall_s": wall, "hw_s": hw}
+
+    def _describe(self) -> KernelLayout:
+        fn, slot, device = self.device_program.main, self._primary, self._device
+        inputs, outputs = {}, {}
+        for i, v in enumerate(fn.inputs):
+            host = device.input_names[v.name]
+            names = [s.name for s in device.packing.segments] if host == _packed(device) else [host]
+            for name in names:
+                source = self.plan.inputs[i].source
+                if name != host or v.name != host:
+                    source += f"; device input {v.name!r}"
+                inputs[name] = _buffer(slot.in_views[name], self.spec(name), slot.inputs[i],
+                                       source, self.plan.input_indices[i])  # fmt: skip
+        for i, v in enumerate(fn.outputs):
+            name = device.output_names[v.name]
+            source = self.plan.outputs[i].source
+            if v.name != name:
+                source += f"; device output {v.name!r}"
+            outputs[name] = _buffer(slot.out_views[name], self.spec(name, output=True),
+                                    slot.outputs[i], source, self.plan.output_indices[i])  # fmt: skip
+        notes = (f"binding: {self.plan.binding}", *self.plan.notes)
+        return KernelLayout(MappingProxyType(inputs), MappingProxyType(outputs), notes)
+
+
+def _packed(device: DeviceProgram) -> str | None:
+    return device.packing.name if device.packing is not None else None
+
+
+def _buffer(
+    view: np.ndarray, spec: TensorSpec, surface: Surface, source: str, index: int
+) -> BufferLayout:
+    return BufferLayout(spec.shape, spec.dtype, tuple(view.strides), surface.nbytes, source, index)
