@@ -16,6 +16,7 @@ from anekit.mil.passes import (
     order_by_size,
     pack_inputs,
     prepare_for_device,
+    rename_io,
     substitute,
 )
 
@@ -340,6 +341,33 @@ def test_substitute_rebuilds_the_op_and_leaves_the_original_alone() -> None:
     assert [v.name for v in new.outputs] == [v.name for v in add.outputs]
     assert new.outputs[0] is not add.outputs[0] and new.outputs[0].producer is new
     assert add.inputs["x"] is x and add.outputs[0].producer is add
+
+
+def test_rename_io_renames_the_interface_and_leaves_the_original_alone() -> None:
+    b = mil.Builder()
+    x, y = b.input("x", (1, 4, 1, 8)), b.input("y", (1, 4, 1, 8))
+    s = b.add(x=x, y=y)
+    b.output(b.mul(x=s, y=y), "z")
+    b.output(s, "s")
+    b.output(x, "x")  # an output that is an input needs its own value under its new name
+    program = b.build()
+    before = program.to_text()
+    renamed = rename_io(
+        program, {"x": "i0_x", "y": "i1_y"}, {"z": "o0_z", "s": "o1_s", "x": "o2_x"}
+    )
+    assert program.to_text() == before
+    fn = renamed.main
+    assert [v.name for v in fn.inputs] == ["i0_x", "i1_y"]
+    assert [v.name for v in fn.outputs] == ["o0_z", "o1_s", "o2_x"]
+    assert fn.outputs[2].producer is not None and fn.outputs[2].producer.op_type == "identity"
+    xs = RNG.standard_normal((1, 4, 1, 8)).astype(np.float16)
+    ys = RNG.standard_normal((1, 4, 1, 8)).astype(np.float16)
+    with reference.compile(program) as k, reference.compile(renamed) as r:
+        want, got = k(x=xs, y=ys), r(i0_x=xs, i1_y=ys)
+    np.testing.assert_array_equal(got["o0_z"], want["z"])
+    np.testing.assert_array_equal(got["o1_s"], want["s"])
+    np.testing.assert_array_equal(got["o2_x"], xs)
+    assert mil.parse(renamed.to_text(), renamed.weight_files()) == renamed
 
 
 def test_substitute_refuses_a_value_of_another_type() -> None:
