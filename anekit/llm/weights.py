@@ -105,14 +105,11 @@ class SafetensorsFile:
         """The tensor as fp16: a view for F16, a checked conversion for BF16 and F32."""
         dtype = self.tensors[name][0]
         data = self.raw(name)
-        if dtype == "F16":
-            _check_finite(self, name, data)
-            return data
-        wide = (data.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else data
-        with np.errstate(over="ignore"):
-            out = wide.astype(np.float16)
-        _check_finite(self, name, out, wide)
-        self.release(name)
+        if dtype == "BF16":
+            data = (data.astype(np.uint32) << 16).view(np.float32)
+        out = to_fp16(data, path=str(self.path), tensor=name)
+        if out is not data:
+            self.release(name)
         return out
 
     def release(self, name: str) -> None:
@@ -124,21 +121,24 @@ class SafetensorsFile:
             self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
-def _check_finite(
-    f: SafetensorsFile, name: str, out: np.ndarray, source: np.ndarray | None = None
-) -> None:
-    """ModelError if the fp16 tensor holds inf or NaN, saying whether conversion caused it."""
+def to_fp16(data: np.ndarray, *, path: str, tensor: str) -> np.ndarray:
+    """``data`` (fp16 or fp32) as fp16; ModelError naming the tensor for inf, NaN or overflow."""
+    out = data
+    if data.dtype != np.float16:
+        with np.errstate(over="ignore"):
+            out = data.astype(np.float16)
     if np.isfinite(out).all():
-        return
-    if source is not None and np.isfinite(source).all():
-        big = float(np.abs(source).max())
+        return out
+    if out is not data and np.isfinite(data).all():
+        big = float(np.abs(data).max())
         count = int(np.count_nonzero(~np.isfinite(out)))
-        raise f._error(
+        raise ModelError(
             f"{count} value(s) overflow fp16 (largest magnitude {big:.6g}, fp16 max {FP16_MAX:g}); "
             "converting would give inf",
-            name,
+            path=path,
+            tensor=tensor,
         )
-    raise f._error("holds inf or NaN values", name)
+    raise ModelError("holds inf or NaN values", path=path, tensor=tensor)
 
 
 class WeightStore:
