@@ -52,7 +52,9 @@ def write_legacy(path, w: dict[str, np.ndarray]) -> None:
 def write_v1(path, w: dict[str, np.ndarray]) -> None:
     """The version-1 layout (export.py version1_export): magic, version, params, flag, padding."""
     shared = "wcls" not in w
-    header = struct.pack("<Ii7iB", MAGIC, 1, DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, VOCAB, SEQ, shared)
+    header = struct.pack(
+        "<Ii7iB", MAGIC, 1, DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, VOCAB, SEQ, shared
+    )
     header += b"\0" * (V1_HEADER - len(header))
     order = ["rms_att", "rms_ffn", "rms_final", "emb", "wq", "wk", "wv", "wo", "w1", "w2", "w3"]
     body = b"".join(w[k].tobytes() for k in order)
@@ -75,7 +77,7 @@ def run_c_forward(w: dict[str, np.ndarray], tokens: list[int]) -> np.ndarray:
     def rmsnorm(x: np.ndarray, g: np.ndarray) -> np.ndarray:
         return g * x / np.sqrt(np.mean(x * x) + 1e-5)
 
-    for layer in range(LAYERS):
+    for _ in range(LAYERS):
         k_cache.append([])
         v_cache.append([])
     for pos, tok in enumerate(tokens):

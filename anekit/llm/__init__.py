@@ -35,7 +35,8 @@ def load(
 
     Args:
         path: a directory with ``config.json`` and ``model.safetensors`` (or a sharded
-            ``model.safetensors.index.json``), or a llama2.c ``.bin`` file.
+            ``model.safetensors.index.json``), a llama2.c ``.bin`` file, or an
+            ``anekit train`` checkpoint (or output) directory.
         backend: "ane", "reference", or None for the best available.
         chip: chip profile for the head's dimension limit and predictions (default: this Mac's,
             else m4).
@@ -58,6 +59,11 @@ def load(
         from anekit.llm import llama2c
 
         config, source, tok = llama2c.read(p, tokenizer)
+        return Model(config, source, tokenizer=tok, **options)
+    if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
+        from anekit.llm.training import read_training_checkpoint
+
+        config, source, tok = read_training_checkpoint(p)
         return Model(config, source, tokenizer=tok, **options)
     if not p.is_dir():
         raise ModelError(
