@@ -30,6 +30,7 @@ def load(
     max_seq: int | None = None,
     chunk: int | None = None,
     tokenizer: str | Path | None = None,
+    hold: str | None = None,
 ) -> Model:
     """Load a model: a Hugging Face directory, or a llama2.c ``.bin`` checkpoint.
 
@@ -45,6 +46,7 @@ def load(
         chunk: prompt tokens per prefill call (default 64).
         tokenizer: a llama2.c ``tokenizer.bin`` (default: ``tokenizer.bin`` beside the
             checkpoint); for a directory its ``tokenizer.json`` is used.
+        hold: "fp16" or "fp32" host form of weights and cache (see :class:`Model`).
     """
     from anekit.llm.model import DEFAULT_CHUNK
 
@@ -54,6 +56,7 @@ def load(
         "chip": chip,
         "max_seq": max_seq,
         "chunk": chunk or DEFAULT_CHUNK,
+        "hold": hold,
     }
     if p.is_file() and p.suffix == ".bin":
         from anekit.llm import llama2c

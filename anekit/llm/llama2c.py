@@ -28,7 +28,7 @@ import numpy as np
 
 from anekit.errors import ModelError
 from anekit.llm.config import LlmConfig
-from anekit.llm.weights import to_fp16
+from anekit.llm.weights import convert_into, release_pages
 
 MAGIC = 0x616B3432  # "ak42"
 V1_HEADER = 256
@@ -162,33 +162,24 @@ class Llama2cCheckpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
 
-    def fp16(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """A tensor as fp16 (q and k rows permuted to rotate-half order)."""
+    def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
+        """Write a tensor into the flat ``out`` as fp16 values (q and k rows in rotate-half order)."""
         try:
             offset, stored = self._tensors[name]
         except KeyError:
             raise ModelError(
                 "not in a llama2.c checkpoint", path=str(self.path), tensor=name
             ) from None
-        if shape is not None and tuple(shape) != stored:
+        if tuple(shape) != stored:
             raise ModelError(
                 f"expected shape {list(shape)}, found {list(stored)}",
                 path=str(self.path),
                 tensor=name,
             )
-        data = np.frombuffer(self._map, "<f4", int(np.prod(stored)), offset).reshape(stored)
-        out = to_fp16(data, path=str(self.path), tensor=name)
+        data = np.frombuffer(self._map, "<f4", int(np.prod(stored)), offset)
         if name.endswith(("q_proj.weight", "k_proj.weight")):
             hd = self.config.head_dim
             order = np.concatenate([np.arange(0, hd, 2), np.arange(1, hd, 2)])
-            out = out.reshape(-1, hd, stored[1])[:, order].reshape(stored)
-        return out
-
-    def release(self, name: str) -> None:
-        """Drop a tensor's mapped pages from this process."""
-        offset, stored = self._tensors[name]
-        page = mmap.PAGESIZE
-        end = offset + 4 * int(np.prod(stored))
-        lo, hi = -(-offset // page) * page, end // page * page
-        if hi > lo and hasattr(self._map, "madvise"):
-            self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            data = data.reshape(-1, hd, stored[1])[:, order].reshape(-1)
+        convert_into(data, out, path=str(self.path), tensor=name)
+        release_pages(self._map, offset, offset + 4 * data.size)  # done with these pages

@@ -30,6 +30,7 @@ from anekit.llm.sampling import Sampler, Sampling
 DEFAULT_MAX_SEQ = 1024  # cache slots when neither the caller nor a smaller model limit says
 DEFAULT_CHUNK = 64  # prompt tokens per prefill call
 MIN_DECODE_SLOTS = 128  # the smallest cache a decode program reads; larger ones double
+HOLD = {"fp16": np.float16, "fp32": np.float32}  # host form of weights and cache
 
 
 class TensorSource(Protocol):
@@ -37,9 +38,9 @@ class TensorSource(Protocol):
 
     def __contains__(self, name: str) -> bool: ...
 
-    def fp16(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray: ...
-
-    def release(self, name: str) -> None: ...
+    def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
+        """Write the tensor (checked to have ``shape``) into the flat ``out`` as fp16 values."""
+        ...
 
 
 @dataclass
@@ -85,6 +86,9 @@ class Model:
         chip: the chip profile whose dimension limit splits the head (and that ``cost`` uses).
         max_seq: cache slots: prompt plus generated tokens must fit.
         chunk: prompt tokens per prefill call.
+        hold: host form of the weights and cache: "fp16" (the file's bytes) or "fp32"
+            (fp16 values held as float32, the reference backend's compute form; the
+            default there, as it converts nothing per call). Default: "fp16" elsewhere.
         stats: timings of the last generation (:class:`GenerationStats`).
     """
 
@@ -98,6 +102,7 @@ class Model:
         chip: str | None = None,
         max_seq: int | None = None,
         chunk: int = DEFAULT_CHUNK,
+        hold: str | None = None,
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
@@ -112,7 +117,11 @@ class Model:
                 f"max_seq must be at least 2 and chunk at least 1, found {self.max_seq}, {chunk}"
             )
         self.chunk = min(chunk, self.max_seq)
-        self._dtype = np.float32 if self.backend == "reference" else np.float16
+        if hold is None:
+            hold = "fp32" if self.backend == "reference" else "fp16"
+        if hold not in HOLD:
+            raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
+        self._dtype = HOLD[hold]
         self._kernels: dict[K.BlockKey | K.HeadKey, Kernel] = {}
         self.stats = GenerationStats()
         self._load(source, limit)
@@ -168,10 +177,9 @@ class Model:
         flat = out.reshape(-1)
         at = 0
         for name, part_shape in parts:
-            data = src.fp16(name, part_shape)
-            flat[at : at + data.size] = data.reshape(-1)
-            at += data.size
-            src.release(name)
+            size = int(np.prod(part_shape))
+            src.read_into(name, part_shape, flat[at : at + size])
+            at += size
         return out
 
     # -- kernels ------------------------------------------------------------------------------
@@ -195,8 +203,8 @@ class Model:
     ) -> dict[str, np.ndarray]:
         kernel = self._kernel(key)
         if self.backend == "reference":
-            # our arrays already are the reference backend's held form (fp16 values in
-            # float32) with the programs' shapes by construction: skip re-validation
+            # our arrays have the programs' shapes by construction and hold fp16 values
+            # (as fp16, or as float32: the reference backend's own held form): no re-validation
             return kernel.evaluate(inputs)
         return kernel(**inputs)
 

@@ -16,11 +16,11 @@ import numpy as np
 
 from anekit.errors import CheckpointError, ModelError
 from anekit.llm.config import LlmConfig, RopeConfig
-from anekit.llm.weights import to_fp16
+from anekit.llm.weights import convert_into
 
 
 class ArraySource:
-    """fp32 arrays by Hugging Face name, converted to fp16 (overflow checked) on request."""
+    """fp32 arrays by Hugging Face name, converted to fp16 (overflow checked) as they are staged."""
 
     def __init__(self, arrays: dict[str, np.ndarray], path: str) -> None:
         self.arrays = arrays
@@ -29,18 +29,16 @@ class ArraySource:
     def __contains__(self, name: str) -> bool:
         return name in self.arrays
 
-    def fp16(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
+        """Write a tensor into the flat ``out`` as fp16 values, then drop the fp32 copy."""
         if name not in self.arrays:
             raise ModelError("missing from the checkpoint", path=self.path, tensor=name)
-        a = self.arrays[name]
-        if shape is not None and a.shape != tuple(shape):
+        a = self.arrays.pop(name)
+        if a.shape != tuple(shape):
             raise ModelError(
                 f"expected shape {list(shape)}, found {list(a.shape)}", path=self.path, tensor=name
             )
-        return to_fp16(a, path=self.path, tensor=name)
-
-    def release(self, name: str) -> None:
-        self.arrays.pop(name, None)  # the fp32 copy is no longer needed once staged
+        convert_into(np.ascontiguousarray(a).reshape(-1), out, path=self.path, tensor=name)
 
 
 def read_training_checkpoint(path: str | Path) -> tuple[LlmConfig, ArraySource, Any]:

@@ -19,6 +19,7 @@ import math
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,43 +103,104 @@ class SafetensorsFile:
         return np.frombuffer(self._map, _DTYPES[dtype], count, start).reshape(shape)
 
     def fp16(self, name: str) -> np.ndarray:
-        """The tensor as fp16: a view for F16, a checked conversion for BF16 and F32."""
-        dtype = self.tensors[name][0]
-        data = self.raw(name)
-        if dtype == "BF16":
-            data = (data.astype(np.uint32) << 16).view(np.float32)
-        out = to_fp16(data, path=str(self.path), tensor=name)
-        if out is not data:
-            self.release(name)
+        """The tensor as a new fp16 array (see :meth:`read_into`)."""
+        shape = self.tensors[name][1]
+        out = np.empty(shape, np.float16)
+        self.read_into(name, out.reshape(-1))
         return out
+
+    def read_into(self, name: str, out: np.ndarray) -> None:
+        """Convert the tensor into the flat array ``out`` (fp16 or float32) block by block.
+
+        Each block's mapped pages are released once read, so a load holds its results and
+        one block in flight, however large the tensor.
+        """
+        dtype, _, start, _ = self.tensors[name]
+        raw = self.raw(name).reshape(-1)
+        item = raw.itemsize
+
+        def done(lo: int, hi: int) -> None:
+            self._release_bytes(start + lo * item, start + hi * item)
+
+        convert_into(
+            raw, out, bf16=dtype == "BF16", path=str(self.path), tensor=name, on_block=done
+        )
 
     def release(self, name: str) -> None:
         """Drop the mapped pages of a tensor from this process (they are re-read if used again)."""
         _, _, start, end = self.tensors[name]
-        page = mmap.PAGESIZE
-        lo, hi = -(-start // page) * page, end // page * page
-        if self._map is not None and hi > lo and hasattr(self._map, "madvise"):
-            self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        self._release_bytes(start, end)
+
+    def _release_bytes(self, start: int, end: int) -> None:
+        if self._map is not None:
+            release_pages(self._map, start, end)
 
 
-def to_fp16(data: np.ndarray, *, path: str, tensor: str) -> np.ndarray:
-    """``data`` (fp16 or fp32) as fp16; ModelError naming the tensor for inf, NaN or overflow."""
-    out = data
-    if data.dtype != np.float16:
-        with np.errstate(over="ignore"):
-            out = data.astype(np.float16)
-    if np.isfinite(out).all():
-        return out
-    if out is not data and np.isfinite(data).all():
-        big = float(np.abs(data).max())
-        count = int(np.count_nonzero(~np.isfinite(out)))
+def release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
+    """Drop the pages covering bytes ``[start, end)`` of a read-only file mapping from this process.
+
+    Rounded outward to whole pages: the mapping is never written, so a dropped page a
+    neighbour also uses is simply read from the file again when touched.
+    """
+    page = mmap.PAGESIZE
+    lo, hi = start // page * page, min(-(-end // page) * page, len(mapped))
+    if hi > lo and hasattr(mapped, "madvise"):  # Python 3.8+ on POSIX
+        mapped.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+BLOCK = 1 << 18  # elements converted at a time: ~3 MB of temporaries for any tensor size
+
+
+def convert_into(
+    raw: np.ndarray,
+    out: np.ndarray,
+    *,
+    bf16: bool = False,
+    path: str,
+    tensor: str,
+    on_block: Callable[[int, int], None] | None = None,
+) -> None:
+    """Write the flat ``raw`` (fp16, fp32, or bf16 bits as uint16) into ``out`` as fp16 values.
+
+    ModelError naming the tensor where a value is inf or NaN, or would overflow fp16
+    (|x| >= 65520 rounds to inf): never a silent inf.
+    """
+    if raw.size != out.size:
         raise ModelError(
+            f"expected {out.size} elements, found {raw.size}", path=path, tensor=tensor
+        )
+    for lo in range(0, raw.size, BLOCK):
+        hi = min(lo + BLOCK, raw.size)
+        part = raw[lo:hi]
+        if bf16:
+            part = (part.astype(np.uint32) << 16).view(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            half = part if part.dtype == np.float16 else part.astype(np.float16)
+        if not np.isfinite(half).all():
+            raise _non_finite(part, half, path, tensor)
+        out[lo:hi] = half
+        if on_block is not None:
+            on_block(lo, hi)
+
+
+def _non_finite(part: np.ndarray, half: np.ndarray, path: str, tensor: str) -> ModelError:
+    if part.dtype != np.float16 and np.isfinite(part).all():
+        big = float(np.abs(part).max())
+        count = int(np.count_nonzero(~np.isfinite(half)))
+        return ModelError(
             f"{count} value(s) overflow fp16 (largest magnitude {big:.6g}, fp16 max {FP16_MAX:g}); "
             "converting would give inf",
             path=path,
             tensor=tensor,
         )
-    raise ModelError("holds inf or NaN values", path=path, tensor=tensor)
+    return ModelError("holds inf or NaN values", path=path, tensor=tensor)
+
+
+def to_fp16(data: np.ndarray, *, path: str, tensor: str) -> np.ndarray:
+    """``data`` (fp16 or fp32, any shape) as a new checked fp16 array (see :func:`convert_into`)."""
+    out = np.empty(data.shape, np.float16)
+    convert_into(np.ascontiguousarray(data).reshape(-1), out.reshape(-1), path=path, tensor=tensor)
+    return out
 
 
 class WeightStore:
@@ -213,18 +275,25 @@ class WeightStore:
     def fp16(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """A tensor as fp16 (see :meth:`SafetensorsFile.fp16`), checked against ``shape`` if given."""
         f = self._open(self._file(name))
+        if shape is not None:
+            self._check_shape(f, name, shape)
+        return f.fp16(name)
+
+    @staticmethod
+    def _check_shape(f: SafetensorsFile, name: str, shape: tuple[int, ...]) -> None:
         found = f.tensors[name][1]
-        if shape is not None and tuple(found) != tuple(shape):
+        if tuple(found) != tuple(shape):
             raise ModelError(
                 f"expected shape {list(shape)} (from config.json), found {list(found)}",
                 path=str(f.path),
                 tensor=name,
             )
-        return f.fp16(name)
 
-    def release(self, name: str) -> None:
-        """Drop a tensor's mapped pages from this process (see :meth:`SafetensorsFile.release`)."""
-        self._open(self._file(name)).release(name)
+    def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
+        """Convert a tensor of the expected ``shape`` into the flat array ``out``."""
+        f = self._open(self._file(name))
+        self._check_shape(f, name, shape)
+        f.read_into(name, out)
 
     def _file(self, name: str) -> str:
         try:
