@@ -81,7 +81,28 @@ def test_training_checkpoint_decodes_like_the_training_model(tmp_path):
     with llm.load(out, backend="reference") as m:
         assert rel(m.logits(ids), expected) < 3e-2
         new = m.generate(ids, 6, stop=())
+        assert m.max_seq == 32 and m.config.sliding_window == 32
+        # past the trained window: the cache grows, attention keeps to the last 32 tokens
+        m.reserve(80)
+        longer = m.generate(ids, 70, stop=())
     assert bytes(ids + new).decode() == text
+    assert len(longer) == 70 and longer[:6] == new
+    assert llm.read_model_config(out) == m.config
+
+
+def test_reserve_refuses_more_than_the_context_without_a_window(tmp_path):
+    pytest.importorskip("transformers")
+    from tests.llm_models import Case, save_model
+
+    save_model(tmp_path, Case("qwen3", "float16", True, 2, "new"), max_position_embeddings=48)
+    with llm.load(tmp_path, backend="reference") as m:
+        assert m.max_seq == 48
+        with pytest.raises(UsageError, match="exceeds the model's context of 48"):
+            m.reserve(49)
+        m.reserve(20)
+        with pytest.raises(UsageError, match="exceed the cache of 20"):
+            m.generate([1, 2, 3], 18)
+        assert len(m.generate([1, 2, 3], 17, stop=())) == 17
 
 
 def rel(got: np.ndarray, ref: np.ndarray) -> float:

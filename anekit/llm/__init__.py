@@ -19,7 +19,29 @@ from anekit.llm.config import ARCHITECTURES, LlmConfig, read_config
 from anekit.llm.model import GenerationStats, Model
 from anekit.llm.sampling import Sampling
 
-__all__ = ["ARCHITECTURES", "GenerationStats", "LlmConfig", "Model", "Sampling", "load"]
+__all__ = [
+    "ARCHITECTURES",
+    "GenerationStats",
+    "LlmConfig",
+    "Model",
+    "Sampling",
+    "load",
+    "read_model_config",
+]
+
+
+def read_model_config(path: str | Path) -> LlmConfig:
+    """The config of anything :func:`load` takes, without staging its weights."""
+    p = Path(path)
+    if p.is_file() and p.suffix == ".bin":
+        from anekit.llm.llama2c import Llama2cCheckpoint
+
+        return Llama2cCheckpoint(p).config
+    if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
+        from anekit.llm.training import read_training_checkpoint
+
+        return read_training_checkpoint(p)[0]
+    return read_config(p)
 
 
 def load(

@@ -111,12 +111,9 @@ class Model:
         self.backend = backends.resolve_backend(backend)
         self.chip = get_chip(chip or default_chip()[0]).name
         limit = get_chip(self.chip).max_dim_channel
-        self.max_seq = max_seq or min(config.max_position, DEFAULT_MAX_SEQ)
-        if self.max_seq < 2 or chunk < 1:
-            raise UsageError(
-                f"max_seq must be at least 2 and chunk at least 1, found {self.max_seq}, {chunk}"
-            )
-        self.chunk = min(chunk, self.max_seq)
+        if chunk < 1:
+            raise UsageError(f"chunk must be at least 1, found {chunk}")
+        self._chunk = chunk
         if hold is None:
             hold = "fp32" if self.backend == "reference" else "fp16"
         if hold not in HOLD:
@@ -125,10 +122,27 @@ class Model:
         self._kernels: dict[K.BlockKey | K.HeadKey, Kernel] = {}
         self.stats = GenerationStats()
         self._load(source, limit)
-        kv = (1, config.n_kv_heads, self.max_seq, config.head_dim)
-        self._k = [np.zeros(kv, self._dtype) for _ in range(config.n_layers)]
-        self._v = [np.zeros(kv, self._dtype) for _ in range(config.n_layers)]
-        self._slots = decode_slots(self.max_seq)
+        self.reserve(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
+
+    def reserve(self, max_seq: int) -> None:
+        """Size the KV cache for ``max_seq`` positions (prompt plus new tokens); clears it.
+
+        Beyond the model's trained context (``config.max_position``) only a model with a
+        sliding window may go: its attention never reaches further back than the window.
+        """
+        c = self.config
+        if max_seq < 2:
+            raise UsageError(f"max_seq must be at least 2, found {max_seq}")
+        if max_seq > c.max_position and c.sliding_window is None:
+            raise UsageError(
+                f"max_seq {max_seq} exceeds the model's context of {c.max_position} positions"
+            )
+        self.max_seq = max_seq
+        self.chunk = min(self._chunk, max_seq)
+        kv = (1, c.n_kv_heads, max_seq, c.head_dim)
+        self._k = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
+        self._v = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
+        self._slots = decode_slots(max_seq)
 
     # -- weights ------------------------------------------------------------------------------
     def _load(self, src: TensorSource, limit: int) -> None:
@@ -352,7 +366,7 @@ class Model:
         if len(ids) + new_tokens > self.max_seq:
             raise UsageError(
                 f"{len(ids)} prompt tokens + {new_tokens} new ones exceed the cache of "
-                f"{self.max_seq} positions (load with a larger max_seq)"
+                f"{self.max_seq} positions (load with a larger max_seq, or reserve())"
             )
         return ids
 

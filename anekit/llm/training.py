@@ -43,7 +43,7 @@ class ArraySource:
 
 def read_training_checkpoint(path: str | Path) -> tuple[LlmConfig, ArraySource, Any]:
     """``(config, tensor source, tokenizer)`` of an ``anekit train`` checkpoint (or its output directory)."""
-    from anekit.train.data import tokenizer_from
+    from anekit.train.data import BOS, tokenizer_from
     from anekit.train.loop import load_model
 
     cfg, params, state = load_model(path)
@@ -65,6 +65,9 @@ def read_training_checkpoint(path: str | Path) -> tuple[LlmConfig, ArraySource, 
         norm_eps=cfg.norm_eps,
         max_position=cfg.seq_len,
         rope=RopeConfig(theta=cfg.rope_theta),
+        # trained on windows of seq_len tokens: attend to no more (and generate past it)
+        sliding_window=cfg.seq_len,
+        bos_token_id=BOS if cfg.vocab_size > 256 else ord("\n"),  # as train.sample starts
         tie_embeddings=True,
         style="anekit-train",
     )
