@@ -160,3 +160,22 @@ def test_importing_anekit_llm_imports_no_optional_package():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("chip", ["m4", "m4-pro", "m5-pro"])
+def test_kernels_of_a_published_model_pass_the_chip_checks(chip):
+    """No check errors for the programs Qwen3-0.6B would compile (warnings: padded [D, 1] rows)."""
+    import anekit
+    from anekit.llm import kernels as K
+
+    cfg = config_from_hf(published()["models"]["qwen3-0.6b"]["config"])
+    programs = [
+        K.block_program(cfg, K.BlockKey(1, 128)),
+        K.block_program(cfg, K.BlockKey(64, 1024)),
+        K.head_program(
+            cfg, K.HeadKey(1, K.head_pieces(cfg.vocab_size, get_chip(chip).max_dim_channel))
+        ),
+    ]
+    for program in programs:
+        errors = [d for d in anekit.check(program, chip) if d.severity == "error"]
+        assert errors == []
