@@ -224,4 +224,3 @@ class ModelError(AnekitError):
         if tensor is not None:
             where += f": tensor {tensor!r}"
         super().__init__(f"{where}: {message}")
-
