@@ -22,6 +22,7 @@ _LAZY: dict[str, str] = {
     "check": "anekit.hw",
     "estimate": "anekit.hw",
     "chips": "anekit.hw",
+    "llm": "anekit.llm",
 }
 
 

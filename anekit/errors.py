@@ -23,6 +23,7 @@ __all__ = [
     "InspectError",
     "UsageError",
     "os_reason",
+    "ModelError",
 ]
 
 
@@ -221,3 +222,15 @@ def os_reason(err: OSError) -> str:
     if err.errno in _OS_REASONS:
         return _OS_REASONS[err.errno]
     return (err.strerror or type(err).__name__).lower()
+
+
+class ModelError(AnekitError):
+    """A language-model directory or file that cannot be loaded: names the file and the tensor."""
+
+    def __init__(self, message: str, *, path: str | None = None, tensor: str | None = None) -> None:
+        self.path = path
+        self.tensor = tensor
+        where = path or "<model>"
+        if tensor is not None:
+            where += f": tensor {tensor!r}"
+        super().__init__(f"{where}: {message}")

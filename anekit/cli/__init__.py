@@ -32,7 +32,7 @@ COMMANDS: dict[str, str] = {
     "chips": "list the chip profiles and the source of every number",
     "bench": "measure the ANE experiments; compare with cost model and published",
     "train": "train a Llama-style transformer with ANE kernels; checkpoint, resume",
-    "generate": "sample text from a training checkpoint",
+    "generate": "stream text from a model directory, llama2.c .bin or training checkpoint",
     "demo": "run the main demo on the best available backend",
     "inspect": "read compiled ANE binaries (hwx, E5), weight.bin and the compile cache",
     "doctor": "report what this machine offers for the ANE, with a smoke test",

@@ -1,4 +1,8 @@
-"""``anekit estimate FILE``: how long one evaluation takes on a chip, op by op."""
+"""``anekit estimate FILE``: how long one evaluation takes on a chip, op by op.
+
+``anekit estimate --model DIR``: the prefill and decode tokens/s a language model would
+reach on a chip, from the kernels it would run (:mod:`anekit.llm.cost`).
+"""
 
 from __future__ import annotations
 
@@ -7,23 +11,39 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from anekit.cli._common import MODEL_HELP, add_chip, load_program, resolve_chip
+from anekit.cli._common import MODEL_HELP, add_chip, load_program, non_negative, resolve_chip
 
 if TYPE_CHECKING:
     from anekit.hw.cost import Estimate
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help=MODEL_HELP)
+    parser.add_argument("path", nargs="?", help=MODEL_HELP)
+    parser.add_argument(
+        "--model",
+        help="instead of a program, a language model (Hugging Face directory, llama2.c .bin or "
+        "training checkpoint): predict its prefill and decode tokens/s",
+    )
+    parser.add_argument(
+        "--prompt-tokens",
+        type=non_negative(int),
+        default=128,
+        help="with --model: the prompt length to predict for (default: 128)",
+    )
     add_chip(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--all-chips", action="store_true", help="one line per chip profile")
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit.errors import UsageError
     from anekit.hw.chips import chips, get_chip
     from anekit.hw.cost import analyze, estimate_work
 
+    if (args.path is None) == (args.model is None):
+        raise UsageError("give a program (FILE or DIR) or --model DIR, and not both")
+    if args.model is not None:
+        return _run_model(args)
     program = load_program(args.path)
     work = analyze(program)
     if args.all_chips:
@@ -38,6 +58,28 @@ def run(args: argparse.Namespace) -> int:
         return 0
     est = estimate_work(work, resolve_chip(args.chip))
     print(json.dumps(dataclasses.asdict(est), indent=1) if args.json else estimate_table(est))
+    return 0
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    """``--model``: predicted prefill and decode speed on one chip, or on every chip."""
+    from anekit.hw.chips import chips
+    from anekit.llm import read_model_config
+    from anekit.llm.cost import estimate_llm
+    from anekit.llm.run import estimate_report
+
+    config = read_model_config(args.model)
+    if args.all_chips:
+        rows = [estimate_llm(config, name, prompt_tokens=args.prompt_tokens) for name in chips()]
+        if args.json:
+            print(json.dumps([r.record() for r in rows], indent=1))
+            return 0
+        print(f"{'chip':10} {'prefill tok/s':>14} {'decode tok/s':>13}")
+        for r in rows:
+            print(f"{r.chip:10} {r.prefill_tokens_per_s:14.1f} {r.decode_tokens_per_s:13.1f}")
+        return 0
+    est, lines = estimate_report(config, resolve_chip(args.chip).name, args.prompt_tokens)
+    print(json.dumps(est.record(), indent=1) if args.json else "\n".join(lines))
     return 0
 
 

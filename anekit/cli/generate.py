@@ -1,15 +1,28 @@
-"""``anekit generate``: sample text from a training checkpoint."""
+"""``anekit generate``: stream text from a model directory, a llama2.c checkpoint or a training checkpoint.
+
+Both sources decode with the KV-cached kernels of :mod:`anekit.llm` (a chunked prefill,
+then one cached step per token); the text streams to stdout as it is decoded, the
+prompt first. ``--stats`` adds measured and predicted speeds on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
-from anekit.cli._common import add_backend, non_negative
+from anekit.cli._common import add_backend, add_chip, non_negative
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--ckpt", required=True, help="checkpoint directory, or a training --out directory"
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--model",
+        help="Hugging Face model directory (config.json, safetensors, tokenizer.json) "
+        "or a llama2.c .bin (tokenizer.bin beside it)",
+    )
+    source.add_argument(
+        "--ckpt", help="training checkpoint directory, or a training --out directory"
     )
     parser.add_argument("--prompt", default="", help="text to continue")
     parser.add_argument(
@@ -24,35 +37,58 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=40,
         help="sample among the k most likely (0: all)",
     )
+    parser.add_argument(
+        "--top-p",
+        type=non_negative(float),
+        default=1.0,
+        help="sample from the most likely tokens holding this much probability (1: all)",
+    )
+    parser.add_argument(
+        "--repetition-penalty",
+        type=non_negative(float),
+        default=1.0,
+        help="penalise tokens already in the text (1: off)",
+    )
     parser.add_argument("--seed", type=non_negative(int), default=0, help="sampling seed")
     add_backend(parser)
+    add_chip(parser, "for the head's dimension limit and --stats predictions")
+    parser.add_argument(
+        "--stats",
+        action="store_true",
+        help="print prompt tokens, time to first token, measured and predicted tokens/s to stderr",
+    )
+    parser.add_argument("--json", action="store_true", help="with --stats: the stats as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
+    from anekit import llm
+    from anekit.llm.run import prompt_ids, stats_lines, stats_report, stream_text
 
-    from anekit.errors import CheckpointError
-    from anekit.train.data import tokenizer_from
-    from anekit.train.loop import load_model
-    from anekit.train.model import Model
-    from anekit.train.sample import generate
+    chip = args.chip.name if args.chip is not None else None
+    if args.ckpt:
+        from anekit.llm.training import read_training_checkpoint
 
-    cfg, params, state = load_model(args.ckpt)
-    try:
-        tokenizer = tokenizer_from(state.get("tokenizer", {"kind": "bytes"}))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot rebuild the tokenizer: {e}", path=state["directory"]) from e
-    with Model(cfg, 1, args.backend, training=False) as model:
-        model.load(params)
-        text = generate(
+        config, source, tokenizer = read_training_checkpoint(args.ckpt)
+        model = llm.Model(config, source, tokenizer=tokenizer, backend=args.backend, chip=chip)
+    else:
+        model = llm.load(args.model, backend=args.backend, chip=chip)
+    with model:
+        needed = len(prompt_ids(model, args.prompt)) + args.tokens
+        if needed > model.max_seq:
+            model.reserve(needed)
+        stats = stream_text(
             model,
-            params,
-            tokenizer,
             args.prompt,
+            sys.stdout,
             args.tokens,
-            np.random.default_rng(args.seed),
             temperature=args.temperature,
             top_k=args.top_k,
+            top_p=args.top_p,
+            repetition_penalty=args.repetition_penalty,
+            seed=args.seed,
         )
-    print(text)
+        if args.stats:
+            report = stats_report(model, stats, chip)
+            text = json.dumps(report, indent=1) if args.json else "\n".join(stats_lines(report))
+            print(text, file=sys.stderr)
     return 0

@@ -1,0 +1,101 @@
+"""Language models on the ANE: Hugging Face and llama2.c loaders, chunked prefill and KV-cached decode.
+
+    from anekit import llm
+    with llm.load("path/to/hf_model_dir") as m:      # config.json + safetensors
+        ids = m.tokenizer.encode("Once upon a time")
+        new = m.generate(ids, 32, temperature=0.8, top_p=0.95)
+        print(m.tokenizer.decode(ids + new))
+
+Only NumPy is needed to import this package; ``tokenizers`` is imported when a
+``tokenizer.json`` is read (the ``llm`` extra).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from anekit.errors import ModelError
+from anekit.llm.config import ARCHITECTURES, LlmConfig, read_config
+from anekit.llm.model import GenerationStats, Model
+from anekit.llm.sampling import Sampling
+
+__all__ = [
+    "ARCHITECTURES",
+    "GenerationStats",
+    "LlmConfig",
+    "Model",
+    "Sampling",
+    "load",
+    "read_model_config",
+]
+
+
+def read_model_config(path: str | Path) -> LlmConfig:
+    """The config of anything :func:`load` takes, without staging its weights."""
+    p = Path(path)
+    if p.is_file() and p.suffix == ".bin":
+        from anekit.llm.llama2c import Llama2cCheckpoint
+
+        return Llama2cCheckpoint(p).config
+    if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
+        from anekit.llm.training import read_training_checkpoint
+
+        return read_training_checkpoint(p)[0]
+    return read_config(p)
+
+
+def load(
+    path: str | Path,
+    *,
+    backend: str | None = None,
+    chip: str | None = None,
+    max_seq: int | None = None,
+    chunk: int | None = None,
+    tokenizer: str | Path | None = None,
+    hold: str | None = None,
+) -> Model:
+    """Load a model: a Hugging Face directory, or a llama2.c ``.bin`` checkpoint.
+
+    Args:
+        path: a directory with ``config.json`` and ``model.safetensors`` (or a sharded
+            ``model.safetensors.index.json``), a llama2.c ``.bin`` file, or an
+            ``anekit train`` checkpoint (or output) directory.
+        backend: "ane", "reference", or None for the best available.
+        chip: chip profile for the head's dimension limit and predictions (default: this Mac's,
+            else m4).
+        max_seq: cache positions (prompt plus generated tokens); default the model's
+            context, at most 1024.
+        chunk: prompt tokens per prefill call (default 64).
+        tokenizer: a llama2.c ``tokenizer.bin`` (default: ``tokenizer.bin`` beside the
+            checkpoint); for a directory its ``tokenizer.json`` is used.
+        hold: "fp16" or "fp32" host form of weights and cache (see :class:`Model`).
+    """
+    from anekit.llm.model import DEFAULT_CHUNK
+
+    p = Path(path)
+    options = {
+        "backend": backend,
+        "chip": chip,
+        "max_seq": max_seq,
+        "chunk": chunk or DEFAULT_CHUNK,
+        "hold": hold,
+    }
+    if p.is_file() and p.suffix == ".bin":
+        from anekit.llm import llama2c
+
+        config, source, tok = llama2c.read(p, tokenizer)
+        return Model(config, source, tokenizer=tok, **options)
+    if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
+        from anekit.llm.training import read_training_checkpoint
+
+        config, source, tok = read_training_checkpoint(p)
+        return Model(config, source, tokenizer=tok, **options)
+    if not p.is_dir():
+        raise ModelError(
+            "expected a Hugging Face model directory or a llama2.c .bin file", path=str(p)
+        )
+    from anekit.llm.tokenizer import load_tokenizer
+    from anekit.llm.weights import WeightStore
+
+    config = read_config(p)
+    return Model(config, WeightStore(p), tokenizer=load_tokenizer(p), **options)

@@ -1,0 +1,180 @@
+"""Predicted prefill and decode speed of an LLM on each chip, from the kernels it would run.
+
+The model runs ``n_layers`` calls of the block program per chunk (or per token) and one
+call of the head program; each is costed by :func:`anekit.hw.cost.estimate_work`, the
+same model ``anekit estimate`` uses, with one correction: the kernels take their weights
+as inputs, and those inputs are weights, streamed from DRAM at the bandwidth the ANE
+reaches (``ane_dram_bw_gbps`` in ``anekit/hw/data/chips.json``, measured with a
+matrix-vector product over a 1 GB layer), overlapped with the MACs that read them, not
+activations through the slower I/O path. Decode reads every weight once per token, so
+its prediction is bandwidth-bound by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from anekit.errors import UsageError
+from anekit.hw.chips import Chip, get_chip
+from anekit.hw.cost import ProgramWork, analyze, estimate_work, padded_bytes
+from anekit.llm import kernels as K
+from anekit.llm.config import LlmConfig, config_from_hf
+from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ, decode_slots
+from anekit.mil.program import Program
+
+
+@dataclass(frozen=True)
+class LlmEstimate:
+    """Predicted speed of one model on one chip.
+
+    Attributes:
+        chip: chip profile name.
+        prompt_tokens: the prompt length the prediction is for.
+        prefill_s: time to run the prompt through every block (in chunks) and the head once.
+        decode_step_s: time of one decode step right after the prompt (blocks and head).
+        block_decode_s, head_decode_s: the two kernels of one decode step, each once.
+        block_prefill_s: one prefill chunk through one block.
+        weight_bytes: fp16 bytes streamed per decode step (every block weight and the head).
+        weights_s: those bytes at the chip's measured ANE DRAM bandwidth: the decode floor.
+        compiles: programs the model compiles for this prompt and one decode bucket.
+    """
+
+    chip: str
+    prompt_tokens: int
+    prefill_s: float
+    decode_step_s: float
+    block_decode_s: float
+    head_decode_s: float
+    block_prefill_s: float
+    weight_bytes: int
+    weights_s: float
+    compiles: int
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return 1.0 / self.decode_step_s
+
+    def record(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {
+            "chip": self.chip,
+            "prompt_tokens": self.prompt_tokens,
+            "prefill_tokens_per_s": round(self.prefill_tokens_per_s, 1),
+            "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
+            "decode_step_ms": round(self.decode_step_s * 1e3, 3),
+            "weights_ms": round(self.weights_s * 1e3, 3),
+            "weight_bytes": self.weight_bytes,
+            "compiles": self.compiles,
+        }
+
+
+def estimate_llm(
+    config: LlmConfig,
+    chip: str | Chip,
+    *,
+    prompt_tokens: int = 128,
+    max_seq: int | None = None,
+    chunk: int = DEFAULT_CHUNK,
+) -> LlmEstimate:
+    """Predict prefill and decode speed of ``config`` on ``chip`` (see the module docstring)."""
+    profile = get_chip(chip)
+    seq = max_seq or max(min(config.max_position, DEFAULT_MAX_SEQ), prompt_tokens + 1)
+    if not 1 <= prompt_tokens < seq:
+        raise UsageError(f"prompt_tokens must be in [1, {seq}), found {prompt_tokens}")
+    chunk = min(chunk, seq)
+    pieces = K.head_pieces(config.vocab_size, profile.max_dim_channel)
+    slots = next(s for s in decode_slots(seq) if s >= prompt_tokens)
+    weights = set(K.block_weight_shapes(config))
+    head_weights = {f"w{j}" for j in range(len(pieces))} | {"norm"}
+    block_decode = _seconds(K.block_program(config, K.BlockKey(1, slots)), weights, profile)
+    block_prefill = _seconds(K.block_program(config, K.BlockKey(chunk, seq)), weights, profile)
+    head = _seconds(K.head_program(config, K.HeadKey(1, pieces)), head_weights, profile)
+    streamed = 2 * streamed_params(config)
+    chunks = math.ceil(prompt_tokens / chunk)
+    return LlmEstimate(
+        chip=profile.name,
+        prompt_tokens=prompt_tokens,
+        prefill_s=chunks * config.n_layers * block_prefill + head,
+        decode_step_s=config.n_layers * block_decode + head,
+        block_decode_s=block_decode,
+        head_decode_s=head,
+        block_prefill_s=block_prefill,
+        weight_bytes=streamed,
+        weights_s=streamed / profile.cost.dram_bw,
+        compiles=3,
+    )
+
+
+def streamed_params(config: LlmConfig) -> int:
+    """Parameters a decode step reads: all but the embedding table, of which it reads one row."""
+    untied_embedding = 0 if config.tie_embeddings else config.vocab_size * config.dim
+    return config.n_params() - untied_embedding
+
+
+def _seconds(program: Program, weight_inputs: set[str], chip: Chip) -> float:
+    """Predicted seconds of one call, with the named inputs costed as weights."""
+    return estimate_work(weights_as_constants(program, weight_inputs), chip).seconds
+
+
+def weights_as_constants(program: Program, names: set[str]) -> ProgramWork:
+    """The program's work with the named inputs moved from program I/O to op weights.
+
+    An op reading such an input streams it like a constant weight (from on-chip memory
+    if small, else from DRAM, overlapped with its MACs); it no longer counts as input I/O.
+    """
+    fn = program.main
+    weights = {id(v): v for v in fn.inputs if v.name in names}
+    work = analyze(program)
+    ops = []
+    for op, op_work in zip(fn.ops, work.ops):
+        extra = sum(
+            math.prod(v.type.shape) * v.type.dtype.itemsize
+            for v in op.input_values()
+            if id(v) in weights
+        )
+        ops.append(
+            dataclasses.replace(op_work, weight_bytes=op_work.weight_bytes + extra)
+            if extra
+            else op_work
+        )
+    io = sum(padded_bytes(tuple(v.type.shape), v.type.dtype.itemsize) for v in weights.values())
+    return ProgramWork(tuple(ops), work.io_bytes - io, work.host_cast_elements)
+
+
+def published() -> dict[str, Any]:
+    """The published LLM figures and model shapes (``anekit/llm/data/published.json``)."""
+    text = resources.files("anekit.llm").joinpath("data/published.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def compare_published(prompt_tokens: int = 128) -> list[dict[str, Any]]:
+    """Each published decode figure beside the prediction for the same model shape and chip."""
+    data = published()
+    rows = []
+    for fig in data["figures"]:
+        model = data["models"][fig["model"]]
+        cfg = config_from_hf(model["config"], source=model["source"])
+        est = estimate_llm(cfg, fig["chip"], prompt_tokens=prompt_tokens)
+        predicted = est.decode_tokens_per_s
+        rows.append(
+            {
+                "model": fig["model"],
+                "chip": fig["chip"],
+                "published_decode": fig["decode_tokens_per_s"],
+                "predicted_decode": round(predicted, 1),
+                "ratio": round(predicted / fig["decode_tokens_per_s"], 3),
+                "published_prefill": fig.get("prefill_tokens_per_s"),
+                "predicted_prefill": round(est.prefill_tokens_per_s, 0),
+                "source": fig["source"],
+            }
+        )
+    return rows

@@ -1,0 +1,245 @@
+"""The MIL programs an LLM runs: one decoder block over a chunk of tokens, and the output head.
+
+Every weight is an *input* (ANE_NOTES section 5, "dynamic weights"), so one compiled
+block program serves every layer: a model of any depth compiles a handful of programs
+(:func:`program_keys`), far below the ~119 per-process budget (ANE_NOTES section 2.4).
+
+Activations are ``[1, 1, C, T]`` (channels by tokens, as in :mod:`anekit.nn.layers`);
+weights keep Hugging Face's ``[out, in]`` layout, so a projection is ``matmul(W, x)``.
+The KV cache is read-only inside the program (in-graph cache writes are rejected on
+the ANE): the block reads ``k_cache``/``v_cache`` ``[1, KV, S, hd]`` and returns the
+chunk's new keys and values, which the host writes into the cache.
+
+Attention is explicit: ``softmax(q k^T + mask) v`` (the ANE ignores ``sdpa``'s mask),
+computed against the cache and against the chunk separately and joined on the small
+score tensor, so the cache is never copied. Query head ``h`` uses KV head
+``h // (H / KV)`` (Hugging Face's ``repeat_kv`` pairing) by laying the queries of one
+KV head's group out as rows of one matmul, as :func:`anekit.nn.layers.query_rows` does.
+RoPE tables and the mask are inputs: the host computes them per position.
+
+Block inputs (``T`` tokens, ``S`` cache slots, ``g = H / KV``):
+
+===========  ======================  ================================================
+name         shape                   meaning
+===========  ======================  ================================================
+x            ``[1, 1, D, T]``        residual stream in
+cos, sin     ``[1, 1, hd, T]``       RoPE factors (``sin`` negated on the first half)
+mask         ``[1, 1, g*T, S+T]``    additive mask over cache slots then chunk tokens
+k_cache      ``[1, KV, S, hd]``      cached keys (after RoPE), rows by position
+v_cache      ``[1, KV, S, hd]``      cached values
+attn_norm    ``[1, 1, D, 1]``        RMSNorm gain before attention
+wqkv         ``[1, 1, Q+2K, D]``     stacked q, k, v projections (``Q = H*hd``, ``K = KV*hd``)
+bqkv         ``[1, 1, Q+2K, 1]``     their biases (Qwen2; ``attention_bias``)
+q_norm       ``[1, 1, hd, 1]``       per-head query RMSNorm gain (Qwen3), and k_norm
+wo, bo       ``[1, 1, D, Q]``        output projection (and its bias)
+ffn_norm     ``[1, 1, D, 1]``        RMSNorm gain before the FFN
+w13          ``[1, 1, 2F, D]``       stacked gate and up projections
+w2           ``[1, 1, D, F]``        down projection
+===========  ======================  ================================================
+
+Outputs: ``y [1, 1, D, T]`` (residual stream out), ``k_new``, ``v_new [1, KV, T, hd]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from anekit.llm.config import LlmConfig
+from anekit.mil.builder import Builder
+from anekit.mil.program import Program, Value
+from anekit.nn import layers as L
+
+CHANNELS = 2  # activations [1, 1, C, T]; heads [1, H, hd, T] keep hd on the same axis
+
+
+@dataclass(frozen=True)
+class BlockKey:
+    """Which block program: ``tokens`` per call and ``cache`` slots read."""
+
+    tokens: int
+    cache: int
+
+
+@dataclass(frozen=True)
+class HeadKey:
+    """Which head program: ``tokens`` per call; the vocabulary split in ``pieces`` rows each."""
+
+    tokens: int
+    pieces: tuple[int, ...]
+
+
+def block_weight_shapes(cfg: LlmConfig) -> dict[str, tuple[int, ...]]:
+    """The weight inputs of the block program, by name, for this config."""
+    d, q, kv, f, hd = cfg.dim, cfg.q_dim, cfg.kv_dim, cfg.hidden_dim, cfg.head_dim
+    shapes = {"attn_norm": (1, 1, d, 1), "wqkv": (1, 1, q + 2 * kv, d)}
+    if cfg.qkv_bias:
+        shapes["bqkv"] = (1, 1, q + 2 * kv, 1)
+    if cfg.qk_norm:
+        shapes["q_norm"] = shapes["k_norm"] = (1, 1, hd, 1)
+    shapes["wo"] = (1, 1, d, q)
+    if cfg.o_bias:
+        shapes["bo"] = (1, 1, d, 1)
+    shapes.update(ffn_norm=(1, 1, d, 1), w13=(1, 1, 2 * f, d), w2=(1, 1, d, f))
+    return shapes
+
+
+def block_input_shapes(cfg: LlmConfig, key: BlockKey) -> dict[str, tuple[int, ...]]:
+    """Every input of the block program: activations, tables, mask, cache, weights."""
+    t, s, hd = key.tokens, key.cache, cfg.head_dim
+    return {
+        "x": (1, 1, cfg.dim, t),
+        "cos": (1, 1, hd, t),
+        "sin": (1, 1, hd, t),
+        "mask": (1, 1, cfg.group * t, s + t),
+        "k_cache": (1, cfg.n_kv_heads, s, hd),
+        "v_cache": (1, cfg.n_kv_heads, s, hd),
+        **block_weight_shapes(cfg),
+    }
+
+
+def block_program(cfg: LlmConfig, key: BlockKey) -> Program:
+    """One decoder block over ``key.tokens`` tokens reading ``key.cache`` cached positions."""
+    b = Builder()
+    i = {n: b.input(n, shape, "fp16") for n, shape in block_input_shapes(cfg, key).items()}
+    o, k_new, v_new = _attention(b, cfg, key, i)
+    h = b.add(x=i["x"], y=o, name="h")
+    xn, _ = L.rmsnorm(b, h, i["ffn_norm"], cfg.norm_eps, "ffn_xn")
+    f = cfg.hidden_dim
+    h13 = L.project(b, i["w13"], xn, "h13", transpose_w=False)
+    gate = L.channels(b, h13, 0, f, "gate")
+    up = L.channels(b, h13, f, f, "up")
+    u = b.mul(x=b.silu(x=gate, name="silu"), y=up, name="u")
+    ffn = L.project(b, i["w2"], u, "ffn", transpose_w=False)
+    b.output(b.add(x=h, y=ffn, name="y"))
+    b.output(k_new)
+    b.output(v_new)
+    return b.build()
+
+
+def _attention(
+    b: Builder, cfg: LlmConfig, key: BlockKey, i: dict[str, Value]
+) -> tuple[Value, Value, Value]:
+    """RMSNorm, q/k/v, RoPE, cached grouped-query attention, the output projection; and new K/V."""
+    t, s, hd = key.tokens, key.cache, cfg.head_dim
+    heads, kv, q_dim, kv_dim = cfg.n_heads, cfg.n_kv_heads, cfg.q_dim, cfg.kv_dim
+    xn, _ = L.rmsnorm(b, i["x"], i["attn_norm"], cfg.norm_eps, "attn_xn")
+    qkv = L.project(b, i["wqkv"], xn, "qkv_lin", transpose_w=False)
+    if cfg.qkv_bias:
+        qkv = b.add(x=qkv, y=i["bqkv"], name="qkv")
+    q = b.reshape(x=L.channels(b, qkv, 0, q_dim, "q_lin"), shape=[1, heads, hd, t], name="q_heads")
+    k = b.reshape(
+        x=L.channels(b, qkv, q_dim, kv_dim, "k_lin"), shape=[1, kv, hd, t], name="k_heads"
+    )
+    v = b.reshape(
+        x=L.channels(b, qkv, q_dim + kv_dim, kv_dim, "v_lin"), shape=[1, kv, hd, t], name="v_heads"
+    )
+    if cfg.qk_norm:  # Qwen3: RMSNorm over each head's channels, before RoPE
+        q, _ = L.rmsnorm(b, q, i["q_norm"], cfg.norm_eps, "q_normed")
+        k, _ = L.rmsnorm(b, k, i["k_norm"], cfg.norm_eps, "k_normed")
+    q = b.mul(x=_rope(b, q, i, "q_rope"), y=1.0 / math.sqrt(hd), name="q_scaled")
+    k = _rope(b, k, i, "k_rope")
+    q_rows = b.reshape(
+        x=b.transpose(x=q, perm=[0, 1, 3, 2], name="q_tokens"),
+        shape=[1, kv, cfg.group * t, hd],
+        name="q_rows",
+    )
+    k_new = b.transpose(x=k, perm=[0, 1, 3, 2], name="k_new")
+    v_new = b.transpose(x=v, perm=[0, 1, 3, 2], name="v_new")
+    scores = b.concat(
+        values=(
+            b.matmul(x=q_rows, y=i["k_cache"], transpose_y=True, name="scores_cache"),
+            b.matmul(x=q_rows, y=k_new, transpose_y=True, name="scores_chunk"),
+        ),
+        axis=3,
+        interleave=False,
+        name="scores",
+    )
+    probs = b.softmax(x=b.add(x=scores, y=i["mask"], name="masked"), axis=-1, name="probs")
+    rows = cfg.group * t
+    p_cache = b.slice_by_size(x=probs, begin=[0, 0, 0, 0], size=[1, kv, rows, s], name="p_cache")
+    p_chunk = b.slice_by_size(x=probs, begin=[0, 0, 0, s], size=[1, kv, rows, t], name="p_chunk")
+    a = b.add(
+        x=b.matmul(x=p_cache, y=i["v_cache"], name="a_cache"),
+        y=b.matmul(x=p_chunk, y=v_new, name="a_chunk"),
+        name="a_rows",
+    )
+    a = b.reshape(x=a, shape=[1, heads, t, hd], name="a_heads")
+    a = b.reshape(
+        x=b.transpose(x=a, perm=[0, 1, 3, 2], name="a_hdt"), shape=[1, 1, q_dim, t], name="a"
+    )
+    o = L.project(b, i["wo"], a, "o_lin", transpose_w=False)
+    if cfg.o_bias:
+        o = b.add(x=o, y=i["bo"], name="o")
+    return o, k_new, v_new
+
+
+def _rope(b: Builder, x: Value, i: dict[str, Value], name: str) -> Value:
+    """Rotate-half RoPE on heads ``[1, n, hd, T]``: ``x * cos + swap_halves(x) * sin``."""
+    n, hd, t = x.shape[1], x.shape[2], x.shape[3]
+    half = hd // 2
+    first = b.slice_by_size(x=x, begin=[0, 0, 0, 0], size=[1, n, half, t], name=f"{name}_x1")
+    second = b.slice_by_size(x=x, begin=[0, 0, half, 0], size=[1, n, half, t], name=f"{name}_x2")
+    swapped = b.concat(values=(second, first), axis=CHANNELS, interleave=False, name=f"{name}_swap")
+    return L.rope(b, x, swapped, i["cos"], i["sin"], name)
+
+
+def head_pieces(vocab: int, limit: int) -> tuple[int, ...]:
+    """Split ``vocab`` output rows into the fewest near-equal pieces of at most ``limit`` rows.
+
+    The ANE rejects a dimension above the chip's limit (65536; Qwen's 151936-row head
+    must be split, ANE_NOTES section 2.4).
+    """
+    n = -(-vocab // limit)
+    base, extra = divmod(vocab, n)
+    return tuple(base + (j < extra) for j in range(n))
+
+
+def head_program(cfg: LlmConfig, key: HeadKey) -> Program:
+    """Final RMSNorm and the output head over ``key.tokens`` tokens, one matmul per vocabulary piece.
+
+    Inputs: ``x [1, 1, D, T]``, ``norm [1, 1, D, 1]``, ``w0, w1, ... [1, 1, V_j, D]``.
+    Outputs: ``logits0, logits1, ... [1, 1, V_j, T]`` (fp16).
+    """
+    b = Builder()
+    x = b.input("x", (1, 1, cfg.dim, key.tokens), "fp16")
+    norm = b.input("norm", (1, 1, cfg.dim, 1), "fp16")
+    ws = [b.input(f"w{j}", (1, 1, rows, cfg.dim), "fp16") for j, rows in enumerate(key.pieces)]
+    xn, _ = L.rmsnorm(b, x, norm, cfg.norm_eps, "xn")
+    for j, w in enumerate(ws):
+        b.output(L.project(b, w, xn, f"logits{j}", transpose_w=False))
+    return b.build()
+
+
+def rope_tables(cfg: LlmConfig, start: int, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cos, sin [1, 1, hd, T]`` (float32) for positions ``start .. start + T - 1``.
+
+    ``sin`` holds ``-sin`` on the first half of the head and ``+sin`` on the second, so that
+    ``x * cos + swap_halves(x) * sin`` is Hugging Face's ``x * cos + rotate_half(x) * sin``.
+    """
+    inv = cfg.rope.inv_freq(cfg.head_dim)
+    angle = inv[:, None] * np.arange(start, start + tokens, dtype=np.float64)[None, :]
+    cos = np.concatenate([np.cos(angle)] * 2)
+    sin = np.concatenate([-np.sin(angle), np.sin(angle)])
+    return cos[None, None].astype(np.float32), sin[None, None].astype(np.float32)
+
+
+def attention_mask(cfg: LlmConfig, key: BlockKey, start: int, valid: int) -> np.ndarray:
+    """The additive mask ``[1, 1, g*T, S+T]`` (float32) for a chunk at ``start`` with ``valid`` real tokens.
+
+    Query ``t`` (position ``start + t``) sees cache slots ``s < start`` and chunk tokens
+    ``t' <= t``, within the sliding window if the model has one. Padding queries
+    (``t >= valid``) see themselves, so no row is empty; their outputs are discarded.
+    """
+    t, s = key.tokens, key.cache
+    q_pos = start + np.arange(t)[:, None]
+    k_pos = np.concatenate([np.arange(s), start + np.arange(t)])[None, :]
+    in_cache = np.arange(s + t)[None, :] < s
+    seen = np.where(in_cache, k_pos < start, (k_pos <= q_pos) & (k_pos < start + max(valid, 1)))
+    seen |= ~in_cache & (k_pos == q_pos)  # padding rows see themselves
+    if cfg.sliding_window is not None:
+        seen &= q_pos - k_pos < cfg.sliding_window
+    mask = np.where(seen, 0.0, L.MASK_VALUE).astype(np.float32)
+    return np.tile(mask, (cfg.group, 1))[None, None]

@@ -1,0 +1,92 @@
+"""Tokenizers for model directories (``tokenizer.json`` via the ``tokenizers`` library) and streaming text.
+
+Every tokenizer here has ``encode(text) -> list[int]``, ``decode(ids) -> str`` and
+``vocab_size``; llama2.c's ``tokenizer.bin`` uses :class:`anekit.train.data.Llama2cTokenizer`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from anekit.errors import ModelError
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class Tokenizer(Protocol):
+    """Turns text into token ids and back."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizer.json``: encode adds the special tokens its template says (BOS)."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            from tokenizers import Tokenizer as _Tokenizer  # the "llm" extra
+        except ImportError as e:
+            raise ModelError(
+                "reading tokenizer.json needs the 'tokenizers' package: pip install 'anekit[llm]'",
+                path=str(path),
+            ) from e
+        self.path = Path(path)
+        try:
+            self._tok: Any = _Tokenizer.from_file(str(self.path))
+        except Exception as e:  # the library raises its own exception type
+            raise ModelError(
+                f"not a tokenizer.json the tokenizers library reads: {e}", path=str(path)
+            ) from e
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=True).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+
+def load_tokenizer(directory: str | Path) -> HFTokenizer | None:
+    """The tokenizer of a model directory, or None when it has no ``tokenizer.json``."""
+    path = Path(directory) / TOKENIZER_FILE
+    return HFTokenizer(path) if path.is_file() else None
+
+
+class TextStream:
+    """Turns tokens, one at a time, into the text they add to the prompt.
+
+    Decoding token by token would break words a tokenizer decodes in context
+    (sentencepiece drops a leading space at the start, UTF-8 characters span several
+    byte tokens), so each push decodes the whole continuation after the prompt and
+    returns what is new; text ending in an incomplete character waits for the next token.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: list[int]) -> None:
+        self.tokenizer = tokenizer
+        self.ids = list(prompt_ids)
+        self._prompt = tokenizer.decode(self.ids)
+        self._sent = 0
+
+    def push(self, token: int) -> str:
+        """Add one token; returns the new printable text (possibly empty)."""
+        self.ids.append(token)
+        text = self._continuation()
+        if text.endswith("\ufffd"):  # a multi-byte character still arriving
+            return ""
+        new, self._sent = text[self._sent :], len(text)
+        return new
+
+    def flush(self) -> str:
+        """Whatever is still held back (at the end of generation)."""
+        text = self._continuation()
+        new, self._sent = text[self._sent :], len(text)
+        return new
+
+    def _continuation(self) -> str:
+        full = self.tokenizer.decode(self.ids)
+        return full[len(self._prompt) :] if full.startswith(self._prompt) else full

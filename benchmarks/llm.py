@@ -1,0 +1,189 @@
+"""LLM inference: anekit.llm on the reference backend vs transformers fp32 CPU; predicted vs published.
+
+1. A random-init ~100M-parameter Llama (dim 768, 12 layers, 12 heads / 4 KV heads,
+   hidden 2048, vocab 32000, tied head), saved in fp16 with ``save_pretrained``.
+   Prefill tokens/s (128-token prompt) and decode tokens/s (greedy, KV-cached) of
+   ``anekit.llm`` on the reference backend against transformers in float32 with its
+   KV cache, the same thread count on both sides (threadpoolctl for BLAS,
+   ``torch.set_num_threads``), candidates interleaved, min and median of the rounds.
+   Target of issue 16: reference decode at least 0.5x of transformers.
+2. Decode step time at positions 32 and 512 (a KV cache keeps them within 1.5x).
+3. The cost model's predicted decode tokens/s for each published figure's model and
+   chip (target: within 1.5x), and for the benchmark model on every chip.
+
+Run: ``python benchmarks/llm.py [--threads N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+CONFIG = dict(
+    hidden_size=768,
+    intermediate_size=2048,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    num_key_value_heads=4,
+    vocab_size=32000,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    initializer_range=0.02,
+)
+PROMPT, NEW, POSITIONS = 128, 16, (32, 512)
+
+
+def save_model(directory: Path):  # noqa: ANN201 (a transformers model)
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**CONFIG)).eval()
+    model.to(torch.float16).save_pretrained(directory)
+    return LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+
+
+def hf_prefill(model, ids: list[int]) -> float:
+    """Seconds for one forward over the prompt with a fresh cache."""
+    import torch
+    from transformers import DynamicCache
+
+    with torch.inference_mode():
+        start = time.perf_counter()
+        model(torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+        return time.perf_counter() - start
+
+
+def hf_decode(model, ids: list[int], steps: int) -> float:
+    """Mean seconds per greedy KV-cached decode step after prefilling ``ids``."""
+    import torch
+    from transformers import DynamicCache
+
+    with torch.inference_mode():
+        cache = DynamicCache()
+        out = model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        token = out.logits[:, -1:].argmax(-1)
+        start = time.perf_counter()
+        for _ in range(steps):
+            out = model(token, past_key_values=cache, use_cache=True)
+            token = out.logits[:, -1:].argmax(-1)
+        return (time.perf_counter() - start) / steps
+
+
+def ours_prefill(model, ids: list[int]) -> float:
+    model.generate(ids, 1, stop=())
+    return model.stats.prefill_s
+
+
+def ours_decode(model, ids: list[int], steps: int) -> float:
+    model.generate(ids, steps + 1, stop=())
+    return model.stats.decode_s / steps
+
+
+def rounds(candidates: dict[str, Callable[[], float]], n: int) -> dict[str, list[float]]:
+    """Run every candidate ``n`` times, rotating their order each round."""
+    names = list(candidates)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(n):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            times[k].append(candidates[k]())
+    return times
+
+
+def line(label: str, seconds: list[float], per: float = 1.0) -> str:
+    lo, med = min(seconds), statistics.median(seconds)
+    spread = max(seconds) / lo
+    warn = "  (spread > 2x: busy machine)" if spread > 2 else ""
+    return f"  {label:<34} min {lo * 1e3:9.2f} ms  median {med * 1e3:9.2f} ms  ({per / med:8.1f} tok/s){warn}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from anekit import llm
+    from anekit.hw import chips
+    from anekit.llm.cost import compare_published, estimate_llm
+
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    ids = [int(t) for t in rng.integers(0, CONFIG["vocab_size"], max(POSITIONS) + NEW + 1)]
+    with tempfile.TemporaryDirectory() as tmp, threadpool_limits(args.threads):
+        hf = save_model(Path(tmp))
+        m = llm.load(tmp, backend="reference", max_seq=1024)
+        print(f"model: {m!r}, threads: {args.threads} (BLAS and torch), rounds: {args.rounds}")
+        try:
+            prompt = ids[:PROMPT]
+            ours_prefill(m, prompt[:8]), hf_prefill(hf, prompt[:8])  # warm-up (compiles)
+            ours_decode(m, prompt[:8], 2), hf_decode(hf, prompt[:8], 2)
+            t = rounds(
+                {
+                    "prefill anekit": lambda: ours_prefill(m, prompt),
+                    "prefill transformers": lambda: hf_prefill(hf, prompt),
+                    "decode anekit": lambda: ours_decode(m, prompt[:32], NEW),
+                    "decode transformers": lambda: hf_decode(hf, prompt[:32], NEW),
+                },
+                args.rounds,
+            )
+            print(f"prefill, {PROMPT}-token prompt (chunks of {m.chunk}):")
+            print(line("anekit.llm reference", t["prefill anekit"], PROMPT))
+            print(line("transformers fp32", t["prefill transformers"], PROMPT))
+            print(f"decode, greedy, {NEW} steps after a 32-token prompt (per step):")
+            print(line("anekit.llm reference", t["decode anekit"]))
+            print(line("transformers fp32", t["decode transformers"]))
+            ratio = statistics.median(t["decode transformers"]) / statistics.median(
+                t["decode anekit"]
+            )
+            pre = statistics.median(t["prefill transformers"]) / statistics.median(
+                t["prefill anekit"]
+            )
+            print(
+                f"  anekit / transformers speed: decode {ratio:.2f}x (target >= 0.5), prefill {pre:.2f}x"
+            )
+            print(
+                "decode step time by position (anekit reads the smallest cache bucket holding the context):"
+            )
+            pos = rounds(
+                {f"{p}": (lambda p=p: ours_decode(m, ids[:p], 4)) for p in POSITIONS}, args.rounds
+            )
+            hpos = rounds(
+                {f"{p}": (lambda p=p: hf_decode(hf, ids[:p], 4)) for p in POSITIONS}, args.rounds
+            )
+            for p in POSITIONS:
+                print(line(f"anekit at position {p}", pos[str(p)]))
+                print(line(f"transformers at position {p}", hpos[str(p)]))
+            a, b = (statistics.median(pos[str(p)]) for p in POSITIONS)
+            print(
+                f"  anekit step at {POSITIONS[1]} / at {POSITIONS[0]}: {b / a:.2f}x (target <= 1.5)"
+            )
+            print(f"  compiled programs: {m.compiles}")
+            cfg = m.config
+        finally:
+            m.close()
+    print("predicted decode vs published (cost model, anekit.llm.cost):")
+    for r in compare_published():
+        print(
+            f"  {r['model']:<15} {r['chip']:<7} published {r['published_decode']:6.1f} tok/s  "
+            f"predicted {r['predicted_decode']:6.1f}  ratio {r['ratio']:.2f}  [{r['source']}]"
+        )
+    print("benchmark model, predicted on every chip (prompt 128):")
+    for chip in chips():
+        e = estimate_llm(cfg, chip, prompt_tokens=PROMPT)
+        print(
+            f"  {chip:<9} prefill {e.prefill_tokens_per_s:8.0f} tok/s  decode {e.decode_tokens_per_s:7.1f} tok/s"
+        )
+
+
+if __name__ == "__main__":
+    main()
