@@ -25,8 +25,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"backends"}),
     frozenset({"nn"}),
     frozenset({"train", "bench", "inspect", "frontends", "llm"}),
-    frozenset({"doctor", "probe", "demo"}),
-    frozenset({"cli", "cmd_doctor", "cmd_classes", "__main__"}),
+    frozenset({"doctor", "probe"}),
+    frozenset({"cli", "__main__"}),
 )
 # anekit/__init__.py re-exports lazily (importlib by name), so it sits outside the layers.
 EXEMPT = frozenset({"anekit"})
