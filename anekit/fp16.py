@@ -28,10 +28,13 @@ from typing import Any
 import numpy as np
 
 CHUNK = 1 << 14  # elements per NumPy pass: 64 KiB of float32 stays in the L2 cache
-TORCH_CHUNK = 1 << 18  # elements per PyTorch cast: fewer calls, 512 KiB of float16 scratch
+# Elements per PyTorch cast: at most PyTorch's grain size (32768), so a cast never opens a
+# parallel region. Its OpenMP workers would spin against the caller's BLAS threads: on a
+# busy 2-core machine an unpinned transformer forward took 10x longer.
+TORCH_CHUNK = 1 << 15
 # Below these sizes the per-call cost of the vectorised paths exceeds NumPy's own
 # conversion (benchmarks/runtime.py, "rounding" rows).
-TORCH_FROM = 2048
+TORCH_FROM = 1024
 MAGIC_FROM = 256
 
 _EXPONENT = np.uint32(0x7F800000)
@@ -130,7 +133,7 @@ def cast_into(dst: np.ndarray, src: Any) -> None:
     torch = _torch() if src.size >= TORCH_FROM else None
     pair = (src.dtype, dst.dtype)
     if torch is not None and pair in _TORCH_PAIRS and _torchable(src) and _torchable(dst):
-        torch.from_numpy(dst).copy_(torch.from_numpy(src))
+        _copy_in_chunks(torch.from_numpy(dst), torch.from_numpy(src))
         return
     with np.errstate(over="ignore"):
         np.copyto(dst, src, casting="unsafe")
@@ -142,6 +145,23 @@ _TORCH_PAIRS = {
     (np.dtype(np.float16), np.dtype(np.float16)),
     (np.dtype(np.float32), np.dtype(np.float32)),
 }
+
+
+def _copy_in_chunks(dst: Any, src: Any) -> None:
+    """``dst.copy_(src)`` in pieces of at most TORCH_CHUNK elements (see TORCH_CHUNK)."""
+    n = dst.numel()
+    if n <= TORCH_CHUNK or dst.dim() == 0:
+        dst.copy_(src)
+    elif dst.is_contiguous() and src.is_contiguous():
+        d, s = dst.view(-1), src.view(-1)
+        for i in range(0, n, TORCH_CHUNK):
+            d[i : i + TORCH_CHUNK].copy_(s[i : i + TORCH_CHUNK])
+    elif dst.shape[0] == 1:
+        _copy_in_chunks(dst[0], src[0])
+    else:
+        rows = max(1, TORCH_CHUNK // max(1, n // dst.shape[0]))
+        for i in range(0, dst.shape[0], rows):
+            _copy_in_chunks(dst[i : i + rows], src[i : i + rows])
 
 
 def _torchable(a: np.ndarray) -> bool:

@@ -367,11 +367,14 @@ class Planner:
                 del holder[a]
                 free.append(a)
 
+        ends: dict[int, list[int]] = {}
+        for i, slot in enumerate(slots):
+            if slot.kind == "buffer":
+                ends.setdefault(slot.last_use, []).append(i)
         for s in inputs:
             take(s)
-        for s in inputs:
-            if slots[s].last_use < 0:
-                release(s)
+        for s in ends.get(-1, ()):
+            release(s)  # an input nothing reads
         for step in steps:
             inplace = step.form.inplace if step.form is not None else ()
             for s in step.outs:
@@ -397,9 +400,8 @@ class Planner:
                     take(s)
             for s in step.scratch:
                 take(s)
-            for s in {*step.ins, *step.outs, *step.scratch}:
-                if slots[s].kind == "buffer" and slots[s].last_use <= step.index:
-                    release(s)
+            for s in ends.get(step.index, ()):
+                release(s)
         return arenas
 
     def _runtime_peak(self, steps: list[Step]) -> int:
