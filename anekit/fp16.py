@@ -35,7 +35,7 @@ TORCH_CHUNK = 1 << 15
 # Below these sizes the per-call cost of the vectorised paths exceeds NumPy's own
 # conversion (benchmarks/runtime.py, "rounding" rows).
 TORCH_FROM = 1024
-MAGIC_FROM = 256
+MAGIC_FROM = 2048
 
 _EXPONENT = np.uint32(0x7F800000)
 _MAGIC_SHIFT = np.float32(2.0**13)  # fp16 keeps 10 of float32's 23 mantissa bits
@@ -134,8 +134,10 @@ def cast_into(dst: np.ndarray, src: Any) -> None:
     pair = (src.dtype, dst.dtype)
     if torch is not None and pair in _TORCH_PAIRS and _torchable(src) and _torchable(dst):
         _copy_in_chunks(torch.from_numpy(dst), torch.from_numpy(src))
-        return
-    with np.errstate(over="ignore"):
+    elif dst.dtype == np.float16 and src.dtype.itemsize > 2:
+        with np.errstate(over="ignore"):  # overflow to inf is the result
+            np.copyto(dst, src, casting="unsafe")
+    else:
         np.copyto(dst, src, casting="unsafe")
 
 
@@ -177,9 +179,11 @@ class Rounder:
     scratch stays small and every pass of the NumPy path runs in cache.
     """
 
-    __slots__ = ("_magic", "_half")
+    __slots__ = ("_magic", "_half", "_silenced")
 
-    def __init__(self) -> None:
+    def __init__(self, *, silenced: bool = False) -> None:
+        """``silenced``: the caller already ignores floating-point errors (``np.errstate``)."""
+        self._silenced = silenced
         self._magic: np.ndarray | None = None  # float32 scratch of the NumPy path
         self._half: np.ndarray | None = None  # float16 scratch of the torch path
 
@@ -187,11 +191,14 @@ class Rounder:
         """Round ``x`` (float32, C-contiguous) in place."""
         n = x.size
         flat = x.reshape(-1)
-        if n < MAGIC_FROM:
-            with np.errstate(over="ignore"):
-                np.copyto(flat, flat.astype(np.float16))
-            return
         torch = _torch() if n >= TORCH_FROM else None
+        if torch is None and n < MAGIC_FROM:
+            if self._silenced:
+                np.copyto(flat, flat.astype(np.float16))
+            else:
+                with np.errstate(over="ignore"):
+                    np.copyto(flat, flat.astype(np.float16))
+            return
         if torch is not None:
             if self._half is None:
                 self._half = np.empty(TORCH_CHUNK, np.float16)
@@ -211,6 +218,11 @@ class Rounder:
         step = CHUNK
         if self._magic is None:
             self._magic = np.empty(step, np.float32)
+        if self._silenced:
+            for i in range(0, n, step):
+                part = flat[i : i + step]
+                _magic_round(part, self._magic[: part.size])
+            return
         with np.errstate(over="ignore", invalid="ignore"):
             for i in range(0, n, step):
                 part = flat[i : i + step]
@@ -220,12 +232,13 @@ class Rounder:
 def _magic_round(x: np.ndarray, m: np.ndarray) -> None:
     """Round float32 ``x`` to fp16 values in place; ``m`` is float32 scratch of x's size.
 
-    Nine NumPy passes, none allocating (see the module docstring for why it is exact).
+    Ten NumPy passes, none allocating (see the module docstring for why it is exact).
     """
     np.multiply(x, _MAGIC_SHIFT, out=m)  # exponent of x plus 13 (inf and NaN give inf)
     bits = m.view(np.uint32)
     np.bitwise_and(bits, _EXPONENT, out=bits)  # |M| = 2**(e + 13), mantissa cleared
-    np.clip(m, _MAGIC_MIN, _MAGIC_MAX, out=m)
+    np.maximum(m, _MAGIC_MIN, out=m)  # (np.clip's Python wrapper costs more than a pass)
+    np.minimum(m, _MAGIC_MAX, out=m)
     np.copysign(m, x, out=m)  # M carries the sign of x, so x + M stays in M's binade
     np.add(x, m, out=x)  # the float32 adder rounds x to fp16 precision, ties to even
     np.subtract(x, m, out=x)  # exact: the rounded value

@@ -37,7 +37,7 @@ class _State:
 
     def __init__(self, plan: Plan) -> None:
         self.arenas = [_aligned(n) for n in plan.arenas]
-        self.rounder = fp16.Rounder()
+        self.rounder = fp16.Rounder(silenced=True)  # steps run under np.errstate
         env: list[Any] = [None] * len(plan.slots)
         for i, s in enumerate(plan.slots):
             if s.kind == "const":
