@@ -135,3 +135,23 @@ def test_three_training_steps_match_the_previous_executor(monkeypatch) -> None:
     finally:
         for t in trainers:
             t.close()
+
+
+def test_runtime_weights_and_biases_match_the_previous_executor() -> None:
+    """iOS17 lets conv's bias and weight be runtime values: no planned form may drop them."""
+    b = mil.Builder()
+    x = b.input("x", (1, 3, 2, 4), "fp16")
+    w = b.input("w", (2, 3, 1, 1), "fp16")
+    bias = b.input("bias", (2,), "fp16")
+    const_w = b.const(np.full((2, 3, 1, 1), 0.5, np.float16))
+    b.output(b.conv(x=x, weight=w, bias=bias), "runtime_w")
+    b.output(b.conv(x=x, weight=const_w, bias=bias), "runtime_bias")
+    rng = np.random.default_rng(4)
+    inputs = {
+        "x": rng.standard_normal((1, 3, 2, 4)).astype(np.float16),
+        "w": rng.standard_normal((2, 3, 1, 1)).astype(np.float16),
+        "bias": np.float16([10.0, -20.0]),
+    }
+    want, got = run_both(b.build(), inputs)
+    for name in want:
+        assert same(got[name], want[name]), name

@@ -72,7 +72,7 @@ def test_buffers_are_reused_so_a_long_chain_needs_no_more_than_a_short_one() -> 
     x = np.random.default_rng(0).standard_normal((1, 4096)).astype(np.float16)
     want = x.astype(np.float32)
     for _ in range(50):
-        want = ((want + 1) .astype(np.float16).astype(np.float32) * 0.5).astype(np.float16)
+        want = ((want + 1).astype(np.float16).astype(np.float32) * 0.5).astype(np.float16)
         want = want.astype(np.float32)
     np.testing.assert_array_equal(long(x=x)["y"], want.astype(np.float16))
 

@@ -277,6 +277,8 @@ def _linear(c: Any) -> Form | None:
     if not c.is_const("weight") or not _float32(c.dtype(x), c.dtype(o)):
         return None
     wt = np.asarray(c.const("weight")).T  # the reference's np.asarray(weight).T, once
+    if c.slot("bias") is not None and not c.is_const("bias"):
+        return None
     bias = c.const("bias")
     if not _float32(wt.dtype) or (bias is not None and not _float32(np.asarray(bias).dtype)):
         return None
@@ -295,10 +297,10 @@ def _conv(c: Any) -> Form | None:
     if not c.is_const("weight") or not _float32(c.dtype(x), c.dtype(o)):
         return None
     weight = np.asarray(c.const("weight"))
+    if c.slot("bias") is not None and not c.is_const("bias"):
+        return None  # a runtime bias (iOS17): the reference adds it
     bias = c.const("bias")
     if bias is not None:
-        if not c.is_const("bias"):
-            return None
         bias = np.asarray(bias, dtype=np.float32).reshape(-1, *([1] * (weight.ndim - 2)))
     kernel, g = weight.shape[2:], int(c.const("groups"))
     strides, dilations = const_ints(c.const("strides")), const_ints(c.const("dilations"))
