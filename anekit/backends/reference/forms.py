@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from anekit.mil.ops.conv import spatial_out, spatial_pads, window_view
+from anekit.mil.ops.indexing import slice_items
 from anekit.mil.ops.registry import const_ints
 
 Env = list
@@ -375,8 +376,6 @@ def _slice_by_size(c: Any) -> Form | None:
 
 
 def _slice_by_index(c: Any) -> Form:
-    from anekit.mil.ops.indexing import slice_items  # noqa: PLC0415 (keeps the table's imports light)
-
     spec = {k: c.const(k) for k in c.op.opdef.by_name if k != "x"}
     items = slice_items(c.shape(c.slot("x")), spec)
     return _sliced(items, c.slot("x"), c.out())
