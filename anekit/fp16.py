@@ -14,8 +14,9 @@ and 60 ns per fp16 subnormal. Two paths:
   and overflow is a multiply by 2**112 that reaches inf exactly when the rounded value
   is 2**16 or more.
 
-Both were checked against NumPy on all 2**32 float32 bit patterns
-(``tests/test_fp16_rounding.py``, opt-in with ``ANEKIT_SLOW_TESTS=1``). PyTorch is imported
+Both are tested against NumPy on every fp16 value, tie and neighbour, on subnormal-heavy
+and special values (``tests/test_fp16_rounding.py``), and on all 2**32 float32 bit patterns
+when ``ANEKIT_SLOW_TESTS=1`` is set (a slow test). PyTorch is imported
 lazily, the first time an array large enough to profit is rounded (``import anekit``
 never imports it); :func:`use_torch` turns that path off or on.
 """
