@@ -1,50 +1,69 @@
-"""Reference-backend runtime: per-call overhead, and a 12-layer transformer forward vs PyTorch.
+"""Reference-backend runtime vs PyTorch fp32, pinned and interleaved (see ``harness``).
 
-Targets (issue 3): under 30 us per call for a 3-op program; transformer forward at
-most 1.5x the time of PyTorch CPU fp32 running the same math. The transformer is
-``anekit.bench.programs.transformer``: the training kernels' blocks (``anekit.nn.layers``)
-with constant weights.
+1. Per-call overhead of a 3-op program.
+2. fp16 rounding of float32 arrays: the PyTorch cast, the NumPy-only magic add, and
+   NumPy's own ``astype(float16).astype(float32)``, on normal and subnormal-heavy data.
+3. A 12-layer transformer forward (dim 256) at seq 64, 256 and 1024: anekit with the
+   PyTorch cast, anekit NumPy-only (``fp16.use_torch(False)``, the path taken where PyTorch
+   is not installed), and the same math in PyTorch fp32. Target (issue 13): at most 1.5x
+   PyTorch's time at seq 64 and 256.
+4. Peak memory of one forward at seq 1024, each side in a fresh process: the rise of the
+   resident set (``VmHWM`` after resetting it, Linux) and, for anekit, tracemalloc's peak
+   (NumPy reports its buffers to it). Target: within 1.5x PyTorch's.
+
+Usage: ``python benchmarks/runtime.py [--threads N] [--rounds R]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
 import time
+import tracemalloc
+from pathlib import Path
 
 import numpy as np
+from harness import interleave, pinned, report
 
 import anekit
-from anekit import mil
+from anekit import fp16, mil
 from anekit.bench.programs import TransformerShape, transformer, transformer_weights
 
-
-def per_call_us(kernel, inputs: dict, calls: int = 5000) -> float:
-    """Median over 5 batches of the time per call, in microseconds."""
-    for _ in range(100):
-        kernel(**inputs)
-    batches = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            kernel(**inputs)
-        batches.append((time.perf_counter() - t0) / calls)
-    return float(np.median(batches)) * 1e6
+SEQS = (64, 256, 1024)
 
 
 def three_op_program() -> mil.Program:
     b = mil.Builder()
     x = b.input("x", (1, 16, 1, 16), "fp16")
-    y = b.relu(x=b.mul(x=b.add(x=x, y=1.0), y=0.5))
-    b.output(y, "y")
+    b.output(b.relu(x=b.mul(x=b.add(x=x, y=1.0), y=0.5)), "y")
     return b.build()
 
 
-def run_buffers_us(kernel, calls: int = 5000) -> float:
+def per_call_us(fn, calls: int = 2000) -> float:
+    """Median over 5 batches of the time per call, in microseconds."""
     for _ in range(100):
-        kernel.run()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        kernel.run()
-    return (time.perf_counter() - t0) / calls * 1e6
+        fn()
+    batches = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        batches.append((time.perf_counter() - t0) / calls)
+    return float(np.median(batches)) * 1e6
+
+
+def shape_at(seq: int) -> TransformerShape:
+    """The benchmark's 12-layer stack (``anekit.bench.programs``) at sequence length ``seq``."""
+    default = TransformerShape()
+    return TransformerShape(default.layers, dataclasses.replace(default.block, seq=seq))
+
+
+def example_input(shape: TransformerShape) -> np.ndarray:
+    s = shape.block
+    return np.random.default_rng(1).standard_normal((1, 1, s.dim, s.tokens)).astype(np.float16)
 
 
 def torch_forward(shape: TransformerShape, weights, x: np.ndarray):
@@ -75,6 +94,7 @@ def torch_forward(shape: TransformerShape, weights, x: np.ndarray):
     def rope(t):
         return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
 
+    @torch.no_grad()
     def forward():
         h = h0
         for w in tw:
@@ -87,50 +107,151 @@ def torch_forward(shape: TransformerShape, weights, x: np.ndarray):
             h = h + (torch.nn.functional.silu(n @ w["w1"]) * (n @ w["w3"])) @ w["w2"].T
         return h
 
-    return torch, forward
+    return forward
 
 
-def median_time(fn, repeat: int = 20) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+def anekit_call(kernel, x: np.ndarray, use_torch: bool):
+    def call() -> None:
+        fp16.use_torch(use_torch)
+        kernel(x=x)
+
+    return call
+
+
+def rounding_call(x: np.ndarray, use_torch: bool):
+    """Copy ``x`` into a buffer and round it there with anekit.fp16 (one path)."""
+    y, r = np.empty_like(x), fp16.Rounder()
+
+    def call() -> None:
+        fp16.use_torch(use_torch)
+        np.copyto(y, x)
+        r(y)
+
+    return call
+
+
+def rounding(rounds: int) -> None:
+    rng = np.random.default_rng(0)
+    for n in (1 << 10, 1 << 16, 1 << 22):
+        for label, scale in (("normal", 1.0), ("subnormal-heavy", 1e-6)):
+            x = (rng.standard_normal(n) * scale).astype(np.float32)
+            results = interleave(
+                {
+                    "PyTorch cast": rounding_call(x, True),
+                    "NumPy magic add": rounding_call(x, False),
+                    "astype f16 -> f32": lambda x=x: x.astype(np.float16).astype(np.float32),
+                },
+                rounds=rounds,
+            )
+            for line in report(
+                f"fp16 rounding of {n:,} float32 ({label}, copy included)",
+                results,
+                "astype f16 -> f32",
+            ):
+                print(line)
+
+
+def forward(seq: int, rounds: int) -> None:
+    shape = shape_at(seq)
+    x = example_input(shape)
+    with anekit.compile(transformer(shape), backend="reference") as k:
+        fn = torch_forward(shape, transformer_weights(shape), x)
+        results = interleave(
+            {
+                "anekit (PyTorch cast)": anekit_call(k, x, True),
+                "anekit (NumPy only)": anekit_call(k, x, False),
+                "PyTorch fp32": fn,
+            },
+            rounds=rounds,
+        )
+        planned = k.planned_bytes
+        fp16.use_torch(True)
+        ours, ref = k(x=x)["y"].astype(np.float32), fn().T.reshape(x.shape).numpy()
+    err = float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+    target = "<= 1.5x PyTorch fp32" if seq <= 256 else "(none at seq 1024)"
+    for line in report(
+        f"{shape.layers}-layer transformer forward, dim {shape.block.dim}, seq {seq} "
+        f"(anekit plans {planned / 2**20:.1f} MiB of buffers; max relative difference from "
+        f"PyTorch {err:.1e}, fp16 storage vs fp32)",
+        results,
+        "PyTorch fp32",
+        target=target,
+    ):
+        print(line)
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def memory_child(side: str, seq: int, threads: int) -> None:
+    """One forward in this (fresh) process; prints the peak memory rise as JSON."""
+    shape = shape_at(seq)
+    x = example_input(shape)
+    with pinned(threads):
+        if side == "torch":
+            fn = torch_forward(shape, transformer_weights(shape), x)
+        else:
+            fp16.use_torch(side == "anekit")
+            kernel = anekit.compile(transformer(shape), backend="reference")
+            fn = anekit_call(kernel, x, side == "anekit")
+        Path("/proc/self/clear_refs").write_text("5")  # reset the resident-set high-water mark
+        before = _rss_kib("VmRSS")
+        tracemalloc.start()
         fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        traced = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        peak = _rss_kib("VmHWM")
+    print(json.dumps({"rss_rise": (peak - before) * 1024, "traced": traced}))
+
+
+def memory(seq: int, threads: int) -> None:
+    if not Path("/proc/self/clear_refs").exists():
+        print(f"peak memory at seq {seq}: needs Linux's /proc/self/clear_refs; skipped")
+        return
+    rows = {}
+    for side in ("anekit", "anekit-numpy", "torch"):
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-child", side, str(seq), str(threads)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows[side] = json.loads(out.stdout.strip().splitlines()[-1])
+    torch_rise = rows["torch"]["rss_rise"]
+    print(f"peak memory of one forward at seq {seq} (fresh process each; target <= 1.5x PyTorch)")
+    for side, r in rows.items():
+        traced = f", tracemalloc peak {r['traced'] / 2**20:.1f} MiB" if side != "torch" else ""
+        print(
+            f"  {side:<14} resident set rise {r['rss_rise'] / 2**20:7.1f} MiB "
+            f"({r['rss_rise'] / max(torch_rise, 1):.2f}x PyTorch){traced}"
+        )
 
 
 def main() -> None:
-    x16 = np.random.default_rng(0).standard_normal((1, 16, 1, 16)).astype(np.float16)
-    with anekit.compile(three_op_program(), backend="reference") as k:
-        print(f"3-op program, k(**inputs):       {per_call_us(k, {'x': x16}):7.1f} us per call")
-        k.input_buffer("x")[:] = x16
-        print(f"3-op program, buffers + k.run(): {run_buffers_us(k):7.1f} us per call")
-
-    shape = TransformerShape()
-    s = shape.block
-    x = np.random.default_rng(1).standard_normal((1, 1, s.dim, s.tokens)).astype(np.float16)
-    program = transformer(shape)
-    with anekit.compile(program, backend="reference", storage="fp32") as k:
-        fp32_storage = median_time(lambda: k(x=x))
-    with anekit.compile(program, backend="reference") as k:
-        ours = median_time(lambda: k(x=x))
-        ours_out = k(x=x)["y"]
-    torch, forward = torch_forward(shape, transformer_weights(shape), x)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    with torch.no_grad():
-        theirs = median_time(forward)
-        ref = forward().T.reshape(x.shape).numpy()
-    err = float(np.max(np.abs(ours_out.astype(np.float32) - ref)) / np.max(np.abs(ref)))
-    print(
-        f"{shape.layers}-layer transformer (dim {s.dim}, seq {s.seq}): anekit reference {ours * 1e3:.2f} ms, "
-        f"PyTorch fp32 {theirs * 1e3:.2f} ms, ratio {ours / theirs:.2f}x (target <= 1.5x); "
-        f"max relative difference {err:.2e} (fp16 storage vs fp32)"
-    )
-    print(
-        f"  same program with storage='fp32' (no per-op fp16 rounding): {fp32_storage * 1e3:.2f} ms, "
-        f"ratio {fp32_storage / theirs:.2f}x"
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        side, seq, threads = args.memory_child
+        memory_child(side, int(seq), int(threads))
+        return
+    print(f"threads pinned to {args.threads} (BLAS and torch), {args.rounds} interleaved rounds")
+    with pinned(args.threads):
+        x16 = np.random.default_rng(0).standard_normal((1, 16, 1, 16)).astype(np.float16)
+        with anekit.compile(three_op_program(), backend="reference") as k:
+            print(f"3-op program, k(**inputs):       {per_call_us(lambda: k(x=x16)):7.1f} us")
+            k.input_buffer("x")[:] = x16
+            print(f"3-op program, buffers + k.run(): {per_call_us(k.run):7.1f} us")
+        rounding(args.rounds)
+        for seq in SEQS:
+            forward(seq, args.rounds if seq < 1024 else max(3, args.rounds // 2))
+    memory(1024, args.threads)
 
 
 if __name__ == "__main__":

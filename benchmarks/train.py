@@ -1,50 +1,50 @@
-"""Training throughput on ``tiny``: anekit (reference backend) vs PyTorch fp32 CPU; cost model vs published.
+"""Training throughput: anekit (reference backend) vs PyTorch fp32 CPU, pinned and interleaved.
 
 1. tokens/s of ``anekit.train`` on the reference backend (every kernel op rounded to fp16,
-   the ANE's storage model) against the same model, batch and optimizer written in
-   idiomatic PyTorch fp32 (fused SDPA). Target of issue 6: at least half PyTorch's speed.
+   the ANE's storage model), with the PyTorch cast and NumPy only (``fp16.use_torch(False)``,
+   the path taken where PyTorch is not installed), against the same model, batch and
+   optimizer written in idiomatic PyTorch fp32 (fused SDPA), for ``tiny`` and
+   ``stories15m``. The PyTorch model starts from anekit's initialisation: PyTorch's
+   default init runs into denormals on ``stories15m`` and makes its step about 15x
+   slower, which would flatter anekit. Steps of the three candidates are interleaved
+   (``harness``); target of issue 13: at least 0.5x PyTorch's tokens/s.
 2. The cost model's predicted ANE time per step for ``stories110m`` (batch 1, seq 256, the
    published run's shape) on m4, next to the published 91.8-111 ms/step
    (maderix/ANE, training/README.md: 106.7 static, 91.8 with ANE extras, 111 dynamic
    weights; those include the CPU work, the prediction does not).
+
+Usage: ``python benchmarks/train.py [--threads N] [--rounds R] [--configs tiny,stories15m]``.
 """
 
 from __future__ import annotations
 
-import time
+import argparse
 
 import numpy as np
+from harness import interleave, pinned, report
 
+from anekit import fp16
 from anekit.train.config import get_config
 from anekit.train.data import default_corpus
 from anekit.train.loop import Trainer
 from anekit.train.model import Model
-
-WARMUP, STEPS = 3, 20
-
-
-def anekit_tokens_per_s() -> tuple[float, float]:
-    """(tokens/s by wall clock, CPU seconds per step) over STEPS steps after WARMUP."""
-    named = get_config("tiny")
-    trainer = Trainer(named.model, named.train, default_corpus(), backend="reference")
-    try:
-        for _ in range(WARMUP):
-            trainer.train_step()
-        wall, cpu = time.perf_counter(), time.process_time()
-        for _ in range(STEPS):
-            trainer.train_step()
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    finally:
-        trainer.close()
-    return trainer.tokens_per_step * STEPS / wall, cpu / STEPS
+from anekit.train.params import init_params
 
 
-def torch_tokens_per_s() -> tuple[float, float]:
-    """The same model trained by PyTorch fp32 on the CPU: (tokens/s, CPU seconds per step)."""
+def anekit_step(trainer: Trainer, use_torch: bool):
+    def step() -> None:
+        fp16.use_torch(use_torch)
+        trainer.train_step()
+
+    return step
+
+
+def torch_step(config: str):
+    """One training step of the same model in PyTorch fp32, from anekit's initial weights."""
     import torch
     import torch.nn.functional as F
 
-    named = get_config("tiny")
+    named = get_config(config)
     m, c = named.model, named.train
     q_dim, kv_dim = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
 
@@ -109,13 +109,26 @@ def torch_tokens_per_s() -> tuple[float, float]:
         torch.nn.utils.clip_grad_norm_(net.parameters(), c.grad_clip)
         opt.step()
 
-    for _ in range(WARMUP):
-        step()
-    wall, cpu = time.perf_counter(), time.process_time()
-    for _ in range(STEPS):
-        step()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return c.batch_size * m.seq_len * STEPS / wall, cpu / STEPS
+    load_anekit_init(net, named)
+    return step
+
+
+def load_anekit_init(net, named) -> None:
+    """Copy ``init_params`` (the Trainer's seed) into the PyTorch model's weights."""
+    import torch
+
+    m = named.model
+    p = init_params(m, np.random.default_rng(named.train.seed))
+    with torch.no_grad():
+        net.embed.weight.copy_(torch.from_numpy(p["embed"]))
+        for i, block in enumerate(net.blocks):
+            w = p.layer(i)
+            block.qkv.weight.copy_(
+                torch.from_numpy(np.concatenate([w["wq"], w["wk"], w["wv"]], 1).T)
+            )
+            block.o.weight.copy_(torch.from_numpy(w["wo"]))  # o = wo @ a
+            block.w13.weight.copy_(torch.from_numpy(np.concatenate([w["w1"], w["w3"]], 1).T))
+            block.w2.weight.copy_(torch.from_numpy(w["w2"]))  # f = w2 @ (silu(h1) * h3)
 
 
 def predicted_ms(config: str, chip: str = "m4") -> float | None:
@@ -125,14 +138,44 @@ def predicted_ms(config: str, chip: str = "m4") -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
+def throughput(config: str, rounds: int) -> None:
+    named = get_config(config)
+    trainer = Trainer(named.model, named.train, default_corpus(), backend="reference")
+    tokens = trainer.tokens_per_step
+    try:
+        results = interleave(
+            {
+                "anekit (PyTorch cast)": anekit_step(trainer, True),
+                "anekit (NumPy only)": anekit_step(trainer, False),
+                "PyTorch fp32": torch_step(config),
+            },
+            rounds=rounds,
+            warmup=2,
+        )
+    finally:
+        trainer.close()
+        fp16.use_torch(True)
+    for line in report(
+        f"training {config}: {tokens} tokens per step",
+        results,
+        "PyTorch fp32",
+        per=tokens,
+        unit="tokens/s",
+        target=">= 0.5x PyTorch fp32's tokens/s",
+    ):
+        print(line)
+
+
 def main() -> None:
-    ours, ours_cpu = anekit_tokens_per_s()
-    theirs, theirs_cpu = torch_tokens_per_s()
-    print(
-        f"tiny, {STEPS} steps: anekit reference backend {ours:,.0f} tokens/s "
-        f"({ours_cpu * 1e3:.0f} ms CPU/step), PyTorch fp32 CPU {theirs:,.0f} tokens/s "
-        f"({theirs_cpu * 1e3:.0f} ms CPU/step): {ours / theirs:.2f}x of PyTorch (target >= 0.5x)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--configs", default="tiny,stories15m")
+    args = parser.parse_args()
+    print(f"threads pinned to {args.threads} (BLAS and torch), {args.rounds} interleaved rounds")
+    with pinned(args.threads):
+        for config in args.configs.split(","):
+            throughput(config, args.rounds)
     for config, published in (("stories110m", "91.8-111 ms (maderix/ANE training/README.md)"),
                               ("qwen3-0.6b", "412 ms (ANE_NOTES section 5)")):  # fmt: skip
         ms = predicted_ms(config)

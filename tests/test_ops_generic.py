@@ -137,11 +137,11 @@ def test_exact_ops_only_move_values(case: Case) -> None:
 
     program = build(case)
     kernel = ReferenceKernel(program, storage="fp32")  # no rounding anywhere in between
-    env = kernel._execute(random_inputs(program, np.random.default_rng(7)))
-    for step in kernel._steps:
-        if "exact" not in step.op.opdef.traits:
+    values = kernel.trace(random_inputs(program, np.random.default_rng(7)))
+    for op in program.ops:
+        if "exact" not in op.opdef.traits:
             continue
-        for slot, v in zip(step.outs, step.op.outputs):
+        for v in op.outputs:
             if v.dtype is mil.DType.fp16:
-                value = np.asarray(env[slot], dtype=np.float32)
+                value = np.asarray(values[v.name], dtype=np.float32)
                 np.testing.assert_array_equal(value.astype(np.float16).astype(np.float32), value)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit import fp16
 from anekit.errors import AnekitError
 from anekit.mil.program import Program, Value
 from anekit.mil.types import DType
@@ -262,8 +263,7 @@ def convert_input(spec: TensorSpec, value: Any) -> np.ndarray:
         return arr
     kind = arr.dtype.kind
     if spec.dtype.is_float and kind == "f":
-        with np.errstate(over="ignore"):
-            return arr.astype(target)
+        return fp16.to_fp16(arr) if spec.dtype is DType.fp16 else arr.astype(target)
     if spec.dtype.is_float and kind in "iu":
         converted = arr.astype(target)
         if not np.array_equal(converted.astype(arr.dtype), arr):

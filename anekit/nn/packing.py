@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anekit import fp16
 from anekit.mil.builder import Builder
 from anekit.mil.program import Value
 
@@ -84,8 +85,7 @@ class Packing:
                 f"found {list(array.shape)}"
             )
         # fp32 values beyond the fp16 range become inf, as on the ANE; the loss scaler sees them
-        with np.errstate(over="ignore"):
-            self._view(buffer, f)[...] = array.reshape(f.block, f.width)
+        fp16.cast_into(self._view(buffer, f), array.reshape(f.block, f.width))
 
     def pack(self, buffer: np.ndarray | None = None, **arrays: np.ndarray) -> np.ndarray:
         """Write every given field into ``buffer`` (a new zeroed one if None) and return it."""

@@ -1,4 +1,13 @@
-"""The reference backend: runs any verified Program with NumPy, numerically modelling the ANE.
+"""Test oracle: the reference backend's executor as it was before the planned executor.
+
+Kept verbatim (commit 183d32b, ``anekit/backends/reference.py``) so that the planned
+executor can be proven bit-identical to it: ``tests/test_reference_executor.py`` runs
+both on every op case, the transformer forward and training steps. Not a backend of the
+package; tests register it under the name "oracle" where they need it.
+
+The original docstring follows.
+
+The reference backend: runs any verified Program with NumPy, numerically modelling the ANE.
 
 Storage model: each op's output is rounded to its declared dtype (fp16 on the
 ANE, so overflow gives inf and NaN propagates); ops compute in fp32. fp16
@@ -19,7 +28,7 @@ from anekit.mil.ops.traits import CONST, EXACT
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.types import DType
 
-NAME = "reference"
+NAME = "oracle"
 
 
 def available() -> tuple[bool, str]:

@@ -1,0 +1,69 @@
+"""The reference backend: runs any verified Program with NumPy, numerically modelling the ANE.
+
+Storage model: each op's output is rounded to its declared dtype (fp16 on the ANE, so
+overflow gives inf and NaN propagates); ops compute in fp32. fp16 values are held as
+float32 arrays that are exactly fp16-representable, so a consumer never converts them
+again.
+
+Execution is planned at compile time (``planner.py``): one prepared step per op, with
+constants bound, and for the ops of ``forms.py`` a form that writes with ``out=`` into
+preallocated buffers, shared by values whose lives do not overlap, and rounded in
+place (:mod:`anekit.fp16`). Other ops run their registry ``reference``. Each evaluation
+in flight has its own buffers, allocated when first needed, so ``submit()`` is safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anekit.backends.reference.kernel import (
+    NAME,
+    STORAGE_MODES,
+    ReferenceKernel,
+    default_memory_budget,
+)
+from anekit.fp16 import round_fp16 as round_to_fp16
+from anekit.mil.program import Program
+
+__all__ = [
+    "NAME",
+    "STORAGE_MODES",
+    "ReferenceKernel",
+    "available",
+    "compile",
+    "default_memory_budget",
+    "round_to_fp16",
+]
+
+
+def available() -> tuple[bool, str]:
+    """The reference backend runs everywhere."""
+    return True, "NumPy reference backend"
+
+
+def compile(
+    program: Program, *, storage: str = "fp16", memory_budget: int | None = None, **options: Any
+) -> ReferenceKernel:
+    """Prepare a program for execution.
+
+    Args:
+        storage (str): ``"fp16"`` (default) rounds every fp16 op output to fp16, as the ANE
+            stores it; ``"fp32"`` keeps fp16 intermediates in fp32 and rounds only the
+            program's outputs (faster, for debugging and comparisons, not ANE-faithful).
+        memory_budget (int): bytes one evaluation may hold at its peak; a program that
+            needs more (or one tensor larger) is a CompileError before anything is
+            allocated. Default: half of physical memory (``default_memory_budget()``).
+    """
+    if options:
+        raise TypeError(
+            f"reference backend options are: storage, memory_budget; found {sorted(options)}"
+        )
+    if storage not in STORAGE_MODES:
+        raise ValueError(f"storage must be one of {STORAGE_MODES}, found {storage!r}")
+    if memory_budget is not None and (
+        isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1
+    ):
+        raise ValueError(
+            f"memory_budget must be a positive number of bytes, found {memory_budget!r}"
+        )
+    return ReferenceKernel(program, storage=storage, memory_budget=memory_budget)

@@ -1,0 +1,227 @@
+"""The reference kernel: a planned program run over per-evaluation states of buffers."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from anekit import fp16
+from anekit.backends.base import Kernel
+from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step
+from anekit.errors import AnekitError, EvaluationError
+from anekit.mil.program import Program
+
+NAME = "reference"
+STORAGE_MODES = ("fp16", "fp32")
+BUDGET_FRACTION = 0.5  # of physical memory, the default memory budget
+_FALLBACK_PHYSICAL = 8 * 2**30  # where the system does not say how much memory it has
+
+
+def default_memory_budget() -> int:
+    """Half of this machine's physical memory, in bytes (8 GiB assumed where unknown)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        physical = _FALLBACK_PHYSICAL
+    return int(max(physical, 1) * BUDGET_FRACTION)
+
+
+class _State:
+    """The memory of one evaluation in flight: arenas, the environment, bound steps, scratch."""
+
+    __slots__ = ("env", "program", "rounder", "arenas")
+
+    def __init__(self, plan: Plan) -> None:
+        self.arenas = [_aligned(n) for n in plan.arenas]
+        self.rounder = fp16.Rounder(silenced=True)  # steps run under np.errstate
+        env: list[Any] = [None] * len(plan.slots)
+        for i, s in enumerate(plan.slots):
+            if s.kind == "const":
+                env[i] = s.const
+            elif s.kind == "buffer":
+                shape = tuple(int(d) for d in s.type.shape)
+                env[i] = self.arenas[s.arena][: s.nbytes].view(s.dtype).reshape(shape)
+        self.env = env
+        self.program = [
+            (_bind(step, plan, env, self.rounder), plan.dead_after[step.index])
+            for step in plan.steps
+        ]
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """``nbytes`` of uninitialised memory starting on an ``ALIGN``-byte boundary."""
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start : start + nbytes]
+
+
+def c_ordered(a: np.ndarray) -> bool:
+    """Whether ``a``'s memory order is C's: strides of dims longer than 1 positive, decreasing.
+
+    A ufunc then allocates its result C-contiguous, as the buffers are (gaps allowed).
+    """
+    if a.flags.c_contiguous:
+        return True
+    last = None
+    for n, s in zip(a.shape, a.strides):
+        if n == 1:
+            continue
+        if s <= 0 or (last is not None and s > last):
+            return False
+        last = s
+    return True
+
+
+def _bind(step: Step, plan: Plan, env: list, rounder: fp16.Rounder) -> Callable[[list], None]:
+    """The callable that runs one step on a state's environment."""
+    form, fallback = step.form, step.fallback
+    if form is None:
+        return lambda env: fallback(env, rounder)
+    if form.view:
+        return form.run
+    run, rounded = form.run, step.rounded
+    checks = tuple(s for s in form.ordered if plan.slots[s].kind == "runtime")
+    if not checks:
+        if not rounded:
+            return run
+        if len(rounded) == 1:
+            (o,) = rounded
+
+            def run_round(env: list) -> None:
+                run(env)
+                rounder(env[o])
+
+            return run_round
+    restore = tuple((o, env[o]) for o in step.outs)
+
+    def guarded(env: list) -> None:
+        for s in checks:
+            if not c_ordered(env[s]):
+                fallback(env, rounder)  # the reference's layout, for this evaluation
+                return
+        for o, buf in restore:
+            env[o] = buf
+        run(env)
+        for o in rounded:
+            rounder(env[o])
+
+    return guarded
+
+
+class ReferenceKernel(Kernel):
+    """A Program planned into steps over value slots; buffers are reused by liveness."""
+
+    backend = NAME
+
+    def __init__(
+        self, program: Program, storage: str = "fp16", memory_budget: int | None = None
+    ) -> None:
+        super().__init__(program)
+        self.storage = storage
+        self.memory_budget = default_memory_budget() if memory_budget is None else memory_budget
+        self.plan = Planner(program, storage, self.memory_budget).plan()
+        self._states: list[_State] = []
+        self._state_lock = threading.Lock()
+        self._in_buffers = {s.name: np.zeros(s.shape, s.dtype.numpy) for s in self.inputs}
+        self._out_buffers = {s.name: np.zeros(s.shape, s.dtype.numpy) for s in self.outputs}
+
+    @property
+    def planned_bytes(self) -> int:
+        """Bytes one evaluation in flight needs at its peak (buffers and reference results)."""
+        return self.plan.peak_bytes
+
+    def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        state = self._acquire()
+        try:
+            env = self._execute(state, inputs)
+            return {name: _fresh(env[slot], dtype) for name, slot, dtype in self.plan.outputs}
+        finally:
+            self._give_back(state)
+
+    def run(self) -> None:
+        self._check_open()
+        state = self._acquire()
+        try:
+            env = self._execute(state, self._in_buffers)
+            for name, slot, _ in self.plan.outputs:
+                fp16.cast_into(self._out_buffers[name], env[slot])
+        finally:
+            self._give_back(state)
+
+    def trace(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Every op output of one evaluation, by value name, as held (fp16 as float32 values).
+
+        For debugging and tests: each value is copied right after its op, before its
+        buffer is reused.
+        """
+        self._check_open()
+        state = self._acquire()
+        values: dict[str, np.ndarray] = {}
+        try:
+            self._execute(state, self.validate(inputs), values)
+        finally:
+            self._give_back(state)
+        return values
+
+    def input_buffer(self, name: str) -> np.ndarray:
+        self.spec(name)
+        return self._in_buffers[name]
+
+    def output_buffer(self, name: str) -> np.ndarray:
+        self.spec(name, output=True)
+        return self._out_buffers[name]
+
+    def _release(self) -> None:
+        with self._state_lock:
+            self._states.clear()
+
+    # -- states ---------------------------------------------------------------------------
+    def _acquire(self) -> _State:
+        """A free evaluation state, or a new one (its buffers are allocated now, lazily)."""
+        with self._state_lock:
+            if self._states:
+                return self._states.pop()
+        return _State(self.plan)
+
+    def _give_back(self, state: _State) -> None:
+        with self._state_lock:
+            if not self._closed:
+                self._states.append(state)
+
+    def _execute(
+        self, state: _State, inputs: dict[str, np.ndarray], trace: dict | None = None
+    ) -> list:
+        env = state.env
+        for name, slot in self.plan.inputs:
+            fp16.cast_into(env[slot], inputs[name])
+        steps = self.plan.steps
+        # fp16 overflow to inf and NaN are the modelled behaviour, not errors
+        with np.errstate(all="ignore"):
+            i = 0
+            try:
+                for i, (fn, dead) in enumerate(state.program):
+                    fn(env)
+                    if trace is not None:
+                        for v, s in zip(steps[i].op.outputs, steps[i].outs):
+                            trace[v.name] = np.array(env[s], copy=True)
+                    for s in dead:
+                        env[s] = None
+            except AnekitError:
+                raise
+            except Exception as e:  # a failure inside an op: report which op
+                op = steps[i].op
+                where = f" (MIL line {op.line})" if op.line else ""
+                raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
+        return env
+
+
+def _fresh(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A new array of the output's dtype (the state's buffers are reused)."""
+    if dtype == np.float16:
+        return fp16.to_fp16(value)
+    value = np.asarray(value)
+    return value.astype(dtype) if value.dtype != dtype else value.copy()
