@@ -19,6 +19,7 @@ from anekit import backends, mil
 from anekit.backends.reference import ReferenceKernel, forms
 from anekit.bench.programs import TransformerShape, transformer
 from anekit.mil.ops import registry
+from anekit.nn.spec import BlockShape
 from tests import reference_oracle
 from tests.opcases import Case, all_cases
 from tests.test_ops_generic import build, random_inputs
@@ -75,9 +76,10 @@ def test_every_form_names_a_registered_op_with_a_case() -> None:
 
 
 def test_the_transformer_forward_matches_the_previous_executor() -> None:
-    shape = TransformerShape(layers=2, dim=64, heads=2, hidden=96, seq=32)
+    block = BlockShape(dim=64, heads=2, kv_heads=2, head_dim=32, hidden=96, seq=32)
+    shape = TransformerShape(layers=2, block=block)
     program = transformer(shape)
-    x = np.random.default_rng(1).standard_normal((1, shape.dim, 1, shape.seq)).astype(np.float16)
+    x = np.random.default_rng(1).standard_normal((1, 1, block.dim, block.tokens)).astype(np.float16)
     want, got = run_both(program, {"x": x})
     assert same(got["y"], want["y"])
     kernel = ReferenceKernel(program)

@@ -199,7 +199,8 @@ def test_other_errors_are_rebuilt_as_builtins_or_evaluation_errors() -> None:
 def test_backend_options_such_as_dialect_reach_the_backend_in_the_worker() -> None:
     # the reference backend takes no dialect: its own TypeError comes back, as a TypeError
     with pytest.raises(
-        TypeError, match=r"reference backend options are: storage; found \['dialect'\]"
+        TypeError,
+        match=r"reference backend options are: storage, memory_budget; found \['dialect'\]",
     ):
         anekit.compile(scaled(2.0), backend="reference", isolate=True, dialect="legacy")
 

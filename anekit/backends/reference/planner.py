@@ -26,6 +26,7 @@ import numpy as np
 from anekit import fp16
 from anekit.backends.reference.forms import FORMS, Form
 from anekit.errors import CompileError, EvaluationError
+from anekit.mil.ops.traits import CONST, CONSTEXPR, EXACT
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.types import DType, TensorType
 
@@ -219,7 +220,7 @@ class Planner:
         inputs = [(v.name, self._value_slot(v, "buffer")) for v in fn.inputs]
         steps: list[Step] = []
         for op in fn.ops:
-            if "const" in op.opdef.traits:
+            if CONST in op.opdef.traits:
                 continue  # consumers take constants directly
             step = self._step(op, len(steps))
             if step is not None:
@@ -275,7 +276,7 @@ class Planner:
         args = self._args(op)
         ins = tuple(s for a in args.values() for s in (a if isinstance(a, tuple) else (a,)))
         stores = [_store(v.type.dtype, self._rounds(op, v)) for v in op.outputs]
-        folded = all(self.slots[s].kind == "const" for s in ins) and "constexpr" in op.opdef.traits
+        folded = all(self.slots[s].kind == "const" for s in ins) and CONSTEXPR in op.opdef.traits
         statics = all(v.type.is_static and held_dtype(v.type.dtype) for v in op.outputs)
         factory = FORMS.get(op.op_type)
         kind = "const" if folded else "buffer" if statics and factory else "runtime"
@@ -302,7 +303,7 @@ class Planner:
         if v.type.dtype is not DType.fp16 or self.storage != "fp16":
             return False
         # an "exact" op only moves values that are fp16 already: rounding changes nothing
-        exact = "exact" in op.opdef.traits and all(
+        exact = EXACT in op.opdef.traits and all(
             not x.dtype.is_float or x.dtype is DType.fp16 for x in op.input_values()
         )
         return not exact

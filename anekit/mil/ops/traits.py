@@ -32,7 +32,7 @@ def _declare(name: str, readers: tuple[str, ...], meaning: str) -> str:
 
 _COST = "anekit.hw.cost"
 _RULES = "anekit.hw.rules"
-_REFERENCE = "anekit.backends.reference"
+_REFERENCE = "anekit.backends.reference.planner"
 
 CONST = _declare(
     "const",
