@@ -13,7 +13,7 @@ import platform
 import re
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from types import MappingProxyType
 from typing import Any
@@ -42,9 +42,19 @@ class Fact:
     conflict: Fact | None = None
 
 
+# Runtime paths a program can be evaluated through; each pays its own per-call floor.
+# "inmem" is the private in-memory path anekit's ane backend uses (what estimates assume);
+# Core ML dispatches through the E5 runtime, so it is costed with the e5rt floor.
+RUNTIME_PATHS = ("inmem", "e5rt", "coreml")
+
+
 @dataclass(frozen=True)
 class CostParams:
-    """Per-chip parameters of the cost model (SI units; see ``anekit.hw.cost``)."""
+    """Per-chip parameters of the cost model (SI units; see ``anekit.hw.cost``).
+
+    ``floor_s`` is the per-call floor of the path being costed (the in-memory path unless
+    :meth:`Chip.on_path` chose another); ``e5rt_floor_s`` is the E5 runtime's.
+    """
 
     floor_s: float
     peak_flops: float
@@ -57,6 +67,7 @@ class CostParams:
     host_cast_rate: float
     onchip_tensor_bytes: float
     working_set_bytes: float
+    e5rt_floor_s: float
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,14 @@ class Chip:
     fp32_cast: bool
     cost: CostParams
     facts: Mapping[str, Fact]
+
+    def on_path(self, path: str) -> Chip:
+        """This chip evaluated through another runtime path (only the per-call floor differs)."""
+        if path not in RUNTIME_PATHS:
+            raise ValueError(f"runtime path: expected one of {RUNTIME_PATHS}, found {path!r}")
+        inmem = self.facts["cost.floor_ms"].value * 1e-3
+        floor = inmem if path == "inmem" else self.cost.e5rt_floor_s
+        return replace(self, cost=replace(self.cost, floor_s=floor))
 
 
 def chips() -> list[str]:
@@ -181,6 +200,7 @@ def _chip(name: str, entry: dict[str, Any], sources: Mapping[str, str]) -> Chip:
         host_cast_rate=v["cost.host_cast_gelem_s"] * 1e9,
         onchip_tensor_bytes=v["onchip_tensor_mb"] * _MB,
         working_set_bytes=v["working_set_mb"] * _MB,
+        e5rt_floor_s=v["cost.floor_e5rt_ms"] * 1e-3,
     )
     fields = {f: v[f] for f in Chip.__dataclass_fields__ if f in v}
     return Chip(
