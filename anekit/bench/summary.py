@@ -69,8 +69,17 @@ def speedups(rows: list[dict[str, Any]], key: str, baseline: Any) -> list[dict[s
             for source in SOURCES:
                 t_base, t_row = row_seconds(base, source), row_seconds(row, source)
                 entry[source] = t_base / t_row if t_base and t_row else None
+            # the fastest rounds are the least disturbed: their ratio is the steadier estimate
+            entry["measured_min"] = _ratio(
+                base["measured"].get("min_s"), row["measured"].get("min_s")
+            )
+            entry["noisy"] = bool(base["measured"].get("noisy") or row["measured"].get("noisy"))
             out.append(entry)
     return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
 
 
 def cliff(rows: list[dict[str, Any]], source: str) -> dict[str, Any] | None:
