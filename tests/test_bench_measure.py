@@ -14,6 +14,7 @@ import pytest
 
 from anekit.bench import measure, report, runner, suites, threads
 from anekit.bench.measure import Candidate, Settings, Timing
+from anekit.errors import UsageError
 
 ROUNDS = Settings(warmup=1, min_reps=4, max_reps=4, budget_s=0.0, min_sample_s=0.0)
 
@@ -94,7 +95,7 @@ def test_without_threadpoolctl_the_report_says_nothing_was_pinned(monkeypatch):
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_thread_counts_are_checked(bad):
-    with pytest.raises(ValueError, match="threads: expected a whole number"):
+    with pytest.raises(UsageError, match="threads: expected a whole number"):
         with threads.pinned(bad):
             pass
 
@@ -131,7 +132,7 @@ def test_results_record_the_thread_pinning(int8_results):
         rows[0]["measured"]["min_s"] / rows[1]["measured"]["min_s"]
     )
     assert speedup["noisy"] == any(r["measured"]["noisy"] for r in rows)
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(UsageError, match="threads"):
         runner.run(["int8"], backend="reference", cases={"int8": INT8_CASES}, threads=0)
 
 

@@ -159,3 +159,23 @@ def test_bench_without_chip_says_which_it_predicts_for(capsys, monkeypatch) -> N
     assert main(["bench", "--quick"]) == 0
     assert f"chip {chosen}: {how} (pass --chip to choose)" in capsys.readouterr().err
     assert seen["chip"] is get_chip(chosen)  # the profile itself, resolved once by the CLI
+
+
+def test_bench_threads_reach_the_runner_and_are_checked(capsys, monkeypatch) -> None:
+    from anekit.bench import runner
+
+    seen = {}
+
+    def record(*args, threads, **kwargs):
+        seen["threads"] = threads
+        return _fake_results()
+
+    monkeypatch.setattr(runner, "run", record)
+    monkeypatch.setattr(runner, "plan", lambda *args: [])
+    monkeypatch.setattr(report, "console", lambda results: "")
+    assert main(["bench", "--quick", "--chip", "m4", "--threads", "2"]) == 0
+    assert seen["threads"] == 2
+    assert main(["bench", "--quick", "--chip", "m4"]) == 0
+    assert seen["threads"] == 1
+    assert main(["bench", "--threads", "x"]) == 2
+    assert "--threads: expected a whole number >= 1, found 'x'" in capsys.readouterr().err

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np  # noqa: F401  (loads NumPy's BLAS, so threadpoolctl can find its pool)
 
+from anekit.errors import UsageError
+
 DEFAULT_THREADS = 1
 MISSING = (
     "threadpoolctl is not installed, so BLAS threads are not pinned: pip install threadpoolctl"
@@ -24,9 +26,9 @@ MISSING = (
 
 
 def check_threads(threads: int) -> int:
-    """The thread count, or a ValueError saying what was expected."""
+    """The thread count, or a UsageError saying what was expected."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads: expected a whole number of at least 1, found {threads!r}")
+        raise UsageError(f"threads: expected a whole number of at least 1, found {threads!r}")
     return threads
 
 
