@@ -142,37 +142,34 @@ def test_bench_unknown_chip_creates_no_output_directory(tmp_path: Path, capsys) 
     assert not out.parent.exists()
 
 
-def test_bench_without_chip_says_which_it_predicts_for(capsys, monkeypatch) -> None:
+def _recording_runner(monkeypatch) -> dict:
+    """Replace the runner with one that records its keyword arguments; returns them."""
     from anekit.bench import runner
-    from anekit.hw.chips import default_chip, get_chip
 
-    chosen, how = default_chip()
-    seen = {}
+    seen: dict = {}
 
-    def record(*args, chip, **kwargs):
-        seen["chip"] = chip
+    def record(*args, **kwargs):
+        seen.update(kwargs)
         return _fake_results()
 
     monkeypatch.setattr(runner, "run", record)
     monkeypatch.setattr(runner, "plan", lambda *args: [])
     monkeypatch.setattr(report, "console", lambda results: "")
+    return seen
+
+
+def test_bench_without_chip_says_which_it_predicts_for(capsys, monkeypatch) -> None:
+    from anekit.hw.chips import default_chip, get_chip
+
+    chosen, how = default_chip()
+    seen = _recording_runner(monkeypatch)
     assert main(["bench", "--quick"]) == 0
     assert f"chip {chosen}: {how} (pass --chip to choose)" in capsys.readouterr().err
     assert seen["chip"] is get_chip(chosen)  # the profile itself, resolved once by the CLI
 
 
 def test_bench_threads_reach_the_runner_and_are_checked(capsys, monkeypatch) -> None:
-    from anekit.bench import runner
-
-    seen = {}
-
-    def record(*args, threads, **kwargs):
-        seen["threads"] = threads
-        return _fake_results()
-
-    monkeypatch.setattr(runner, "run", record)
-    monkeypatch.setattr(runner, "plan", lambda *args: [])
-    monkeypatch.setattr(report, "console", lambda results: "")
+    seen = _recording_runner(monkeypatch)
     assert main(["bench", "--quick", "--chip", "m4", "--threads", "2"]) == 0
     assert seen["threads"] == 2
     assert main(["bench", "--quick", "--chip", "m4"]) == 0
