@@ -241,3 +241,19 @@ def test_the_floor_fit_reads_no_held_out_entry_and_reproduces_the_profile():
     assert bench.fit_floors(scrambled) == fitted
     profile = get_chip("m4-max").facts["cost.floor_ms"].value * 1e-3
     assert fitted[("m4-max", "inmem")] == pytest.approx(profile, rel=0.01)
+
+
+def test_the_sram_cliff_reading_is_a_switch_between_both_published_thresholds():
+    # 2048^2 matmul: operands of 8 MiB each, 24 MiB together
+    n, rate = 2048, {}
+    for reading in ("working_set", "per_operand"):
+        chip = M4.with_sram_cliff(reading)
+        rate[reading] = 2 * n**3 / estimate(matmul(n), chip).rows[-1].seconds
+    assert M4.cost.sram_cliff == "working_set"  # the reading the section-7 GEMMs fit
+    assert rate["working_set"] == pytest.approx(M4.cost.peak_flops)  # 24 MiB fit in 32 MB
+    # per operand: 8 MiB / 2 MiB = 4x over the tile, 0.21 * 3 of the work at the spill rate
+    spilled = 0.21 * (n * n * 2 / M4.cost.operand_tile_bytes - 1)
+    seconds = 2 * n**3 * (1 / M4.cost.peak_flops + spilled / M4.cost.spill_flops)
+    assert rate["per_operand"] == pytest.approx(2 * n**3 / seconds)
+    with pytest.raises(ValueError, match="SRAM cliff"):
+        M4.with_sram_cliff("tiles")

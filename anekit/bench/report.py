@@ -111,10 +111,20 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         )
     if "cliff" in summary:
         lines.append(
-            "throughput cliff (first x below half the best so far): "
-            + _triple(summary["cliff"], lambda c: f"at x={c['x']:.3g}" if c else "none")
+            "cliff (marginal throughput below half its best so far): "
+            + _triple(summary["cliff"], _cliff_at)
         )
+        readings = summary.get("predicted_cliff_by_reading", {})
+        if readings:
+            lines.append(
+                "predicted cliff by SRAM-cliff reading: "
+                + ", ".join(f"{r} {_cliff_at(c)}" for r, c in readings.items())
+            )
     return lines
+
+
+def _cliff_at(c: dict[str, Any] | None) -> str:
+    return f"at x={c['x']:.3g}" if c else "none"
 
 
 def _triple(values: dict[str, Any], fmt: Any) -> str:

@@ -44,7 +44,7 @@ from anekit.bench.suites import SUITES, Case, Suite
 from anekit.bench.summary import summarize
 from anekit.bench.threads import DEFAULT_THREADS, pinned
 from anekit.hw import estimate, get_chip
-from anekit.hw.chips import host_brand_string
+from anekit.hw.chips import SRAM_CLIFFS, host_brand_string
 from anekit.mil.program import Program
 
 SCHEMA = "anekit-bench/2"
@@ -214,6 +214,12 @@ def _row(
 ) -> dict[str, Any]:
     predicted = estimate(program, chip)
     measured = timing.as_json()
+    extra = {}
+    if suite.find_cliff:  # the sources disagree on the cliff: cost both readings
+        profile = get_chip(chip)
+        extra["predicted_by_cliff"] = {
+            r: estimate(program, profile.with_sram_cliff(r)).seconds for r in SRAM_CLIFFS
+        }
     return {
         "params": dict(params),
         "program": description,
@@ -228,6 +234,7 @@ def _row(
         "tflops_measured": _tflops(predicted.flops, measured["median_s"]),
         "tflops_predicted": _tflops(predicted.flops, predicted.seconds),
         "published": published.lookup(chip, description),
+        **extra,
     }
 
 

@@ -12,7 +12,7 @@ from anekit.bench.suites import Suite
 
 SOURCES = ("measured", "predicted", "published")
 
-# A cliff: throughput below this fraction of the best seen at smaller sizes.
+# A cliff: marginal throughput below this fraction of the best seen at smaller sizes.
 CLIFF_DROP = 0.5
 
 
@@ -32,6 +32,8 @@ def summarize(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["speedups"] = speedups(rows, *suite.compare)
     if suite.find_cliff:
         out["cliff"] = {s: cliff(rows, s) for s in SOURCES}
+        readings = rows[0].get("predicted_by_cliff", {}) if rows else {}
+        out["predicted_cliff_by_reading"] = {k: cliff(rows, "predicted", k) for k in readings}
     return out
 
 
@@ -82,14 +84,24 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def cliff(rows: list[dict[str, Any]], source: str) -> dict[str, Any] | None:
-    """The first row (by x) whose throughput falls below half the best at smaller x, if any."""
+def cliff(rows: list[dict[str, Any]], source: str, key: str | None = None) -> dict[str, Any] | None:
+    """The first row (by x) where the marginal throughput falls below half the best before.
+
+    The marginal throughput between neighbouring sizes is the extra FLOPs over the extra
+    time: unlike the throughput itself, it does not rise just because a fixed per-call
+    floor is spread over more work, so a slower regime shows as a fall. ``key`` picks one
+    of a row's ``predicted_by_cliff`` readings instead of ``source``.
+    """
     best = 0.0
+    previous: tuple[float, float] | None = None
     for row in sorted(rows, key=lambda r: r["x"]):
-        rate = _tflops(row, source)
-        if rate is None:
+        seconds = row["predicted_by_cliff"][key] if key else row_seconds(row, source)
+        if seconds is None:
             continue
-        if best and rate < CLIFF_DROP * best:
-            return {"x": row["x"], "tflops": rate, "best_before": best}
-        best = max(best, rate)
+        if previous is not None and seconds > previous[1]:
+            rate = (row["flops"] - previous[0]) / (seconds - previous[1]) / 1e12
+            if best and rate < CLIFF_DROP * best:
+                return {"x": row["x"], "marginal_tflops": rate, "best_before": best}
+            best = max(best, rate)
+        previous = (row["flops"], seconds)
     return None

@@ -46,6 +46,9 @@ class Fact:
 # "inmem" is the private in-memory path anekit's ane backend uses (what estimates assume);
 # Core ML dispatches through the E5 runtime, so it is costed with the e5rt floor.
 RUNTIME_PATHS = ("inmem", "e5rt", "coreml")
+# The two published readings of the SRAM cliff (ANE_NOTES 1): all of an op's operands and
+# its result against the on-chip working set, or each operand against a tiling threshold.
+SRAM_CLIFFS = ("working_set", "per_operand")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class CostParams:
     onchip_tensor_bytes: float
     working_set_bytes: float
     e5rt_floor_s: float
+    sram_cliff: str
+    operand_tile_bytes: float
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,12 @@ class Chip:
     fp32_cast: bool
     cost: CostParams
     facts: Mapping[str, Fact]
+
+    def with_sram_cliff(self, reading: str) -> Chip:
+        """This chip costed with the other published reading of the SRAM cliff (SRAM_CLIFFS)."""
+        if reading not in SRAM_CLIFFS:
+            raise ValueError(f"SRAM cliff: expected one of {SRAM_CLIFFS}, found {reading!r}")
+        return replace(self, cost=replace(self.cost, sram_cliff=reading))
 
     def on_path(self, path: str) -> Chip:
         """This chip evaluated through another runtime path (only the per-call floor differs)."""
@@ -201,7 +212,11 @@ def _chip(name: str, entry: dict[str, Any], sources: Mapping[str, str]) -> Chip:
         onchip_tensor_bytes=v["onchip_tensor_mb"] * _MB,
         working_set_bytes=v["working_set_mb"] * _MB,
         e5rt_floor_s=v["cost.floor_e5rt_ms"] * 1e-3,
+        sram_cliff=v["cost.sram_cliff"],
+        operand_tile_bytes=v["cost.operand_tile_mb"] * _MB,
     )
+    if cost.sram_cliff not in SRAM_CLIFFS:
+        raise ValueError(f"{name}: cost.sram_cliff must be one of {SRAM_CLIFFS}")
     fields = {f: v[f] for f in Chip.__dataclass_fields__ if f in v}
     return Chip(
         name=name,
