@@ -161,6 +161,7 @@ def console(results: dict[str, Any]) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
         out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         out += ["  " + line for line in summary_lines(suite["summary"])]
+        out += [f"  rating: {suite['rating']['text']}"] if suite.get("rating") else []
     warning = noisy_sentence(results)
     return "\n".join(out + ([""] + [warning] if warning else [])) + "\n"
 
@@ -218,6 +219,9 @@ def _suite_markdown(
     lines += ["| " + " | ".join(table_cells(r)) + " |" for r in suite["rows"]]
     lines.append("")
     lines += [f"- {line}" for line in summary_lines(suite["summary"])]
+    if suite.get("rating"):
+        r = suite["rating"]
+        lines.append(f"- rating: {r['text']} (rating: {r['rating_source']})")
     lines.append("")
     if suite["note"]:
         lines += [suite["note"], ""]

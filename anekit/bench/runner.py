@@ -40,6 +40,7 @@ from anekit.bench.measure import (
     run_candidate,
     time_interleaved,
 )
+from anekit.bench.rating import rated_finding
 from anekit.bench.suites import SUITES, Case, Suite
 from anekit.bench.summary import summarize
 from anekit.bench.threads import DEFAULT_THREADS, pinned
@@ -146,6 +147,7 @@ def _run_suite(
         "x_label": suite.x_label,
         "note": suite.note,
         "findings": published.findings(suite.name, chip),
+        "rating": rated_finding(chip) if suite.rating else None,
         "summary": summarize(suite, done),
         "rows": done,
     }

@@ -43,7 +43,8 @@ class Suite:
             "queue" times ``params["in_flight"]`` evaluations submitted at once.
         compare: (parameter, baseline value): the summary gives, for every other value, its
             speed-up over the baseline with all other parameters equal.
-        find_cliff: the summary reports where throughput first falls below half its best.
+        find_cliff: the summary reports where the marginal throughput first halves.
+        rating: the suite answers what the chip's TOPS rating means (``rating.rated_finding``).
         note: what to keep in mind when reading the rows.
     """
 
@@ -59,6 +60,7 @@ class Suite:
     mode: str = "run"
     compare: tuple[str, Any] | None = None
     find_cliff: bool = False
+    rating: bool = False
     note: str = ""
 
     def cases(self, quick: bool) -> tuple[Case, ...]:
@@ -172,6 +174,7 @@ PEAK = Suite(
     x=lambda p: p["depth"],
     x_label="depth (chained convs)",
     series=lambda p: f"{p['channels']} ch, {p['height']}x{p['width']}, {p['io_dtype']} I/O",
+    rating=True,
 )
 
 # maderix/ANE sram_bench: one 1x1 conv of growing weight, looking for the on-chip memory
