@@ -61,7 +61,8 @@ def test_cliff_is_the_first_fall_of_the_marginal_rate_below_half_its_best():
         _sized(16e12, 33.0, 16),  # marginal 8e12 / 20 s = 0.4 < 0.5: the cliff
     ]
     got = summary.cliff(list(reversed(rows)), "measured")
-    assert got == {"x": 16, "marginal_tflops": pytest.approx(0.4), "best_before": 1.0}
+    assert got == {"x": 16, "marginal_tflops": pytest.approx(0.4), "best_before": 1.0, "fall": 0.4}
+    assert summary.steepest_fall(rows[:4], "measured")["x"] == 8  # 0.5x, not yet a cliff
     # absolute throughput never falls here: 0.5, 0.67, 0.8, 0.62, 0.48 TFLOPS
     assert summary.cliff(rows[:4], "measured") is None
     assert summary.cliff(rows, "published") is None
@@ -72,14 +73,14 @@ def test_cliff_by_reading_uses_each_prediction():
     for r, slow in zip(rows, (1.0, 2.0, 10.0), strict=True):
         r["predicted_by_cliff"] = {"a": r["predicted_s"], "b": slow}
     s = summary.summarize(suites.SRAM, rows)
-    assert s["predicted_cliff_by_reading"]["a"] is None
-    assert s["predicted_cliff_by_reading"]["b"]["x"] == 4
+    assert s["predicted_cliff_by_reading"]["a"] == {"cliff": None, "steepest_fall": None}
+    assert s["predicted_cliff_by_reading"]["b"]["cliff"]["x"] == 4
 
 
 def test_summarize_follows_the_suite_declaration():
     rows = [_row({"channels": c, "seq": 64}, 1.0, 1.0, x=c) for c in (256, 512)]
     s = summary.summarize(suites.SRAM, rows)
-    assert set(s) == {"best_tflops", "cliff", "predicted_cliff_by_reading"}
+    assert set(s) == {"best_tflops", "cliff", "steepest_fall", "predicted_cliff_by_reading"}
     s = summary.summarize(suites.INT8, [])
     assert set(s) == {"best_tflops", "speedups"}
     assert s["best_tflops"] == {"measured": None, "predicted": None, "published": None}

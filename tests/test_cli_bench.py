@@ -85,10 +85,12 @@ def _fake_results():
     """Results of two tiny two-series suites, shaped as the runner makes them."""
 
     def row(series, x, seconds, published):
+        measured = {"median_s": seconds, "p25_s": seconds * 0.9, "p75_s": seconds * 1.1}
         return {
             "series": series,
             "x": x,
-            "measured": {"median_s": seconds, "p25_s": seconds * 0.9, "p75_s": seconds * 1.1},
+            "flops": 1e9 * x,
+            "measured": {**measured, "min_s": seconds * 0.8, "noisy": x == 8},
             "predicted_s": seconds / 2,
             "published": [{"seconds": seconds / 3}] if published else [],
         }
@@ -97,8 +99,10 @@ def _fake_results():
         "title": "t",
         "x_label": "x",
         "rows": [row(s, x, 1e-3 * x, x == 4) for s in ("a", "b") for x in (1, 2, 4, 8)],
+        "marks": [{"x": 2.0, "label": "a threshold"}],
     }
-    return {"backend": "reference", "chip": "m4", "suites": {"one": suite, "two": suite}}
+    suites = {"one": suite, "two": suite}
+    return {"backend": "reference", "chip": "m4", "chip_name": "Apple M4", "suites": suites}
 
 
 def test_progress_bar_on_a_terminal(monkeypatch):

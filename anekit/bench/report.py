@@ -114,17 +114,28 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             "cliff (marginal throughput below half its best so far): "
             + _triple(summary["cliff"], _cliff_at)
         )
+        lines.append(
+            "steepest fall of the marginal throughput: "
+            + _triple(summary["steepest_fall"], _fall_at)
+        )
         readings = summary.get("predicted_cliff_by_reading", {})
         if readings:
             lines.append(
-                "predicted cliff by SRAM-cliff reading: "
-                + ", ".join(f"{r} {_cliff_at(c)}" for r, c in readings.items())
+                "predicted, by SRAM-cliff reading: "
+                + "; ".join(
+                    f"{r}: cliff {_cliff_at(c['cliff'])}, steepest fall {_fall_at(c['steepest_fall'])}"
+                    for r, c in readings.items()
+                )
             )
     return lines
 
 
 def _cliff_at(c: dict[str, Any] | None) -> str:
     return f"at x={c['x']:.3g}" if c else "none"
+
+
+def _fall_at(c: dict[str, Any] | None) -> str:
+    return f"at x={c['x']:.3g} ({c['fall']:.2f}x the best before)" if c else "none"
 
 
 def _triple(values: dict[str, Any], fmt: Any) -> str:

@@ -148,6 +148,7 @@ def _run_suite(
         "note": suite.note,
         "findings": published.findings(suite.name, chip),
         "rating": rated_finding(chip) if suite.rating else None,
+        "marks": [{"x": x, "label": label} for x, label in suite.marks(get_chip(chip))],
         "summary": summarize(suite, done),
         "rows": done,
     }

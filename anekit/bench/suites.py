@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anekit.bench.programs import PROJECTION_FORMS
+from anekit.hw.chips import Chip
 
 # One case: the parameters that fully determine the program a benchmark row measures.
 Case = dict[str, Any]
@@ -45,6 +46,8 @@ class Suite:
             speed-up over the baseline with all other parameters equal.
         find_cliff: the summary reports where the marginal throughput first halves.
         rating: the suite answers what the chip's TOPS rating means (``rating.rated_finding``).
+        marks: chip -> (x, label) pairs the plots mark on the chip's panels (where the
+            published sources put a threshold, in the suite's x units).
         note: what to keep in mind when reading the rows.
     """
 
@@ -61,6 +64,7 @@ class Suite:
     compare: tuple[str, Any] | None = None
     find_cliff: bool = False
     rating: bool = False
+    marks: Callable[[Chip], list[tuple[float, str]]] = field(default=lambda chip: [])
     note: str = ""
 
     def cases(self, quick: bool) -> tuple[Case, ...]:
@@ -190,6 +194,10 @@ SRAM = Suite(
     x=_weight_mib,
     x_label="weight size (MiB, fp16)",
     find_cliff=True,
+    marks=lambda chip: [
+        (chip.cost.operand_tile_bytes / _MIB, "per-operand tile (2 MiB)"),
+        (chip.cost.working_set_bytes / _MIB, f"working set (~{chip.working_set_mb:g} MB)"),
+    ],
     note=(
         "The cliff is where the marginal throughput (extra FLOPs over extra time between "
         "neighbouring sizes) falls below half its best: a fixed floor spread over more work "

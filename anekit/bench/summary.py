@@ -32,8 +32,15 @@ def summarize(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["speedups"] = speedups(rows, *suite.compare)
     if suite.find_cliff:
         out["cliff"] = {s: cliff(rows, s) for s in SOURCES}
+        out["steepest_fall"] = {s: steepest_fall(rows, s) for s in SOURCES}
         readings = rows[0].get("predicted_by_cliff", {}) if rows else {}
-        out["predicted_cliff_by_reading"] = {k: cliff(rows, "predicted", k) for k in readings}
+        out["predicted_cliff_by_reading"] = {
+            k: {
+                "cliff": cliff(rows, "predicted", k),
+                "steepest_fall": steepest_fall(rows, "predicted", k),
+            }
+            for k in readings
+        }
     return out
 
 
@@ -92,6 +99,23 @@ def cliff(rows: list[dict[str, Any]], source: str, key: str | None = None) -> di
     floor is spread over more work, so a slower regime shows as a fall. ``key`` picks one
     of a row's ``predicted_by_cliff`` readings instead of ``source``.
     """
+    for point in _marginal_falls(rows, source, key):
+        if point["fall"] < CLIFF_DROP:
+            return point
+    return None
+
+
+def steepest_fall(
+    rows: list[dict[str, Any]], source: str, key: str | None = None
+) -> dict[str, Any] | None:
+    """The row (by x) where the marginal throughput fell furthest below the best before it."""
+    falls = [p for p in _marginal_falls(rows, source, key) if p["fall"] < 1.0]
+    return min(falls, key=lambda p: p["fall"]) if falls else None
+
+
+def _marginal_falls(rows: list[dict[str, Any]], source: str, key: str | None) -> list[dict]:
+    """Each row after the first two: its marginal TFLOPS and its ratio to the best before."""
+    out: list[dict[str, Any]] = []
     best = 0.0
     previous: tuple[float, float] | None = None
     for row in sorted(rows, key=lambda r: r["x"]):
@@ -100,8 +124,15 @@ def cliff(rows: list[dict[str, Any]], source: str, key: str | None = None) -> di
             continue
         if previous is not None and seconds > previous[1]:
             rate = (row["flops"] - previous[0]) / (seconds - previous[1]) / 1e12
-            if best and rate < CLIFF_DROP * best:
-                return {"x": row["x"], "marginal_tflops": rate, "best_before": best}
+            if best:
+                out.append(
+                    {
+                        "x": row["x"],
+                        "marginal_tflops": rate,
+                        "best_before": best,
+                        "fall": rate / best,
+                    }
+                )
             best = max(best, rate)
         previous = (row["flops"], seconds)
-    return None
+    return out
