@@ -3,7 +3,8 @@
 The mechanism, fit to the published measurements in ``anekit/bench/data/published.json``
 (ANE_NOTES section 7 and others; ``benchmarks/cost_model.py`` prints the fit):
 
-* every evaluation pays a per-call floor (XPC to ``aned``, IOKit, firmware);
+* every evaluation pays a per-call floor (XPC to ``aned``, IOKit, firmware), which
+  differs by runtime path (``Chip.on_path``: the in-memory path unless told otherwise);
 * program inputs and outputs stream between DRAM and the engine at the chip's
   activation-path bandwidth, serially with compute. This, not the MAC array, is why
   a single large op reaches only ~30 % of peak while a deep chain, whose I/O is the
