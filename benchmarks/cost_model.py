@@ -1,13 +1,17 @@
-"""Calibration of the cost model: predicted vs published ANE timings.
+"""Calibration of the cost model: predicted vs published ANE timings, and its bias.
 
 Rebuilds every program described in ``anekit/bench/data/published.json`` with ``mil.Builder``,
-costs it with ``anekit.hw.estimate`` on the published chip, and prints the ratio
-predicted / published. Entries marked ``section7`` are ANE_NOTES section 7 (target:
-within 1.25x each); the rest are the validation set (target: median within 1.25x).
+costs it with ``anekit.hw.estimate`` on the published chip and runtime path, and prints the
+ratio predicted / published. Entries of the ``calibration`` split are ANE_NOTES section 7
+(target: within 1.25x each); ``fit`` entries may set per-chip parameters; ``holdout``
+entries never do, and are where the bias (median ratio, predictions above vs below) is
+judged. The split is a rule on the entry id (``anekit.bench.published.split_of``). Nothing
+is timed here, so no threads need pinning.
 
-    python benchmarks/cost_model.py            # the table and the summary
-    python benchmarks/cost_model.py --json     # machine-readable rows
-    python benchmarks/cost_model.py --fit      # re-fit the M4 parameters to section 7
+    python benchmarks/cost_model.py              # the table, the summary, bias before/after
+    python benchmarks/cost_model.py --json       # machine-readable rows
+    python benchmarks/cost_model.py --fit        # re-fit the M4 mechanism to section 7
+    python benchmarks/cost_model.py --fit-floors # re-fit each chip's per-path floor
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -28,6 +33,11 @@ from anekit.hw import cost
 from anekit.hw.chips import Chip, get_chip
 
 TARGET = 1.25
+SMALL_S = 1e-3  # a program published under 1 ms is latency-bound: its floor is a large share
+MIN_SMALL = 3  # small entries a (chip, path) needs before its floor is re-fit
+FLOOR_GRID_S = np.geomspace(5e-6, 1e-3, 801)  # candidate floors, 0.7 % apart
+
+CHIPS_JSON = resources.files("anekit.hw").joinpath("data/chips.json")
 
 
 def build(spec: dict[str, Any]) -> mil.Program:
@@ -116,23 +126,31 @@ def load_entries() -> list[dict[str, Any]]:
     return json.loads(PUBLISHED_JSON.read_text("utf-8"))["entries"]
 
 
-def evaluate(entries: list[dict[str, Any]], chips: dict[str, Chip] | None = None) -> list[dict]:
-    """Predict every entry; returns rows with the ratio predicted / published."""
-    rows = []
-    works = {}
+def _works(entries: list[dict[str, Any]]) -> dict[str, cost.ProgramWork]:
+    """Each distinct program's work, analysed once (many entries share a program)."""
+    works: dict[str, cost.ProgramWork] = {}
     for e in entries:
-        key = json.dumps(e["program"], sort_keys=True)
-        if key not in works:
-            works[key] = cost.analyze(build(e["program"]))
-        chip = (chips or {}).get(e["chip"]) or get_chip(e["chip"])
-        predicted = cost.estimate_work(works[key], chip).seconds
+        if _key(e) not in works:
+            works[_key(e)] = cost.analyze(build(e["program"]))
+    return works
+
+
+def evaluate(entries: list[dict[str, Any]], chips: dict[str, Chip] | None = None) -> list[dict]:
+    """Predict every entry on its chip and runtime path; rows with the ratio predicted / published."""
+    works = _works(entries)
+    rows = []
+    for e in entries:
+        chip = ((chips or {}).get(e["chip"]) or get_chip(e["chip"])).on_path(e["path"])
+        predicted = cost.estimate_work(works[_key(e)], chip)
         rows.append(
             {
                 "id": e["id"],
                 "chip": e["chip"],
+                "path": e["path"],
+                "split": e["split"],
                 "published_s": e["seconds"],
-                "predicted_s": predicted,
-                "ratio": predicted / e["seconds"],
+                "predicted_s": predicted.seconds,
+                "ratio": predicted.seconds / e["seconds"],
                 "section7": bool(e.get("section7")),
                 "sets": e.get("sets", ""),
             }
@@ -140,39 +158,72 @@ def evaluate(entries: list[dict[str, Any]], chips: dict[str, Chip] | None = None
     return rows
 
 
-def summary(rows: list[dict]) -> str:
-    """Max and median ratio error of section 7 and of the validation set."""
+def _err(r: dict) -> float:
+    return max(r["ratio"], 1 / r["ratio"])
 
-    def err(r: dict) -> float:
-        return max(r["ratio"], 1 / r["ratio"])
+
+def summary(rows: list[dict]) -> str:
+    """Max and median ratio error of the calibration, fit and held-out entries."""
 
     def line(label: str, subset: list[dict]) -> str:
-        errs = [err(r) for r in subset]
+        errs = [_err(r) for r in subset]
         inside = sum(e <= TARGET for e in errs)
         return (
             f"{label}: n={len(errs)}  median x{float(np.median(errs)):.3f}  "
-            f"max x{max(errs):.2f}  within {TARGET}x: {inside}/{len(errs)}"
+            f"max x{max(errs):.2f}  within {TARGET}x: {inside}/{len(errs)}  {bias(subset)}"
         )
 
-    s7 = [r for r in rows if r["section7"]]
-    val = [r for r in rows if not r["section7"]]
-    independent = [r for r in val if not r["sets"]]
+    independent = [r for r in rows if r["split"] != "calibration" and not r["sets"]]
     return "\n".join(
         [
-            line("section 7 (calibration)", s7),
-            line("validation, all", val),
-            line("validation, excluding entries that set a chip parameter", independent),
+            line("section 7 (calibration)", [r for r in rows if r["split"] == "calibration"]),
+            line("fit split", [r for r in rows if r["split"] == "fit"]),
+            line("held-out split", [r for r in rows if r["split"] == "holdout"]),
+            line("not calibration, no `sets`", independent),
         ]
     )
 
 
+def bias(rows: list[dict]) -> str:
+    """Median predicted / published and how many predictions lie above and below."""
+    if not rows:
+        return "-"
+    above = sum(r["ratio"] > 1 for r in rows)
+    median = float(np.median([r["ratio"] for r in rows]))
+    return f"median ratio {median:.2f}, {above} above / {len(rows) - above} below"
+
+
+def bias_table(before: list[dict], after: list[dict]) -> str:
+    """Per-chip bias of the fit and held-out splits, before and after the floor re-fit."""
+    lines = [f"{'chip':9} {'split':8} {'n':>3}  {'before':40} after"]
+    pairs = list(zip(before, after, strict=True))
+    groups = [(c, s) for c in dict.fromkeys(r["chip"] for r in after) for s in ("fit", "holdout")]
+    groups += [("all", "fit"), ("all", "holdout"), ("all", "small")]
+    for chip, split in groups:
+        chosen = [
+            (b, a)
+            for b, a in pairs
+            if chip in ("all", a["chip"])
+            and (a["split"] == split or (split == "small" and _small(a)))
+        ]
+        if chosen:
+            b, a = zip(*chosen)
+            lines.append(f"{chip:9} {split:8} {len(a):3}  {bias(list(b)):40} {bias(list(a))}")
+    lines.append(f"(small: fit and held-out entries published under {SMALL_S * 1e3:g} ms)")
+    return "\n".join(lines)
+
+
+def _small(row: dict) -> bool:
+    return row["split"] in ("fit", "holdout") and row["published_s"] < SMALL_S
+
+
 def print_table(rows: list[dict]) -> None:
-    print(f"{'id':32} {'chip':9} {'published':>12} {'predicted':>12} {'ratio':>6}")
+    print(f"{'id':30} {'chip':9} {'path':6} {'split':11} {'published':>11} {'predicted':>11} ratio")
     for r in rows:
-        flag = "" if max(r["ratio"], 1 / r["ratio"]) <= TARGET else "  <-- outside 1.25x"
+        flag = "" if _err(r) <= TARGET else "  <-- outside 1.25x"
         print(
-            f"{r['id']:32} {r['chip']:9} {r['published_s'] * 1e3:10.3f}ms "
-            f"{r['predicted_s'] * 1e3:10.3f}ms {r['ratio']:6.2f}{flag}"
+            f"{r['id']:30} {r['chip']:9} {r['path']:6} {r['split']:11} "
+            f"{r['published_s'] * 1e3:9.3f}ms {r['predicted_s'] * 1e3:9.3f}ms {r['ratio']:5.2f}{flag}"
         )
 
 
@@ -193,6 +244,71 @@ def print_section7_facts() -> None:
         "  Stories110M training step 91-115 ms: not predicted; it is dominated by CPU work "
         "(dW, optimizer) outside the ANE cost model"
     )
+
+
+def previous_chips() -> dict[str, Chip]:
+    """Every chip with the cost parameters it had before the floor re-fit (``previous``)."""
+    raw = json.loads(CHIPS_JSON.read_text("utf-8"))["chips"]
+    out = {}
+    for name, entry in raw.items():
+        chip = get_chip(name)
+        old = {k: f["previous"]["value"] for k, f in entry["cost"].items() if "previous" in f}
+        floor = old.get("floor_ms", chip.facts["cost.floor_ms"].value) * 1e-3
+        # before the re-fit every path paid the one floor
+        e5rt = old.get("floor_e5rt_ms", floor * 1e3) * 1e-3
+        fields = {"floor_s": floor, "e5rt_floor_s": e5rt}
+        facts = dict(chip.facts)
+        facts["cost.floor_ms"] = replace(facts["cost.floor_ms"], value=floor * 1e3)
+        out[name] = replace(chip, cost=replace(chip.cost, **fields), facts=facts)
+    return out
+
+
+def fit_floors(entries: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """Re-fit each chip's per-call floor per runtime path to its small "fit" entries.
+
+    For every (chip, path) with at least ``MIN_SMALL`` fit or calibration entries published
+    under ``SMALL_S`` (latency-bound programs, where the floor matters), the floor minimises
+    the squared log ratios of those entries, with every section-7 entry kept within 1.25x;
+    other (chip, path) pairs keep their floor. Held-out entries are never read. Returns
+    floors in seconds.
+    """
+    usable = [e for e in entries if e["split"] in ("fit", "calibration")]
+    works = _works(usable)
+    before = previous_chips()
+    fitted = {}
+    for chip_name, path in sorted({(e["chip"], e["path"]) for e in usable}):
+        group = [e for e in usable if e["chip"] == chip_name and e["path"] == path]
+        small = [e for e in group if e["seconds"] < SMALL_S]
+        if path == "coreml" or len(small) < MIN_SMALL:
+            continue  # Core ML shares the e5rt floor; its entries here are 16 ms GEMVs
+        base = before[chip_name].on_path(path)
+        # the floor is one additive term: time(floor) = time without a floor + floor
+        rest = {
+            e["id"]: cost.estimate_work(works[_key(e)], base).seconds - base.cost.floor_s
+            for e in group
+        }
+        calibration = [e for e in group if e["split"] == "calibration"]
+
+        def logs(floor: float, subset: list[dict[str, Any]], rest=rest) -> np.ndarray:
+            return np.log([(rest[e["id"]] + floor) / e["seconds"] for e in subset])
+
+        def loss(floor: float, small=small, calibration=calibration) -> float:
+            if calibration and np.abs(logs(floor, calibration)).max() > math.log(TARGET):
+                return math.inf
+            return float(np.sum(logs(floor, small) ** 2))
+
+        floor = fitted[(chip_name, path)] = float(min(FLOOR_GRID_S, key=loss))
+        before_bias = bias([{"ratio": math.exp(x)} for x in logs(base.cost.floor_s, small)])
+        print(
+            f"  {chip_name:9} {path:6} n={len(small):2}  floor {floor * 1e3:.4f} ms "
+            f"(previous {base.cost.floor_s * 1e3:.4f})  small entries: {before_bias} -> "
+            f"{bias([{'ratio': math.exp(x)} for x in logs(floor, small)])}"
+        )
+    return fitted
+
+
+def _key(e: dict[str, Any]) -> str:
+    return json.dumps(e["program"], sort_keys=True)
 
 
 def fit_m4(entries: list[dict[str, Any]]) -> dict[str, float]:
@@ -253,10 +369,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
     parser.add_argument("--fit", action="store_true", help="re-fit the M4 parameters to section 7")
+    parser.add_argument(
+        "--fit-floors", action="store_true", help="re-fit every chip's per-path floor (fit split)"
+    )
     args = parser.parse_args(argv)
     entries = load_entries()
     if args.fit:
         fit_m4(entries)
+        return 0
+    if args.fit_floors:
+        fit_floors(entries)
         return 0
     rows = evaluate(entries)
     if args.json:
@@ -266,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     print_section7_facts()
     print()
     print(summary(rows))
+    print()
+    print("bias, before -> after the per-chip, per-path floor re-fit (chips.json `previous`):")
+    print(bias_table(evaluate(entries, previous_chips()), rows))
     return 0
 
 

@@ -174,3 +174,17 @@ def test_plan_rejects_unknown_suites_and_keeps_order():
 def test_finite_json_replaces_non_finite_numbers():
     value = {"a": [np.float32(1.5), float("nan"), np.inf], "b": np.int64(3), "c": np.bool_(True)}
     assert runner.finite_json(value) == {"a": [1.5, None, None], "b": 3, "c": True}
+
+
+def test_the_peak_suite_says_what_the_rating_means(results):
+    rating = results["suites"]["peak"]["rating"]
+    assert all(s["rating"] is None for n, s in results["suites"].items() if n != "peak")
+    macs = 2 * 512 * 512 * 64 * 64 * 128  # 128 1x1 convs, 512 -> 512 channels, 64x64
+    assert rating["rated_tops"] == 38 and rating["rated_precision"] == "int8"
+    assert rating["published"]["fp16"] == pytest.approx(macs / 14.8e-3 / 1e12)  # 18.6 TFLOPS
+    assert rating["published"]["w8a8"] == pytest.approx(macs / 7.8e-3 / 1e12)  # 35.1 TOPS
+    for label, w8a8 in (("fp16", False), ("w8a8", True)):
+        program = programs.build(suites.conv_chain(512, 64, 64, 128, "fp16", w8a8))
+        expected = macs / hw.estimate(program, "m4").seconds / 1e12
+        assert rating["predicted"][label] == pytest.approx(expected)
+    assert "rated 38 TOPS" in rating["text"] and "93% of the rating" in rating["text"]

@@ -46,25 +46,41 @@ def test_speedups_pair_rows_equal_but_for_the_compared_parameter():
     assert (got[1]["measured"], got[1]["predicted"], got[1]["published"]) == (3.0, 1.0, None)
 
 
-def test_cliff_is_the_first_fall_below_half_the_best_so_far():
-    # TFLOPS = flops / seconds / 1e12 with flops = 1e12: 1/seconds
+def _sized(flops, seconds, x):
+    return {**_row({}, seconds, seconds, x=x), "flops": flops}
+
+
+def test_cliff_is_the_first_fall_of_the_marginal_rate_below_half_its_best():
+    # a floor of 1 s, then 1e12 FLOPs per second: throughput rises with size but the
+    # marginal rate (extra FLOPs over extra time) is flat at 1 TFLOPS until x=8
     rows = [
-        _row({}, 1.0, 1.0, x=1),
-        _row({}, 0.5, 1.0, x=2),  # 2 TFLOPS, the best
-        _row({}, 0.8, 1.0, x=4),  # 1.25: a dip, not a cliff
-        _row({}, 1.5, 1.0, x=8),  # 0.67 < 1.0: the cliff
-        _row({}, 4.0, 1.0, x=16),
+        _sized(1e12, 2.0, 1),
+        _sized(2e12, 3.0, 2),  # marginal 1.0
+        _sized(4e12, 5.0, 4),  # marginal 1.0
+        _sized(8e12, 13.0, 8),  # marginal 4e12 / 8 s = 0.5: not below half
+        _sized(16e12, 33.0, 16),  # marginal 8e12 / 20 s = 0.4 < 0.5: the cliff
     ]
-    cliff = summary.cliff(list(reversed(rows)), "measured")
-    assert cliff == {"x": 8, "tflops": pytest.approx(1 / 1.5), "best_before": 2.0}
-    assert summary.cliff(rows, "predicted") is None
+    got = summary.cliff(list(reversed(rows)), "measured")
+    assert got == {"x": 16, "marginal_tflops": pytest.approx(0.4), "best_before": 1.0, "fall": 0.4}
+    assert summary.steepest_fall(rows[:4], "measured")["x"] == 8  # 0.5x, not yet a cliff
+    # absolute throughput never falls here: 0.5, 0.67, 0.8, 0.62, 0.48 TFLOPS
+    assert summary.cliff(rows[:4], "measured") is None
     assert summary.cliff(rows, "published") is None
+
+
+def test_cliff_by_reading_uses_each_prediction():
+    rows = [_sized(1e12 * x, 1.0 * x, x) for x in (1, 2, 4)]
+    for r, slow in zip(rows, (1.0, 2.0, 10.0), strict=True):
+        r["predicted_by_cliff"] = {"a": r["predicted_s"], "b": slow}
+    s = summary.summarize(suites.SRAM, rows)
+    assert s["predicted_cliff_by_reading"]["a"] == {"cliff": None, "steepest_fall": None}
+    assert s["predicted_cliff_by_reading"]["b"]["cliff"]["x"] == 4
 
 
 def test_summarize_follows_the_suite_declaration():
     rows = [_row({"channels": c, "seq": 64}, 1.0, 1.0, x=c) for c in (256, 512)]
     s = summary.summarize(suites.SRAM, rows)
-    assert set(s) == {"best_tflops", "cliff"}
+    assert set(s) == {"best_tflops", "cliff", "steepest_fall", "predicted_cliff_by_reading"}
     s = summary.summarize(suites.INT8, [])
     assert set(s) == {"best_tflops", "speedups"}
     assert s["best_tflops"] == {"measured": None, "predicted": None, "published": None}

@@ -85,10 +85,12 @@ def _fake_results():
     """Results of two tiny two-series suites, shaped as the runner makes them."""
 
     def row(series, x, seconds, published):
+        measured = {"median_s": seconds, "p25_s": seconds * 0.9, "p75_s": seconds * 1.1}
         return {
             "series": series,
             "x": x,
-            "measured": {"median_s": seconds, "p25_s": seconds * 0.9, "p75_s": seconds * 1.1},
+            "flops": 1e9 * x,
+            "measured": {**measured, "min_s": seconds * 0.8, "noisy": x == 8},
             "predicted_s": seconds / 2,
             "published": [{"seconds": seconds / 3}] if published else [],
         }
@@ -97,8 +99,10 @@ def _fake_results():
         "title": "t",
         "x_label": "x",
         "rows": [row(s, x, 1e-3 * x, x == 4) for s in ("a", "b") for x in (1, 2, 4, 8)],
+        "marks": [{"x": 2.0, "label": "a threshold"}],
     }
-    return {"backend": "reference", "chip": "m4", "suites": {"one": suite, "two": suite}}
+    suites = {"one": suite, "two": suite}
+    return {"backend": "reference", "chip": "m4", "chip_name": "Apple M4", "suites": suites}
 
 
 def test_progress_bar_on_a_terminal(monkeypatch):
@@ -142,20 +146,37 @@ def test_bench_unknown_chip_creates_no_output_directory(tmp_path: Path, capsys) 
     assert not out.parent.exists()
 
 
-def test_bench_without_chip_says_which_it_predicts_for(capsys, monkeypatch) -> None:
+def _recording_runner(monkeypatch) -> dict:
+    """Replace the runner with one that records its keyword arguments; returns them."""
     from anekit.bench import runner
-    from anekit.hw.chips import default_chip, get_chip
 
-    chosen, how = default_chip()
-    seen = {}
+    seen: dict = {}
 
-    def record(*args, chip, **kwargs):
-        seen["chip"] = chip
+    def record(*args, **kwargs):
+        seen.update(kwargs)
         return _fake_results()
 
     monkeypatch.setattr(runner, "run", record)
     monkeypatch.setattr(runner, "plan", lambda *args: [])
     monkeypatch.setattr(report, "console", lambda results: "")
+    return seen
+
+
+def test_bench_without_chip_says_which_it_predicts_for(capsys, monkeypatch) -> None:
+    from anekit.hw.chips import default_chip, get_chip
+
+    chosen, how = default_chip()
+    seen = _recording_runner(monkeypatch)
     assert main(["bench", "--quick"]) == 0
     assert f"chip {chosen}: {how} (pass --chip to choose)" in capsys.readouterr().err
     assert seen["chip"] is get_chip(chosen)  # the profile itself, resolved once by the CLI
+
+
+def test_bench_threads_reach_the_runner_and_are_checked(capsys, monkeypatch) -> None:
+    seen = _recording_runner(monkeypatch)
+    assert main(["bench", "--quick", "--chip", "m4", "--threads", "2"]) == 0
+    assert seen["threads"] == 2
+    assert main(["bench", "--quick", "--chip", "m4"]) == 0
+    assert seen["threads"] == 1
+    assert main(["bench", "--threads", "x"]) == 2
+    assert "--threads: expected a whole number >= 1, found 'x'" in capsys.readouterr().err

@@ -88,3 +88,31 @@ def test_a_mil_file_with_weights_elsewhere(tmp_path: Path, capsys) -> None:
     assert (summary["min"], summary["max"]) == (3.0, 3.0)  # 1 + the weight 2
     assert main([*argv, "--weights", str(tmp_path / "none")]) == 2
     assert f"{tmp_path / 'none'}: expected a weights directory" in capsys.readouterr().err
+
+
+def test_run_repeat_pins_threads_warms_up_and_reports_min_and_spread(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from anekit.backends.reference import ReferenceKernel
+
+    calls = []
+    evaluate = ReferenceKernel.evaluate
+
+    def counting(self, inputs):
+        calls.append(1)
+        return evaluate(self, inputs)
+
+    monkeypatch.setattr(ReferenceKernel, "evaluate", counting)
+    assert run_with_input(tmp_path, None, "--random", "--repeat", "4", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(calls) == 1 + 4  # one untimed warm-up, then the timed evaluations
+    assert data["repeat"] == 4 and data["threads"]["threads"] == 1
+    assert 0 < data["run_min_ms"] <= data["run_ms"]
+    assert data["spread"] >= 1.0 and data["noisy"] == (data["spread"] > 2.0)
+    assert run_with_input(tmp_path, None, "--random", "--threads", "2") == 0
+    assert "threads: " in capsys.readouterr().out
+
+
+def test_run_rejects_a_thread_count_below_one(tmp_path: Path, capsys) -> None:
+    code = run_with_input(tmp_path, None, "--random", "--threads", "0")
+    usage_error(code, capsys, "--threads: expected a whole number >= 1, found '0'")

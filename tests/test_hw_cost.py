@@ -179,3 +179,81 @@ def test_section7_calibration_stays_within_target():
     assert len(rows) == 16
     worst = max(rows, key=lambda r: max(r["ratio"], 1 / r["ratio"]))
     assert max(worst["ratio"], 1 / worst["ratio"]) <= 1.25, worst
+
+
+def test_published_entries_follow_the_declared_split_and_name_their_path():
+    from anekit.bench import published
+
+    entries = published.entries()
+    assert all(e["split"] == published.split_of(e) for e in entries)
+    assert all(e["path"] in published.PATHS for e in entries)
+    assert {e["split"] for e in entries} == set(published.SPLITS)
+
+
+def _assert_unbiased(rows: list[dict]) -> None:
+    """Median predicted/published within [0.9, 1.1]; neither side holds over 2/3 of them."""
+    ratios = np.array([r["ratio"] for r in rows])
+    above, below = int(np.sum(ratios > 1)), int(np.sum(ratios < 1))
+    assert 0.9 <= float(np.median(ratios)) <= 1.1, (float(np.median(ratios)), above, below)
+    assert max(above, below) <= 2 * len(rows) / 3, (above, below)
+
+
+def test_held_out_predictions_are_not_biased():
+    bench = load_benchmark()
+    rows = bench.evaluate([e for e in bench.load_entries() if e["split"] == "holdout"])
+    assert len(rows) >= 30
+    _assert_unbiased(rows)
+
+
+def test_latency_bound_programs_are_not_under_predicted():
+    # before the per-path floor re-fit, 46 of these 60 were predicted too fast
+    bench = load_benchmark()
+    small = [
+        e
+        for e in bench.load_entries()
+        if e["split"] in ("fit", "holdout") and e["seconds"] < bench.SMALL_S
+    ]
+    assert len(small) >= 50
+    _assert_unbiased(bench.evaluate(small))
+
+
+def test_the_floor_depends_on_the_runtime_path():
+    m4 = get_chip("m4")
+    inmem, e5rt = m4.facts["cost.floor_ms"].value, m4.facts["cost.floor_e5rt_ms"].value
+    assert m4.cost.floor_s == m4.on_path("inmem").cost.floor_s == pytest.approx(inmem * 1e-3)
+    assert m4.on_path("e5rt").cost.floor_s == m4.on_path("coreml").cost.floor_s
+    assert m4.on_path("e5rt").cost.floor_s == pytest.approx(e5rt * 1e-3) != m4.cost.floor_s
+    program = conv_chain(1, c=64, h=1, w=64)
+    assert estimate(program, m4).rows[0].seconds == pytest.approx(inmem * 1e-3)
+    gap = estimate(program, m4).seconds - estimate(program, m4.on_path("e5rt")).seconds
+    assert gap == pytest.approx((inmem - e5rt) * 1e-3)
+    with pytest.raises(ValueError, match="runtime path"):
+        m4.on_path("coreml5")
+
+
+def test_the_floor_fit_reads_no_held_out_entry_and_reproduces_the_profile():
+    bench = load_benchmark()
+    entries = [e for e in bench.load_entries() if e["chip"] == "m4-max" and e["path"] == "inmem"]
+    fitted = bench.fit_floors(entries)
+    scrambled = [
+        {**e, "seconds": e["seconds"] * 100} if e["split"] == "holdout" else e for e in entries
+    ]
+    assert bench.fit_floors(scrambled) == fitted
+    profile = get_chip("m4-max").facts["cost.floor_ms"].value * 1e-3
+    assert fitted[("m4-max", "inmem")] == pytest.approx(profile, rel=0.01)
+
+
+def test_the_sram_cliff_reading_is_a_switch_between_both_published_thresholds():
+    # 2048^2 matmul: operands of 8 MiB each, 24 MiB together
+    n, rate = 2048, {}
+    for reading in ("working_set", "per_operand"):
+        chip = M4.with_sram_cliff(reading)
+        rate[reading] = 2 * n**3 / estimate(matmul(n), chip).rows[-1].seconds
+    assert M4.cost.sram_cliff == "working_set"  # the reading the section-7 GEMMs fit
+    assert rate["working_set"] == pytest.approx(M4.cost.peak_flops)  # 24 MiB fit in 32 MB
+    # per operand: 8 MiB / 2 MiB = 4x over the tile, 0.21 * 3 of the work at the spill rate
+    spilled = 0.21 * (n * n * 2 / M4.cost.operand_tile_bytes - 1)
+    seconds = 2 * n**3 * (1 / M4.cost.peak_flops + spilled / M4.cost.spill_flops)
+    assert rate["per_operand"] == pytest.approx(2 * n**3 / seconds)
+    with pytest.raises(ValueError, match="SRAM cliff"):
+        M4.with_sram_cliff("tiles")

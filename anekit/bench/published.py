@@ -1,14 +1,19 @@
 """Published ANE measurements the benchmark rows are shown beside, each with its source.
 
-Timings of whole programs come from ``anekit/hw/data/published.json`` (collected for the
+Timings of whole programs come from ``anekit/bench/data/published.json`` (collected for the
 cost model; ANE_NOTES section 7 and more): a row gets every entry whose chip and
 program description equal its own. Findings that are not the time of one program
 (a ratio, a floor, a limit) are :data:`FINDINGS`, shown as notes under their suite.
+
+Every entry names the runtime path it was measured through (:data:`PATHS`) and its split
+(:func:`split_of`): the cost model's per-chip parameters may be fit to "fit" entries, never
+to "holdout" ones, which are how its bias is judged.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -21,6 +26,26 @@ PUBLISHED_JSON = resources.files("anekit.bench").joinpath("data/published.json")
 
 MADERIX_README = "https://github.com/maderix/ANE (README)"
 MADERIX_PART2 = "https://maderix.substack.com/p/inside-the-m4-apple-neural-engine-615"
+
+
+# The runtime paths the published timings were measured through (the per-call floor differs).
+PATHS = ("inmem", "e5rt", "coreml")
+SPLITS = ("calibration", "fit", "holdout")
+
+
+def split_of(entry: dict[str, Any]) -> str:
+    """The split an entry belongs to, by a rule fixed before any fit looked at the timings.
+
+    Section-7 entries are the calibration targets; entries that ``sets`` a chip parameter
+    were fit to already; of the rest, those whose id's SHA-256 is divisible by 3 are held
+    out. Hashing the id keeps the choice independent of the timings and of the model.
+    """
+    if entry.get("section7"):
+        return "calibration"
+    if entry.get("sets"):
+        return "fit"
+    digest = int(hashlib.sha256(entry["id"].encode("utf-8")).hexdigest(), 16)
+    return "holdout" if digest % 3 == 0 else "fit"
 
 
 @dataclass(frozen=True)
@@ -105,6 +130,11 @@ def lookup(chip: str, description: dict[str, Any]) -> list[dict[str, Any]]:
         for e in _entries()
         if e["chip"] == key and e["program"] == description
     ]
+
+
+def entries() -> tuple[dict[str, Any], ...]:
+    """Every published timing (empty if the data file is missing)."""
+    return _entries()
 
 
 def available() -> bool:

@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from anekit.bench.measure import NOISY_SPREAD
 from anekit.bench.summary import SOURCES
+from anekit.bench.threads import describe
 from anekit.files import write_atomic
 
 
@@ -45,20 +47,51 @@ def _published_cell(row: dict[str, Any]) -> str:
     return ", ".join(f"{fmt_time(p['seconds'])} [{p['id']}]" for p in row["published"]) or "-"
 
 
-HEADER = ("case", "measured (median, p25-p75)", "TFLOPS", "predicted", "TFLOPS", "published")
+HEADER = (
+    "case",
+    "measured median",
+    "min",
+    "spread",
+    "TFLOPS",
+    "predicted",
+    "TFLOPS",
+    "published",
+    "flag",
+)
+NOISY_FLAG = "NOISY"
 
 
 def table_cells(row: dict[str, Any]) -> tuple[str, ...]:
     """One row of a suite's table, as the cells under ``HEADER``."""
     m = row["measured"]
-    spread = f"{fmt_time(m['median_s'])} ({fmt_time(m['p25_s'])}-{fmt_time(m['p75_s'])})"
     return (
         case_label(row["params"]),
-        spread,
+        fmt_time(m["median_s"]),
+        fmt_time(m["min_s"]),
+        _fmt_spread(m.get("spread")),
         _fmt_rate(row["tflops_measured"]),
         fmt_time(row["predicted_s"]),
         _fmt_rate(row["tflops_predicted"]),
         _published_cell(row),
+        NOISY_FLAG if m.get("noisy") else "",
+    )
+
+
+def _fmt_spread(spread: float | None) -> str:
+    return f"{spread:.2f}x" if spread is not None else "-"
+
+
+def noisy_sentence(results: dict[str, Any]) -> str | None:
+    """What the NOISY flag means and how many rows carry it, or None when none does."""
+    rows = [r for s in results["suites"].values() for r in s["rows"]]
+    noisy = sum(bool(r["measured"].get("noisy")) for r in rows)
+    if not noisy:
+        return None
+    return (
+        f"{noisy} of {len(rows)} rows are {NOISY_FLAG}: their slow rounds (90th percentile) "
+        f"took over {NOISY_SPREAD:g}x their fastest, so the machine changed while they were measured "
+        "and their medians (and speed-ups built on them) mean little; the min is the steadier "
+        "figure. Re-run on a quieter machine, or with fewer --threads."
     )
 
 
@@ -69,16 +102,40 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     lines.append("best throughput (TFLOPS): " + _triple(best, _fmt_rate))
     for s in summary.get("speedups", []):
         where = case_label(s["params"])
+        fastest = s.get("measured_min")
         lines.append(
             f"speed-up of {s['param']}={s['value']} over {s['over']} ({where}): "
             + _triple(s, lambda v: f"{v:.2f}x" if v is not None else "-")
+            + (f"; fastest rounds {fastest:.2f}x" if fastest is not None else "")
+            + (f" [{NOISY_FLAG}: not meaningful]" if s.get("noisy") else "")
         )
     if "cliff" in summary:
         lines.append(
-            "throughput cliff (first x below half the best so far): "
-            + _triple(summary["cliff"], lambda c: f"at x={c['x']:.3g}" if c else "none")
+            "cliff (marginal throughput below half its best so far): "
+            + _triple(summary["cliff"], _cliff_at)
         )
+        lines.append(
+            "steepest fall of the marginal throughput: "
+            + _triple(summary["steepest_fall"], _fall_at)
+        )
+        readings = summary.get("predicted_cliff_by_reading", {})
+        if readings:
+            lines.append(
+                "predicted, by SRAM-cliff reading: "
+                + "; ".join(
+                    f"{r}: cliff {_cliff_at(c['cliff'])}, steepest fall {_fall_at(c['steepest_fall'])}"
+                    for r, c in readings.items()
+                )
+            )
     return lines
+
+
+def _cliff_at(c: dict[str, Any] | None) -> str:
+    return f"at x={c['x']:.3g}" if c else "none"
+
+
+def _fall_at(c: dict[str, Any] | None) -> str:
+    return f"at x={c['x']:.3g} ({c['fall']:.2f}x the best before)" if c else "none"
 
 
 def _triple(values: dict[str, Any], fmt: Any) -> str:
@@ -106,6 +163,7 @@ def console(results: dict[str, Any]) -> str:
         f"anekit bench: measured on the {results['backend']} backend; "
         f"predictions for {results['chip']} ({results['chip_name']})"
         + (" [--quick]" if results["quick"] else ""),
+        describe(results["threads"]),
         overhead_sentence(results),
     ]
     for name, suite in results["suites"].items():
@@ -114,7 +172,9 @@ def console(results: dict[str, Any]) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
         out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         out += ["  " + line for line in summary_lines(suite["summary"])]
-    return "\n".join(out) + "\n"
+        out += [f"  rating: {suite['rating']['text']}"] if suite.get("rating") else []
+    warning = noisy_sentence(results)
+    return "\n".join(out + ([""] + [warning] if warning else [])) + "\n"
 
 
 def markdown(
@@ -135,9 +195,12 @@ def markdown(
         f"- cost model and published figures for: **{results['chip']}** ({results['chip_name']})",
         f"- machine: {m['system']} {m['release']} {m['machine']}, {m['cpu_count']} CPUs, "
         f"Python {m['python']}, NumPy {m['numpy']}, anekit {m['anekit']}",
+        f"- {describe(results['threads'])}",
         "",
-        "Times are per evaluation: the median over repetitions after warm-up, with the "
-        "25th-75th percentile spread. TFLOPS are the program's FLOPs (from the cost model's "
+        "Times are per evaluation: the median and the min over rounds after warm-up; cases "
+        "that are compared ran interleaved, in rotating order, in the same rounds. *Spread* "
+        f"is the 90th-percentile round over the fastest; rows above {NOISY_SPREAD:g}x are flagged "
+        f"{NOISY_FLAG}. TFLOPS are the program's FLOPs (from the cost model's "
         "accounting) over the time. *Predicted* is `anekit.hw` cost model's estimate for the "
         "chip above; *published* are measurements of the same program on that chip, with "
         "their sources listed under each suite.",
@@ -147,6 +210,8 @@ def markdown(
         overhead_sentence(results),
         "",
     ]
+    warning = noisy_sentence(results)
+    lines += [f"**{warning}**", ""] if warning else []
     if not results["published_available"]:
         lines += [
             "Published figures were not found (anekit/bench/data/published.json is missing).",
@@ -165,6 +230,9 @@ def _suite_markdown(
     lines += ["| " + " | ".join(table_cells(r)) + " |" for r in suite["rows"]]
     lines.append("")
     lines += [f"- {line}" for line in summary_lines(suite["summary"])]
+    if suite.get("rating"):
+        r = suite["rating"]
+        lines.append(f"- rating: {r['text']} (rating: {r['rating_source']})")
     lines.append("")
     if suite["note"]:
         lines += [suite["note"], ""]

@@ -2,12 +2,17 @@
 
 The result is one JSON-ready dict (schema in ``docs/bench.md``)::
 
-    {"schema": "anekit-bench/1", "machine": {...}, "backend": "reference", "chip": "m4",
-     "quick": true, "overhead": {...}, "suites": {name: {"rows": [...], ...}}}
+    {"schema": "anekit-bench/2", "machine": {...}, "backend": "reference", "chip": "m4",
+     "quick": true, "threads": {...}, "overhead": {...}, "suites": {name: {"rows": [...]}}}
+
+Everything is measured with BLAS (and OpenMP, and torch if imported) pinned to one thread
+count (``threads``). Cases a suite compares (equal but for its ``compare`` parameter) are
+compiled together and timed in the same rotating rounds (``measure.time_interleaved``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import math
@@ -27,18 +32,23 @@ from anekit.bench.measure import (
     FULL,
     QUICK,
     Settings,
+    Timing,
     load_buffers,
     per_call_overhead,
+    queue_candidate,
     random_inputs,
-    time_queue,
-    time_run,
+    run_candidate,
+    time_interleaved,
 )
+from anekit.bench.rating import rated_finding
 from anekit.bench.suites import SUITES, Case, Suite
 from anekit.bench.summary import summarize
+from anekit.bench.threads import DEFAULT_THREADS, pinned
 from anekit.hw import estimate, get_chip
-from anekit.hw.chips import host_brand_string
+from anekit.hw.chips import SRAM_CLIFFS, host_brand_string
+from anekit.mil.program import Program
 
-SCHEMA = "anekit-bench/1"
+SCHEMA = "anekit-bench/2"
 
 # Called after each case with (suite name, case parameters, row).
 Progress = Callable[[str, Case, dict[str, Any]], None]
@@ -69,6 +79,7 @@ def run(
     quick: bool = False,
     cases: Mapping[str, Sequence[Case]] | None = None,
     settings: Settings | None = None,
+    threads: int = DEFAULT_THREADS,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Measure every case of the chosen suites and return the results (see module docstring).
@@ -80,32 +91,20 @@ def run(
         quick (bool): the small sweeps, sized for the reference backend. Default: False.
         cases (dict): suite name -> cases to run instead of its own (tests, custom sweeps).
         settings (Settings): repetitions and time budget. Default: QUICK or FULL.
+        threads (int): BLAS / OpenMP / torch threads while measuring. Default: 1.
         progress (callable): called after each case with (suite, params, row).
     """
     work = plan(names, quick, cases)
     backend = resolve_backend(backend)
     profile = get_chip(chip)
     settings = settings or (QUICK if quick else FULL)
-    overhead = {"reference": per_call_overhead("reference", settings)}
-    if backend != "reference":
-        overhead[backend] = per_call_overhead(backend, settings)
-    suites: dict[str, Any] = {}
-    for suite, suite_cases in work:
-        rows = []
-        for params in suite_cases:
-            row = measure_case(suite, params, backend, profile.name, settings)
-            rows.append(row)
-            if progress is not None:
-                progress(suite.name, params, row)
-        suites[suite.name] = {
-            "title": suite.title,
-            "question": suite.question,
-            "mode": suite.mode,
-            "x_label": suite.x_label,
-            "note": suite.note,
-            "findings": published.findings(suite.name, profile.name),
-            "summary": summarize(suite, rows),
-            "rows": rows,
+    with pinned(threads) as pinning:
+        overhead = {"reference": per_call_overhead("reference", settings)}
+        if backend != "reference":
+            overhead[backend] = per_call_overhead(backend, settings)
+        suites = {
+            suite.name: _run_suite(suite, suite_cases, backend, profile.name, settings, progress)
+            for suite, suite_cases in work
         }
     return finite_json(
         {
@@ -117,6 +116,7 @@ def run(
             "chip_name": profile.marketing_name,
             "quick": quick,
             "settings": dataclasses.asdict(settings),
+            "threads": pinning,
             "published_available": published.available(),
             "overhead": overhead,
             "suites": suites,
@@ -124,24 +124,105 @@ def run(
     )
 
 
+def _run_suite(
+    suite: Suite,
+    cases: Sequence[Case],
+    backend: str,
+    chip: str,
+    settings: Settings,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    rows: list[dict[str, Any] | None] = [None] * len(cases)
+    for group in compare_groups(suite, cases):
+        measured = measure_cases(suite, [cases[i] for i in group], backend, chip, settings)
+        for i, row in zip(group, measured, strict=True):
+            rows[i] = row
+            if progress is not None:
+                progress(suite.name, cases[i], row)
+    done = [r for r in rows if r is not None]
+    return {
+        "title": suite.title,
+        "question": suite.question,
+        "mode": suite.mode,
+        "x_label": suite.x_label,
+        "note": suite.note,
+        "findings": published.findings(suite.name, chip),
+        "rating": rated_finding(chip) if suite.rating else None,
+        "marks": [{"x": x, "label": label} for x, label in suite.marks(get_chip(chip))],
+        "summary": summarize(suite, done),
+        "rows": done,
+    }
+
+
+def compare_groups(suite: Suite, cases: Sequence[Case]) -> list[list[int]]:
+    """Indices of the cases timed together: equal but for the suite's compared parameter.
+
+    A suite that compares nothing times each case on its own.
+    """
+    if suite.compare is None:
+        return [[i] for i in range(len(cases))]
+    key = suite.compare[0]
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(cases):
+        rest = tuple(sorted((k, repr(v)) for k, v in c.items() if k != key))
+        groups.setdefault(rest, []).append(i)
+    return list(groups.values())
+
+
 def measure_case(
     suite: Suite, params: Case, backend: str, chip: str, settings: Settings
 ) -> dict[str, Any]:
     """Build, predict, compile and time one case; return its row."""
-    description = suite.program(params)
-    program = programs.build(description)
+    return measure_cases(suite, [params], backend, chip, settings)[0]
+
+
+def measure_cases(
+    suite: Suite, group: Sequence[Case], backend: str, chip: str, settings: Settings
+) -> list[dict[str, Any]]:
+    """Build, predict and compile every case of a group, time them interleaved; their rows."""
+    descriptions = [suite.program(p) for p in group]
+    built = [programs.build(d) for d in descriptions]
+    with contextlib.ExitStack() as stack:
+        kernels, compile_s, candidates = [], [], []
+        for program, params in zip(built, group, strict=True):
+            start = time.perf_counter()
+            kernel = stack.enter_context(compile(program, backend=backend))
+            compile_s.append(time.perf_counter() - start)
+            inputs = random_inputs(kernel)
+            if suite.mode == "queue":
+                candidates.append(queue_candidate(kernel, inputs, params["in_flight"]))
+            else:
+                load_buffers(kernel, inputs)
+                candidates.append(run_candidate(kernel))
+            kernels.append(kernel)
+        timings = time_interleaved(candidates, settings)
+        hardware = [k.last_stats() for k in kernels]
+    return [
+        _row(suite, params, d, p, t, hw, c, chip)
+        for params, d, p, t, hw, c in zip(
+            group, descriptions, built, timings, hardware, compile_s, strict=True
+        )
+    ]
+
+
+def _row(
+    suite: Suite,
+    params: Case,
+    description: dict[str, Any],
+    program: Program,
+    timing: Timing,
+    hardware: Any,
+    compile_s: float,
+    chip: str,
+) -> dict[str, Any]:
     predicted = estimate(program, chip)
-    start = time.perf_counter()
-    with compile(program, backend=backend) as kernel:
-        compile_s = time.perf_counter() - start
-        inputs = random_inputs(kernel)
-        if suite.mode == "queue":
-            timing = time_queue(kernel, inputs, params["in_flight"], settings)
-        else:
-            load_buffers(kernel, inputs)
-            timing = time_run(kernel, settings)
-        hardware = kernel.last_stats()
     measured = timing.as_json()
+    extra = {}
+    if suite.find_cliff:  # the sources disagree on the cliff: cost both readings
+        profile = get_chip(chip)
+        extra["predicted_by_cliff"] = {
+            r: estimate(program, profile.with_sram_cliff(r)).seconds for r in SRAM_CLIFFS
+        }
     return {
         "params": dict(params),
         "program": description,
@@ -156,6 +237,7 @@ def measure_case(
         "tflops_measured": _tflops(predicted.flops, measured["median_s"]),
         "tflops_predicted": _tflops(predicted.flops, predicted.seconds),
         "published": published.lookup(chip, description),
+        **extra,
     }
 
 

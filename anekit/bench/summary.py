@@ -12,7 +12,7 @@ from anekit.bench.suites import Suite
 
 SOURCES = ("measured", "predicted", "published")
 
-# A cliff: throughput below this fraction of the best seen at smaller sizes.
+# A cliff: marginal throughput below this fraction of the best seen at smaller sizes.
 CLIFF_DROP = 0.5
 
 
@@ -32,6 +32,15 @@ def summarize(suite: Suite, rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["speedups"] = speedups(rows, *suite.compare)
     if suite.find_cliff:
         out["cliff"] = {s: cliff(rows, s) for s in SOURCES}
+        out["steepest_fall"] = {s: steepest_fall(rows, s) for s in SOURCES}
+        readings = rows[0].get("predicted_by_cliff", {}) if rows else {}
+        out["predicted_cliff_by_reading"] = {
+            k: {
+                "cliff": cliff(rows, "predicted", k),
+                "steepest_fall": steepest_fall(rows, "predicted", k),
+            }
+            for k in readings
+        }
     return out
 
 
@@ -69,18 +78,61 @@ def speedups(rows: list[dict[str, Any]], key: str, baseline: Any) -> list[dict[s
             for source in SOURCES:
                 t_base, t_row = row_seconds(base, source), row_seconds(row, source)
                 entry[source] = t_base / t_row if t_base and t_row else None
+            # the fastest rounds are the least disturbed: their ratio is the steadier estimate
+            entry["measured_min"] = _ratio(
+                base["measured"].get("min_s"), row["measured"].get("min_s")
+            )
+            entry["noisy"] = bool(base["measured"].get("noisy") or row["measured"].get("noisy"))
             out.append(entry)
     return out
 
 
-def cliff(rows: list[dict[str, Any]], source: str) -> dict[str, Any] | None:
-    """The first row (by x) whose throughput falls below half the best at smaller x, if any."""
-    best = 0.0
-    for row in sorted(rows, key=lambda r: r["x"]):
-        rate = _tflops(row, source)
-        if rate is None:
-            continue
-        if best and rate < CLIFF_DROP * best:
-            return {"x": row["x"], "tflops": rate, "best_before": best}
-        best = max(best, rate)
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def cliff(rows: list[dict[str, Any]], source: str, key: str | None = None) -> dict[str, Any] | None:
+    """The first row (by x) where the marginal throughput falls below half the best before.
+
+    The marginal throughput between neighbouring sizes is the extra FLOPs over the extra
+    time: unlike the throughput itself, it does not rise just because a fixed per-call
+    floor is spread over more work, so a slower regime shows as a fall. ``key`` picks one
+    of a row's ``predicted_by_cliff`` readings instead of ``source``.
+    """
+    for point in _marginal_falls(rows, source, key):
+        if point["fall"] < CLIFF_DROP:
+            return point
     return None
+
+
+def steepest_fall(
+    rows: list[dict[str, Any]], source: str, key: str | None = None
+) -> dict[str, Any] | None:
+    """The row (by x) where the marginal throughput fell furthest below the best before it."""
+    falls = [p for p in _marginal_falls(rows, source, key) if p["fall"] < 1.0]
+    return min(falls, key=lambda p: p["fall"]) if falls else None
+
+
+def _marginal_falls(rows: list[dict[str, Any]], source: str, key: str | None) -> list[dict]:
+    """Each row after the first two: its marginal TFLOPS and its ratio to the best before."""
+    out: list[dict[str, Any]] = []
+    best = 0.0
+    previous: tuple[float, float] | None = None
+    for row in sorted(rows, key=lambda r: r["x"]):
+        seconds = row["predicted_by_cliff"][key] if key else row_seconds(row, source)
+        if seconds is None:
+            continue
+        if previous is not None and seconds > previous[1]:
+            rate = (row["flops"] - previous[0]) / (seconds - previous[1]) / 1e12
+            if best:
+                out.append(
+                    {
+                        "x": row["x"],
+                        "marginal_tflops": rate,
+                        "best_before": best,
+                        "fall": rate / best,
+                    }
+                )
+            best = max(best, rate)
+        previous = (row["flops"], seconds)
+    return out

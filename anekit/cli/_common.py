@@ -102,6 +102,28 @@ def _backends() -> Iterable[str]:
 backend_name = one_of("backend", _backends)
 
 
+THREADS_HELP = (
+    "BLAS / OpenMP / torch threads while timing (default 1: steady on a shared machine; "
+    "needs threadpoolctl)"
+)
+
+
+def add_threads(parser: argparse.ArgumentParser) -> None:
+    """Add ``--threads N`` (at least 1): the thread count timings pin every pool to."""
+    parser.add_argument("--threads", type=positive_int, default=1, help=THREADS_HELP)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}")
+    return value
+
+
 def non_negative(kind: type) -> Any:
     """An argparse ``type``: a finite ``kind`` (int or float) that is at least 0."""
 

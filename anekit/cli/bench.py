@@ -8,7 +8,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anekit.cli._common import add_backend, add_chip, one_of, progress_bar, resolve_chip
+from anekit.cli._common import (
+    add_backend,
+    add_chip,
+    add_threads,
+    one_of,
+    progress_bar,
+    resolve_chip,
+)
 from anekit.errors import UsageError, os_reason
 
 if TYPE_CHECKING:
@@ -17,9 +24,11 @@ if TYPE_CHECKING:
 EPILOG = """\
 Suites: anekit bench --list names them and what each measures.
 
-Every row gives the measured time per evaluation (median and spread after warm-up),
-the program's FLOPs and bytes, the cost model's prediction for --chip and, where one
-exists, a published measurement of the same program on that chip with its source.
+Every row gives the measured time per evaluation (median, min and spread over rounds
+after warm-up; cases a suite compares run interleaved in rotating order, and a row whose
+slow rounds took over 2x its fastest is flagged NOISY), the program's FLOPs and bytes,
+the cost model's prediction for --chip and, where one exists, a published measurement
+of the same program on that chip with its source. BLAS threads are pinned (--threads).
 
 The full sweeps are the sizes the experiments used on the ANE (up to 4096^3 matmuls
 and 128-deep 512-channel conv chains). On the NumPy reference backend a full run takes
@@ -50,6 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_backend(parser)
     add_chip(parser, "the profile to predict for")
+    add_threads(parser)
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite (needs matplotlib)")
     parser.add_argument(
@@ -77,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
     total = sum(len(cases) for _, cases in runner.plan(args.suite, args.quick))
     with Progress(total) as progress:
         results = runner.run(
-            args.suite, backend=args.backend, chip=chip, quick=args.quick, progress=progress
+            args.suite,
+            backend=args.backend,
+            chip=chip,
+            quick=args.quick,
+            threads=args.threads,
+            progress=progress,
         )
     sys.stdout.write(report.console(results))
     written = plots.write_plots(results, args.plot) if args.plot else {}

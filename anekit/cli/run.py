@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anekit.cli._common import MODEL_HELP, add_backend, load_program, non_negative
+from anekit.cli._common import MODEL_HELP, add_backend, add_threads, load_program, non_negative
 from anekit.errors import UsageError, os_reason
 
 if TYPE_CHECKING:
@@ -38,7 +38,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--seed", type=non_negative(int), default=0, help="seed for --random (default 0)"
     )
     add_backend(parser)
-    parser.add_argument("--repeat", type=int, default=1, help="evaluations to time (default 1)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="evaluations to time (default 1); above 1, one untimed warm-up comes first",
+    )
+    add_threads(parser)
     parser.add_argument("--out", help="write the outputs to this .npz file")
     parser.add_argument(
         "--json", action="store_true", help="print a JSON summary instead of a table"
@@ -128,10 +134,11 @@ def summarise(name: str, a: np.ndarray) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
 
     from anekit.backends import compile, resolve_backend
     from anekit.backends.base import TensorSpec, convert_input
+    from anekit.bench.measure import Timing
+    from anekit.bench.threads import describe, pinned
 
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, found {args.repeat}")
@@ -146,25 +153,40 @@ def run(args: argparse.Namespace) -> int:
     with compile(program, backend=backend) as kernel:
         compile_s = time.perf_counter() - start
         times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            outputs = kernel(**inputs)
-            times.append(time.perf_counter() - t0)
+        with pinned(args.threads) as pinning:  # unpinned BLAS threads contend: 100x slower
+            if args.repeat > 1:
+                kernel(**inputs)  # first-call costs (allocation, caches) are not the steady time
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                outputs = kernel(**inputs)
+                times.append(time.perf_counter() - t0)
+    measured = Timing(tuple(times), 1)
     if args.out:
         write_npz(Path(args.out), outputs)
     rows = [summarise(name, a) for name, a in outputs.items()]
     timing = {
         "compile_ms": compile_s * 1e3,
-        "run_ms": float(np.median(times)) * 1e3,
+        "run_ms": measured.median * 1e3,
+        "run_min_ms": measured.min * 1e3,
+        "spread": measured.spread,
+        "noisy": measured.noisy,
         "repeat": len(times),
+        "threads": pinning,
     }
     if args.json:
         json.dump({"backend": backend, "outputs": rows, **timing}, sys.stdout, indent=2)
         print()
         return 0
     print(
-        f"backend {backend}: compile {timing['compile_ms']:.2f} ms, run {timing['run_ms']:.3f} ms (median of {len(times)})"
+        f"backend {backend}: compile {timing['compile_ms']:.2f} ms, run {timing['run_ms']:.3f} ms "
+        f"(median of {len(times)}; min {timing['run_min_ms']:.3f} ms, spread "
+        f"{measured.spread:.2f}x); {describe(pinning)}"
     )
+    if measured.noisy:
+        print(
+            f"  NOISY: the slow runs took {measured.spread:.1f}x the fastest: the machine "
+            "changed while timing, so the median means little (the min is steadier)"
+        )
     for r in rows:
         stats = (
             "no finite values"

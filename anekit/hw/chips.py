@@ -13,7 +13,7 @@ import platform
 import re
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from types import MappingProxyType
 from typing import Any
@@ -42,9 +42,22 @@ class Fact:
     conflict: Fact | None = None
 
 
+# Runtime paths a program can be evaluated through; each pays its own per-call floor.
+# "inmem" is the private in-memory path anekit's ane backend uses (what estimates assume);
+# Core ML dispatches through the E5 runtime, so it is costed with the e5rt floor.
+RUNTIME_PATHS = ("inmem", "e5rt", "coreml")
+# The two published readings of the SRAM cliff (ANE_NOTES 1): all of an op's operands and
+# its result against the on-chip working set, or each operand against a tiling threshold.
+SRAM_CLIFFS = ("working_set", "per_operand")
+
+
 @dataclass(frozen=True)
 class CostParams:
-    """Per-chip parameters of the cost model (SI units; see ``anekit.hw.cost``)."""
+    """Per-chip parameters of the cost model (SI units; see ``anekit.hw.cost``).
+
+    ``floor_s`` is the per-call floor of the path being costed (the in-memory path unless
+    :meth:`Chip.on_path` chose another); ``e5rt_floor_s`` is the E5 runtime's.
+    """
 
     floor_s: float
     peak_flops: float
@@ -57,6 +70,9 @@ class CostParams:
     host_cast_rate: float
     onchip_tensor_bytes: float
     working_set_bytes: float
+    e5rt_floor_s: float
+    sram_cliff: str
+    operand_tile_bytes: float
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,20 @@ class Chip:
     fp32_cast: bool
     cost: CostParams
     facts: Mapping[str, Fact]
+
+    def with_sram_cliff(self, reading: str) -> Chip:
+        """This chip costed with the other published reading of the SRAM cliff (SRAM_CLIFFS)."""
+        if reading not in SRAM_CLIFFS:
+            raise ValueError(f"SRAM cliff: expected one of {SRAM_CLIFFS}, found {reading!r}")
+        return replace(self, cost=replace(self.cost, sram_cliff=reading))
+
+    def on_path(self, path: str) -> Chip:
+        """This chip evaluated through another runtime path (only the per-call floor differs)."""
+        if path not in RUNTIME_PATHS:
+            raise ValueError(f"runtime path: expected one of {RUNTIME_PATHS}, found {path!r}")
+        inmem = self.facts["cost.floor_ms"].value * 1e-3
+        floor = inmem if path == "inmem" else self.cost.e5rt_floor_s
+        return replace(self, cost=replace(self.cost, floor_s=floor))
 
 
 def chips() -> list[str]:
@@ -181,7 +211,12 @@ def _chip(name: str, entry: dict[str, Any], sources: Mapping[str, str]) -> Chip:
         host_cast_rate=v["cost.host_cast_gelem_s"] * 1e9,
         onchip_tensor_bytes=v["onchip_tensor_mb"] * _MB,
         working_set_bytes=v["working_set_mb"] * _MB,
+        e5rt_floor_s=v["cost.floor_e5rt_ms"] * 1e-3,
+        sram_cliff=v["cost.sram_cliff"],
+        operand_tile_bytes=v["cost.operand_tile_mb"] * _MB,
     )
+    if cost.sram_cliff not in SRAM_CLIFFS:
+        raise ValueError(f"{name}: cost.sram_cliff must be one of {SRAM_CLIFFS}")
     fields = {f: v[f] for f in Chip.__dataclass_fields__ if f in v}
     return Chip(
         name=name,

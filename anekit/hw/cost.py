@@ -3,7 +3,8 @@
 The mechanism, fit to the published measurements in ``anekit/bench/data/published.json``
 (ANE_NOTES section 7 and others; ``benchmarks/cost_model.py`` prints the fit):
 
-* every evaluation pays a per-call floor (XPC to ``aned``, IOKit, firmware);
+* every evaluation pays a per-call floor (XPC to ``aned``, IOKit, firmware), which
+  differs by runtime path (``Chip.on_path``: the in-memory path unless told otherwise);
 * program inputs and outputs stream between DRAM and the engine at the chip's
   activation-path bandwidth, serially with compute. This, not the MAC array, is why
   a single large op reaches only ~30 % of peak while a deep chain, whose I/O is the
@@ -16,7 +17,9 @@ The mechanism, fit to the published measurements in ``anekit/bench/data/publishe
   at the DRAM bandwidth the ANE reaches;
 * an op whose working set (all operands and results) exceeds the on-chip memory
   falls off the "SRAM cliff": part of its work re-streams operands and runs at the
-  chip's much lower spill rate, a part that grows with the overflow until all of it does;
+  chip's much lower spill rate, a part that grows with the overflow until all of it does
+  (the chip's ``sram_cliff`` switch applies instead the other published reading: any one
+  operand over the 2 MiB per-operand tiling threshold; see ``Chip.with_sram_cliff``);
 * an intermediate tensor larger than the on-chip tensor budget round-trips DRAM;
 * pointwise ops next to a conv/matmul are fused into it; other vector ops run at the
   chip's vector rate.
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anekit.errors import MilTypeError
-from anekit.hw.chips import Chip, get_chip
+from anekit.hw.chips import Chip, CostParams, get_chip
 from anekit.mil.graph import FunctionGraph
 from anekit.mil.ops.traits import (
     ACTIVATION,
@@ -76,6 +79,8 @@ class OpWork:
         weight_bytes: bytes of constant operands (weights).
         spill_candidates: bytes of each intermediate result that must stay on chip.
         int8: the activation input is int8 (W8A8 chains run on the int8 datapath).
+        largest_operand: bytes of its largest single operand or result (the per-operand
+            SRAM-cliff test).
     """
 
     op: str
@@ -87,6 +92,7 @@ class OpWork:
     weight_bytes: float = 0.0
     spill_candidates: tuple[float, ...] = ()
     int8: bool = False
+    largest_operand: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +185,11 @@ class _Analysis(FunctionGraph):
             return OpWork(op.op_type, op.name, op.line, kind)
         acts = [v for v in _tensor_inputs(op) if not self.is_const(v)]
         weights = [v for v in _tensor_inputs(op) if self.is_const(v)]
-        act_bytes = sum(_padded(v, op) for v in acts)
-        out_bytes = sum(_padded(v, op) for v in op.outputs)
-        weight_bytes = sum(math.prod(_static_shape(v, op)) * v.type.dtype.itemsize for v in weights)
+        operands = [_padded(v, op) for v in (*acts, *op.outputs)]
+        operands += [math.prod(_static_shape(v, op)) * v.type.dtype.itemsize for v in weights]
+        act_bytes = sum(operands[: len(acts)])
+        out_bytes = sum(operands[len(acts) : len(acts) + len(op.outputs)])
+        weight_bytes = sum(operands[len(acts) + len(op.outputs) :])
         spills = tuple(_padded(v, op) for v in op.outputs if self._materialized(v))
         return OpWork(
             op=op.op_type,
@@ -193,6 +201,7 @@ class _Analysis(FunctionGraph):
             weight_bytes=weight_bytes,
             spill_candidates=spills,
             int8=kind == "mac" and any(_int8_activation(v) for v in acts),
+            largest_operand=max(operands, default=0),
         )
 
     def _kind(self, op: Operation) -> str:
@@ -276,6 +285,18 @@ def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
     return Estimate(chip.name, seconds, flops, moved, tuple(rows))
 
 
+def _sram_load(op: OpWork, p: CostParams) -> tuple[float, float]:
+    """What the SRAM-cliff test compares, and with what, under the chip's ``sram_cliff``.
+
+    The sources disagree (ANE_NOTES 1): "working_set" compares all of an op's operands and
+    its result with the on-chip working set (~32 MB inferred on M4); "per_operand" compares
+    its largest operand with the per-operand tiling threshold (2 MiB).
+    """
+    if p.sram_cliff == "working_set":
+        return op.bytes, p.working_set_bytes
+    return op.largest_operand, p.operand_tile_bytes
+
+
 def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
     p = chip.cost
     if op.kind == "free":
@@ -288,7 +309,7 @@ def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
         )
     if op.kind == "mac":
         rate = p.peak_flops * (p.int8_speedup if op.int8 else 1.0)
-        spilled = spill_fraction(op.bytes, p.working_set_bytes)
+        spilled = spill_fraction(*_sram_load(op, p))
         compute_s = op.flops / rate + spilled * op.flops / p.spill_flops
         weight_bw = p.weight_bw if op.weight_bytes <= p.onchip_tensor_bytes else p.dram_bw
         memory_s = op.weight_bytes / weight_bw + spill_s
