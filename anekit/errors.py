@@ -20,6 +20,7 @@ __all__ = [
     "EvaluationError",
     "CompileBudgetExhausted",
     "CheckpointError",
+    "TrainingDiverged",
     "InspectError",
     "UsageError",
     "os_reason",
@@ -178,6 +179,14 @@ class CheckpointError(AnekitError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class TrainingDiverged(AnekitError):
+    """Training made a parameter inf or NaN (a learning rate far too high): the run stops unsaved."""
+
+    def __init__(self, message: str, *, step: int) -> None:
+        self.step = step
+        super().__init__(message)
 
 
 class InspectError(AnekitError):

@@ -1,10 +1,120 @@
-"""Writing files safely: a crash leaves either the old or the new content, never a mix."""
+"""Files on disk: written atomically, and read with suspicion.
+
+Writing: :func:`write_atomic` leaves either the old or the new content, never a mix.
+
+Reading: a path given by a user or named inside another file (a checkpoint's
+``state.json``) can be a FIFO, which blocks ``open()`` forever, a device such as
+``/dev/zero``, which never ends, or a sparse file of many GiB, which ``read()`` would pull
+into memory whole. :func:`open_regular` refuses all three before reading a byte.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
+
+from anekit.errors import AnekitError, UsageError, os_reason
+
+__all__ = [
+    "ErrorFactory",
+    "file_kind",
+    "open_regular",
+    "read_regular",
+    "resolve_inside",
+    "write_atomic",
+]
+
+# Builds the error to raise: ``error(message, path=...)``, as UsageError and CheckpointError do.
+ErrorFactory = Callable[..., AnekitError]
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What an ``st_mode`` is, in words: "a regular file", "a FIFO (named pipe)", ..."""
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def open_regular(
+    path: str | os.PathLike[str], *, limit: int, what: str, error: ErrorFactory = UsageError
+) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file (links followed) of at most ``limit`` bytes.
+
+    Args:
+        path (str | PathLike): the file.
+        limit (int): the largest size accepted, in bytes.
+        what (str): what the file should be, for messages ("a checkpoint file").
+        error (callable): builds the error, ``error(message, path=str(path))``. Default:
+            :class:`~anekit.errors.UsageError`.
+
+    Raises:
+        AnekitError (from ``error``): the path is missing, unreadable, not a regular file, or
+            larger than ``limit``.
+    """
+    where = str(path)
+    try:
+        # stat first: a device is refused without opening it (opening some has side effects)
+        _check(os.stat(path), limit, what, where, error)
+        # O_NONBLOCK: a FIFO swapped in after the stat must not block the open
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise error(f"cannot read {what}: {os_reason(e)}", path=where) from None
+    try:
+        _check(os.fstat(fd), limit, what, where, error)  # the file actually opened
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(
+    path: str | os.PathLike[str], *, limit: int, what: str, error: ErrorFactory = UsageError
+) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (see :func:`open_regular`)."""
+    with open_regular(path, limit=limit, what=what, error=error) as f:
+        try:
+            data = f.read(limit + 1)  # bounded even if the file grows after the check
+        except OSError as e:
+            raise error(f"cannot read {what}: {os_reason(e)}", path=str(path)) from None
+    if len(data) > limit:
+        raise error(f"grew past {limit} bytes while being read; expected {what}", path=str(path))
+    return data
+
+
+def _check(info: os.stat_result, limit: int, what: str, where: str, error: ErrorFactory) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"is {file_kind(info.st_mode)}; expected {what}", path=where)
+    if info.st_size > limit:
+        raise error(f"{info.st_size} bytes; expected {what} of at most {limit} bytes", path=where)
+
+
+def resolve_inside(
+    root: str | os.PathLike[str], name: str, *, what: str, error: ErrorFactory = UsageError
+) -> Path:
+    """``root / name`` with links resolved; an error when that leaves ``root``.
+
+    A link loop is not an error here (the path stays as far as it resolved); opening it then
+    fails with "too many levels of symbolic links".
+    """
+    base = Path(os.path.realpath(root))
+    target = Path(os.path.realpath(base / name))
+    if target != base and base not in target.parents:
+        raise error(f"{what} {name!r} resolves to {target}, outside {base}", path=str(root))
+    return target
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -115,6 +115,25 @@ def non_negative(kind: type) -> Any:
     return parse
 
 
+def utf8_text(text: str) -> str:
+    """An argparse ``type``: text that UTF-8 can encode.
+
+    An argument that is not valid UTF-8 (``$'\\xff'``) reaches Python with lone surrogates
+    in it (PEP 383: byte 0xff becomes U+DCFF), which no tokenizer can encode.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        found = ", ".join(
+            f"byte 0x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else f"U+{ord(c):04X}"
+            for c in text[e.start : e.end]
+        )
+        raise argparse.ArgumentTypeError(
+            f"expected UTF-8 text, found {found} (not a character) at character {e.start}"
+        ) from None
+    return text
+
+
 def load_program(path: str, weights: str | None = None) -> Program:
     """The program at ``path`` (a model directory or a ``.mil`` file); see ``mil.load_path``."""
     from anekit.mil.loading import load_path
