@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from anekit.mil.program import Program
 
 MODEL_HELP = "a model.mil file, or a model directory (model.mil + weights/)"
+# for the commands that read shapes, not weights: fmt, check, estimate
+SHAPES_HELP = MODEL_HELP + ", or - for standard input (weight files are not read)"
 CHIP_HELP = "chip profile (anekit chips lists them); default: the host's chip, else m4"
 BACKEND_HELP = "ane or reference (default: $ANEKIT_BACKEND, else the best available here)"
 
@@ -134,11 +136,11 @@ def utf8_text(text: str) -> str:
     return text
 
 
-def load_program(path: str, weights: str | None = None) -> Program:
-    """The program at ``path`` (a model directory or a ``.mil`` file); see ``mil.load_path``."""
+def load_program(path: str, weights: str | None = None, *, shapes_only: bool = False) -> Program:
+    """The program at ``path`` (a model directory, a ``.mil`` file or ``-``); see ``mil.load_path``."""
     from anekit.mil.loading import load_path
 
-    return load_path(path, weights)
+    return load_path(path, weights, shapes_only=shapes_only)
 
 
 def progress_bar(total: int, *, unit: str, initial: int = 0) -> Any:
