@@ -10,6 +10,7 @@ into memory whole. :func:`open_regular` refuses all three before reading a byte.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -21,11 +22,14 @@ from anekit.errors import AnekitError, UsageError, os_reason
 
 __all__ = [
     "ErrorFactory",
+    "exchange",
     "file_kind",
+    "fsync_dir",
     "open_regular",
     "read_regular",
     "resolve_inside",
     "write_atomic",
+    "write_synced",
 ]
 
 # Builds the error to raise: ``error(message, path=...)``, as UsageError and CheckpointError do.
@@ -144,3 +148,53 @@ def _umask() -> int:
     mask = os.umask(0o077)
     os.umask(mask)
     return mask
+
+
+# renameat2(2) flag (Linux 3.15+, glibc 2.28+) and renamex_np(2) flag (macOS 10.12+)
+_RENAME_EXCHANGE = 2
+_RENAME_SWAP = 2
+_AT_FDCWD = -100
+
+
+def exchange(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Swap two existing paths in one atomic step; False where the system or file system cannot.
+
+    Linux has ``renameat2(RENAME_EXCHANGE)``, macOS ``renamex_np(RENAME_SWAP)``; either swaps
+    two directories so that every observer sees one or the other, never neither.
+    """
+    import ctypes  # only here: most of anekit never swaps anything
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    src, dst = os.fsencode(a), os.fsencode(b)
+    if hasattr(libc, "renameat2"):
+        result = libc.renameat2(_AT_FDCWD, src, _AT_FDCWD, dst, _RENAME_EXCHANGE)
+    elif hasattr(libc, "renamex_np"):
+        result = libc.renamex_np(src, dst, _RENAME_SWAP)
+    else:
+        return False
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False  # this file system cannot swap
+    raise OSError(code, os.strerror(code), os.fsdecode(b))
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Write a new file and flush it to the disk (a directory built to be renamed into place)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory's entries to the disk, so a rename in it survives a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

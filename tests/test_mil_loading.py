@@ -89,7 +89,7 @@ def test_a_refused_read_is_a_usage_error_without_errno(tmp_path: Path, monkeypat
     refuse_reads(monkeypatch, path)
     with pytest.raises(UsageError) as info:
         load_path(path)
-    assert str(info.value) == f"{path}: cannot read: permission denied"
+    assert str(info.value) == f"{path}: cannot read a MIL text file: permission denied"
 
 
 @pytest.mark.parametrize(

@@ -134,7 +134,7 @@ def read_mil(path: str | Path) -> str:
 
 def read_mil_bytes(path: str | Path) -> bytes:
     """The bytes of one MIL file: a regular file (links followed) of at most MAX_MIL_BYTES."""
-    return read_regular(path, limit=MAX_MIL_BYTES, what="MIL text (weights belong in weight files)")
+    return read_regular(path, limit=MAX_MIL_BYTES, what="a MIL text file")
 
 
 def decode_mil(data: bytes, file: str) -> str:

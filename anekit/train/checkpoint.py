@@ -37,7 +37,14 @@ import numpy as np
 
 from anekit.config import read_limit
 from anekit.errors import CheckpointError
-from anekit.files import open_regular, read_regular, resolve_inside, write_atomic
+from anekit.files import (
+    fsync_dir,
+    open_regular,
+    read_regular,
+    resolve_inside,
+    write_atomic,
+    write_synced,
+)
 
 FORMAT = "anekit-train-checkpoint/1"
 LATEST = "LATEST"
@@ -92,11 +99,11 @@ def save_checkpoint(
     try:
         digests = {}
         for name, data in contents.items():
-            _write_synced(tmp / name, data)
+            write_synced(tmp / name, data)
             digests[name] = hashlib.sha256(data).hexdigest()
         state = {"format": FORMAT, "step": step, "files": digests, **meta}
-        _write_synced(tmp / STATE, json.dumps(state, indent=1, sort_keys=True).encode())
-        _fsync_dir(tmp)
+        write_synced(tmp / STATE, json.dumps(state, indent=1, sort_keys=True).encode())
+        fsync_dir(tmp)
         if final.exists():  # an older run's checkpoint of the same step, never the one LATEST names
             if _latest_name(out) == final.name:
                 raise CheckpointError(
@@ -104,12 +111,12 @@ def save_checkpoint(
                 )
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(out)
+        fsync_dir(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     write_atomic(out / LATEST, (final.name + "\n").encode())
-    _fsync_dir(out)
+    fsync_dir(out)
     _prune(out, keep=max(keep, 1))
     return final
 
@@ -375,21 +382,6 @@ def _latest_name(out: Path) -> str | None:
     if not _NAME.fullmatch(name):
         raise CheckpointError(f"{LATEST} names {name!r}, not a checkpoint directory", path=str(out))
     return name
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _prune(out: Path, keep: int) -> None:
