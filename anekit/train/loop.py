@@ -103,7 +103,8 @@ class Trainer:
         applied = self.scaler.update(finite)
         norm = clip_grad_norm(self.grads, cfg.grad_clip) if finite else float("inf")
         if applied:
-            self.opt.update(self.params, self.grads, lr)
+            with np.errstate(over="ignore", invalid="ignore"):  # _check_finite reports it
+                self.opt.update(self.params, self.grads, lr)
             self._check_finite(lr)
             self.model.load(self.params)
         self.step += 1
@@ -125,10 +126,13 @@ class Trainer:
             return
         index = int(np.argmax(bad))
         ends = np.cumsum([s.size for s in self.params.specs])
-        name = self.params.specs[int(np.searchsorted(ends, index, side="right"))].name
+        i = int(np.searchsorted(ends, index, side="right"))
+        spec = self.params.specs[i]
+        at = np.unravel_index(index - int(ends[i]) + spec.size, spec.shape)
         raise TrainingDiverged(
-            f"step {self.step + 1}: {int(bad.sum())} parameters became non-finite "
-            f"(first: {name} = {self.params.flat[index]}) with learning rate {lr:g}; the run "
+            f"step {self.step + 1}: {int(bad.sum())} parameters became non-finite (first: "
+            f"{spec.name}[{', '.join(map(str, at))}] = {self.params.flat[index]}) with learning "
+            f"rate {lr:g}; the run "
             "stops without saving them (lower --lr, or resume from the last checkpoint)",
             step=self.step + 1,
         )
