@@ -90,12 +90,14 @@ def read_regular(
 ) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (see :func:`open_regular`)."""
     with open_regular(path, limit=limit, what=what, error=error) as f:
+        # read(n) allocates n bytes up front: ask for the file's size, not the limit
+        size = min(os.fstat(f.fileno()).st_size, limit)
         try:
-            data = f.read(limit + 1)  # bounded even if the file grows after the check
+            data = f.read(size + 1)  # one more: a file that grew since the check shows
         except OSError as e:
             raise error(f"cannot read {what}: {os_reason(e)}", path=str(path)) from None
-    if len(data) > limit:
-        raise error(f"grew past {limit} bytes while being read; expected {what}", path=str(path))
+    if len(data) > size:
+        raise error(f"grew past {size} bytes while being read; expected {what}", path=str(path))
     return data
 
 

@@ -94,7 +94,14 @@ def read_source(path: str | Path, weights: str | Path | None = None) -> tuple[by
 
 def read_stdin() -> bytes:
     """Standard input as bytes, at most :data:`MAX_MIL_BYTES` of them."""
-    data = sys.stdin.buffer.read(MAX_MIL_BYTES + 1)
+    chunks, size = [], 0
+    while size <= MAX_MIL_BYTES:  # in pieces: read(n) would allocate n bytes at once
+        chunk = sys.stdin.buffer.read(min(2**20, MAX_MIL_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
     if len(data) > MAX_MIL_BYTES:
         raise UsageError(f"more than {MAX_MIL_BYTES} bytes of MIL text", path=STDIN_NAME)
     return data

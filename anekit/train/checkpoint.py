@@ -242,6 +242,32 @@ def load_files(
     return loaded
 
 
+def check_size(state: dict[str, Any], name: str, body: int, tensors: int) -> None:
+    """CheckpointError unless file ``name`` can hold ``tensors`` tensors of ``body`` bytes in all.
+
+    Only the file's size is looked at, so a config claiming a huge model is refused before
+    anything as long as the model is built (a list of its parameters, say).
+    """
+    where = state["directory"]
+    if name not in state["files"]:
+        raise CheckpointError(f"missing {name}", path=where)
+    target = resolve_inside(where, name, what="the file", error=CheckpointError)
+    try:
+        size = os.stat(target).st_size
+    except OSError as e:
+        raise CheckpointError(f"cannot read {name}: {e.strerror}", path=where) from None
+    low, high = 8 + body, 8 + body + _header_limit(tensors, 0) + 64 * tensors  # names ~64 bytes
+    if not low <= size <= high:
+        raise CheckpointError(
+            f"{name} is {size} bytes; the model config implies {low} to {high}", path=where
+        )
+
+
+def _header_limit(tensors: int, name_bytes: int) -> int:
+    """Bytes a safetensors header of ``tensors`` 2-D entries may take (about 100 each, plus names)."""
+    return 4096 + tensors * (128 + 24 * 2) + name_bytes
+
+
 def safetensors_bytes(shapes: Expected) -> int:
     """Bytes of the float32 tensors ``shapes`` (the body of their safetensors file)."""
     return 4 * sum(math.prod(shape) for shape in shapes.values())
@@ -287,7 +313,7 @@ def _read_expected(target: Path, name: str, shapes: Expected, where: str) -> byt
     """A safetensors file holding exactly ``shapes`` (float32): header and size checked first."""
     body = safetensors_bytes(shapes)
     # JSON of about 100 bytes a tensor ("name": {"dtype": "F32", "shape": [...], ...})
-    header_limit = 4096 + sum(len(k) + 128 + 24 * len(s) for k, s in shapes.items())
+    header_limit = _header_limit(len(shapes), sum(len(k) + 24 * len(s) for k, s in shapes.items()))
     limit = 8 + header_limit + body
     with open_regular(target, limit=limit, what=name, error=CheckpointError) as f:
         size = os.fstat(f.fileno()).st_size

@@ -14,6 +14,7 @@ from anekit.config import physical_memory
 from anekit.errors import CheckpointError, TrainingDiverged, UsageError
 from anekit.train.checkpoint import (
     Expected,
+    check_size,
     is_count,
     load_files,
     read_state,
@@ -237,6 +238,8 @@ def load_model(
         cfg.block(1)  # the kernels' own constraints (heads a multiple of KV heads, ...)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"state.json has no valid model config: {e}", path=where) from e
+    # 9 tensors a layer (7 matrices, 2 gains), the embedding and the final gain
+    check_size(state, MODEL_FILE, 4 * cfg.n_params(), 9 * cfg.n_layers + 2)
     specs = param_specs_checked(cfg, where)
     files = load_files(state, {MODEL_FILE: {s.name: s.shape for s in specs}})
     if tokenizer is None:
