@@ -3,7 +3,13 @@
 Each error carries the fields that locate it (file, line, column, op, input
 name, offset) and a message that says what was expected, what was found and
 where. All derive from :class:`AnekitError`, so ``except AnekitError`` catches
-everything the toolkit raises on bad input.
+everything the toolkit raises on bad input. The classes for bad input also derive from the
+built-in type a caller would otherwise catch (``ValueError`` for bad values and files,
+``TypeError`` and ``ValueError`` for ill-typed programs and constants), so
+``except ValueError`` keeps working.
+
+Not covered: a wrong *kind* of argument in a call (``mil.load(3)``), which is a programming
+error and stays Python's ``TypeError``.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ class AnekitError(Exception):
     """Base class of every anekit error."""
 
 
-class MilSyntaxError(AnekitError):
+class MilSyntaxError(AnekitError, ValueError):
     """MIL text that does not parse: carries file, line, column and the offending line."""
 
     def __init__(
@@ -60,7 +66,7 @@ class MilSyntaxError(AnekitError):
         return text
 
 
-class MilTypeError(AnekitError):
+class MilTypeError(AnekitError, TypeError, ValueError):
     """A well-formed program whose types, shapes or names are inconsistent."""
 
     def __init__(
@@ -96,7 +102,7 @@ class MilTypeError(AnekitError):
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
-class WeightFileError(AnekitError):
+class WeightFileError(AnekitError, ValueError):
     """A weight.bin (MILBlob) file or BLOBFILE reference that is wrong: names file and offset."""
 
     def __init__(self, message: str, *, file: str | None = None, offset: int | None = None) -> None:
@@ -173,7 +179,7 @@ class CompileBudgetExhausted(CompileError):
         )
 
 
-class CheckpointError(AnekitError):
+class CheckpointError(AnekitError, ValueError):
     """A training checkpoint that is missing, corrupt or does not match the model."""
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
@@ -189,7 +195,7 @@ class TrainingDiverged(AnekitError):
         super().__init__(message)
 
 
-class InspectError(AnekitError):
+class InspectError(AnekitError, ValueError):
     """A compiled binary (hwx, E5, FlatBuffer) that cannot be read: names the offset."""
 
     def __init__(self, message: str, *, offset: int | None = None, file: str | None = None) -> None:
@@ -201,7 +207,7 @@ class InspectError(AnekitError):
         super().__init__(f"{where}: {message}")
 
 
-class UsageError(AnekitError):
+class UsageError(AnekitError, ValueError):
     """A bad argument or input: a path that is missing or of the wrong kind, a malformed flag value.
 
     The command line prints it as ``anekit COMMAND: error: ...`` and exits 2.

@@ -222,11 +222,13 @@ def targets(work: Path) -> dict[str, tuple[st.SearchStrategy, Callable[[object],
 
 
 def fuzz(strategy: st.SearchStrategy, action: Callable[[object], None], seconds: float) -> dict:
-    counts = {"inputs": 0, "non_anekit": 0, "hangs": 0, "memory": 0, "examples": []}
+    counts = {"inputs": 0, "non_anekit": 0, "hangs": 0, "memory": 0, "kinds": {}, "examples": []}
     stop = time.monotonic() + seconds
 
     def note(kind: str, detail: str) -> None:
         counts[kind] += 1
+        name = detail.split(":")[0] if kind == "non_anekit" else kind
+        counts["kinds"][name] = counts["kinds"].get(name, 0) + 1
         if len(counts["examples"]) < 5:
             counts["examples"].append(f"{kind}: {detail}")
 

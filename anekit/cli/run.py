@@ -38,6 +38,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=non_negative(int), default=0, help="seed for --random (default 0)"
     )
+    parser.add_argument(
+        "--saturate",
+        action="store_true",
+        help="clip float inputs beyond the input dtype's range (70000 into fp16) instead of failing",
+    )
     add_backend(parser)
     parser.add_argument("--repeat", type=int, default=1, help="evaluations to time (default 1)")
     parser.add_argument("--out", help="write the outputs to this .npz file")
@@ -177,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
     program = load_program(args.model, args.weights)
     inputs = gather_inputs(program, args.input, args.random, args.seed)
     try:  # before compiling: a wrong --input file should not cost a compile
-        inputs = {v.name: convert_input(TensorSpec.of(v), inputs[v.name]) for v in program.inputs}
+        inputs = {
+            v.name: convert_input(TensorSpec.of(v), inputs[v.name], saturate=args.saturate)
+            for v in program.inputs
+        }
     except ValueError as e:  # wrong shape, or a dtype that would lose data
         raise UsageError(str(e)) from e
     backend = resolve_backend(args.backend)

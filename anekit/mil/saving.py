@@ -19,7 +19,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from anekit.errors import WeightFileError
+from anekit.errors import UsageError, WeightFileError
 from anekit.files import exchange, fsync_dir, write_synced
 from anekit.mil.weights import check_weight_path
 
@@ -44,7 +44,9 @@ def save_model(directory: str | os.PathLike[str], text: bytes, files: dict[str, 
     if out.is_dir():
         _refuse_links(out, names.values())
     elif out.exists():
-        raise NotADirectoryError(20, "exists and is not a directory", str(given))
+        raise UsageError(
+            "exists and is not a directory; expected a model directory", path=str(given)
+        )
     tmp = out.with_name(f".{out.name}.{secrets.token_hex(6)}.new.tmp")
     os.mkdir(tmp)
     try:
