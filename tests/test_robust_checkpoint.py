@@ -75,7 +75,7 @@ def test_a_fifo_or_a_link_out_of_the_checkpoint_is_refused(ckpt: Path, tmp_path:
 @pytest.mark.parametrize(
     ("layers", "message"),
     [(10**6, "loading them needs .* bytes, more than this machine"),
-     (10**4, "model.safetensors: tensors do not match the model: missing")],
+     (10**4, "model.safetensors is .* bytes; the model config implies")],
 )  # fmt: skip
 def test_many_layers_fail_fast_before_allocating(ckpt: Path, layers: int, message: str) -> None:
     edit_state(ckpt, lambda s: s["model"].update(n_layers=layers))
@@ -112,9 +112,7 @@ def test_model_config_types_and_ranges(ckpt: Path, field: str, value, message: s
 def test_file_size_is_checked_against_the_config_before_reading(ckpt: Path) -> None:
     with open(ckpt / MODEL_FILE, "r+b") as f:
         f.truncate(8 * 2**30)  # a sparse 8 GiB model.safetensors
-    with pytest.raises(
-        CheckpointError, match=f"{8 * 2**30} bytes; expected model.safetensors of at most"
-    ):
+    with pytest.raises(CheckpointError, match=f"is {8 * 2**30} bytes; the model config implies"):
         load_model(ckpt)
 
 

@@ -196,7 +196,7 @@ class Kernel(ABC):
         missing = sorted(set(self._input_specs) - set(inputs))
         if unknown or missing:
             expected = ", ".join(str(s) for s in self.inputs)
-            raise ValueError(
+            raise UsageError(
                 f"inputs do not match the kernel: unknown {unknown}, missing {missing}; "
                 f"expected {expected}"
             )

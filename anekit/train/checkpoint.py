@@ -30,6 +30,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ import numpy as np
 from anekit.config import read_limit
 from anekit.errors import CheckpointError
 from anekit.files import (
+    file_kind,
     fsync_dir,
     open_regular,
     read_regular,
@@ -253,9 +255,12 @@ def check_size(state: dict[str, Any], name: str, body: int, tensors: int) -> Non
         raise CheckpointError(f"missing {name}", path=where)
     target = resolve_inside(where, name, what="the file", error=CheckpointError)
     try:
-        size = os.stat(target).st_size
+        info = os.stat(target)
     except OSError as e:
         raise CheckpointError(f"cannot read {name}: {e.strerror}", path=where) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{name} is {file_kind(info.st_mode)}; expected a file", path=where)
+    size = info.st_size
     low, high = 8 + body, 8 + body + _header_limit(tensors, 0) + 64 * tensors  # names ~64 bytes
     if not low <= size <= high:
         raise CheckpointError(

@@ -238,9 +238,7 @@ def load_model(
         cfg.block(1)  # the kernels' own constraints (heads a multiple of KV heads, ...)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"state.json has no valid model config: {e}", path=where) from e
-    # 9 tensors a layer (7 matrices, 2 gains), the embedding and the final gain
-    check_size(state, MODEL_FILE, 4 * cfg.n_params(), 9 * cfg.n_layers + 2)
-    specs = param_specs_checked(cfg, where)
+    specs = param_specs_checked(cfg, state)
     files = load_files(state, {MODEL_FILE: {s.name: s.shape for s in specs}})
     if tokenizer is None:
         try:
@@ -257,12 +255,14 @@ def load_model(
     return cfg, params, state, tokenizer
 
 
-def param_specs_checked(cfg: ModelConfig, where: str) -> list[ParamSpec]:
-    """The parameters of a checkpoint's config, once its size is known to fit in memory.
+def param_specs_checked(cfg: ModelConfig, state: dict[str, Any]) -> list[ParamSpec]:
+    """The parameters of a checkpoint's config, once the model is known to fit in memory and file.
 
     Loading holds the file's bytes and the parameters decoded from them: twice the
-    parameters' size, checked before ``param_specs`` builds a list as long as the model.
+    parameters' size. That, and the parameter file's size, are checked before
+    ``param_specs`` builds a list as long as the model.
     """
+    where = state["directory"]
     need = 2 * 4 * cfg.n_params()
     if need > physical_memory():
         raise CheckpointError(
@@ -270,6 +270,8 @@ def param_specs_checked(cfg: ModelConfig, where: str) -> list[ParamSpec]:
             f"bytes, more than this machine's {physical_memory()}",
             path=where,
         )
+    # 9 tensors a layer (7 matrices, 2 gains), the embedding and the final gain
+    check_size(state, MODEL_FILE, 4 * cfg.n_params(), 9 * cfg.n_layers + 2)
     return param_specs(cfg)
 
 
