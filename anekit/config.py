@@ -1,4 +1,4 @@
-"""Environment variables anekit reads: all of them, here and nowhere else."""
+"""Environment variables anekit reads (all of them, here and nowhere else), and the machine's memory."""
 
 from __future__ import annotations
 
@@ -11,3 +11,28 @@ def env_backend() -> str | None:
     """The backend named by ``$ANEKIT_BACKEND``, or None when unset or empty."""
     value = os.environ.get(ENV_BACKEND, "").strip()
     return value or None
+
+
+# Where the system does not say (sysconf is POSIX; Windows has neither name).
+FALLBACK_PHYSICAL_MEMORY = 8 * 2**30
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (8 GiB assumed where the system does not say).
+
+    Not an environment variable, but the other fact about the machine that bounds what
+    anekit may allocate for an input before it allocates it.
+    """
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return FALLBACK_PHYSICAL_MEMORY
+
+
+def read_limit() -> int:
+    """The most bytes anekit reads whole from one input file: half of physical memory.
+
+    A larger file would leave no room to decode it; files that need not be read whole
+    (training tokens) are memory-mapped instead.
+    """
+    return physical_memory() // 2

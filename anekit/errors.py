@@ -3,7 +3,13 @@
 Each error carries the fields that locate it (file, line, column, op, input
 name, offset) and a message that says what was expected, what was found and
 where. All derive from :class:`AnekitError`, so ``except AnekitError`` catches
-everything the toolkit raises on bad input.
+everything the toolkit raises on bad input. The classes for bad input also derive from the
+built-in type a caller would otherwise catch (``ValueError`` for bad values and files,
+``TypeError`` and ``ValueError`` for ill-typed programs and constants), so
+``except ValueError`` keeps working.
+
+Not covered: a wrong *kind* of argument in a call (``mil.load(3)``), which is a programming
+error and stays Python's ``TypeError``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ __all__ = [
     "EvaluationError",
     "CompileBudgetExhausted",
     "CheckpointError",
+    "TrainingDiverged",
     "InspectError",
     "UsageError",
     "os_reason",
@@ -31,7 +38,7 @@ class AnekitError(Exception):
     """Base class of every anekit error."""
 
 
-class MilSyntaxError(AnekitError):
+class MilSyntaxError(AnekitError, ValueError):
     """MIL text that does not parse: carries file, line, column and the offending line."""
 
     def __init__(
@@ -59,7 +66,7 @@ class MilSyntaxError(AnekitError):
         return text
 
 
-class MilTypeError(AnekitError):
+class MilTypeError(AnekitError, TypeError, ValueError):
     """A well-formed program whose types, shapes or names are inconsistent."""
 
     def __init__(
@@ -95,7 +102,7 @@ class MilTypeError(AnekitError):
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
-class WeightFileError(AnekitError):
+class WeightFileError(AnekitError, ValueError):
     """A weight.bin (MILBlob) file or BLOBFILE reference that is wrong: names file and offset."""
 
     def __init__(self, message: str, *, file: str | None = None, offset: int | None = None) -> None:
@@ -172,7 +179,7 @@ class CompileBudgetExhausted(CompileError):
         )
 
 
-class CheckpointError(AnekitError):
+class CheckpointError(AnekitError, ValueError):
     """A training checkpoint that is missing, corrupt or does not match the model."""
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
@@ -180,7 +187,15 @@ class CheckpointError(AnekitError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
-class InspectError(AnekitError):
+class TrainingDiverged(AnekitError):
+    """Training made a parameter inf or NaN (a learning rate far too high): the run stops unsaved."""
+
+    def __init__(self, message: str, *, step: int) -> None:
+        self.step = step
+        super().__init__(message)
+
+
+class InspectError(AnekitError, ValueError):
     """A compiled binary (hwx, E5, FlatBuffer) that cannot be read: names the offset."""
 
     def __init__(self, message: str, *, offset: int | None = None, file: str | None = None) -> None:
@@ -192,7 +207,7 @@ class InspectError(AnekitError):
         super().__init__(f"{where}: {message}")
 
 
-class UsageError(AnekitError):
+class UsageError(AnekitError, ValueError):
     """A bad argument or input: a path that is missing or of the wrong kind, a malformed flag value.
 
     The command line prints it as ``anekit COMMAND: error: ...`` and exits 2.

@@ -67,5 +67,13 @@ def refuse_reads(monkeypatch, path: Path) -> None:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
         return real_open(file, *args, **kwargs)
 
+    real_os_open = os.open
+
+    def refusing_os_open(file, *args, **kwargs):
+        if os.fspath(file) == str(path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_os_open(file, *args, **kwargs)
+
     monkeypatch.setattr(builtins, "open", refusing_open)
     monkeypatch.setattr(io, "open", refusing_open)
+    monkeypatch.setattr(os, "open", refusing_os_open)

@@ -91,8 +91,14 @@ def test_kernel_describes_inputs_and_outputs() -> None:
         ({"x": np.zeros((3, 2)), "n": np.zeros(3, np.int32)}, r"'x': expected shape \[2, 3\]"),
         ({"x": np.zeros((1, 2, 3)), "n": np.zeros(3, np.int32)}, "rank 3"),
         ({"x": np.zeros((2, 3)), "n": np.array([0.5, 1, 2])}, "'n': expected int32, found float64"),
-        ({"x": np.zeros((2, 3)), "n": np.array([2**40, 0, 0])}, "'n': values outside int32"),
-        ({"x": np.full((2, 3), 2049), "n": np.zeros(3, np.int32)}, "not exactly representable"),
+        (
+            {"x": np.zeros((2, 3)), "n": np.array([2**40, 0, 0])},
+            r"'n': value 1099511627776 at index \[0\] does not fit int32",
+        ),
+        (
+            {"x": np.full((2, 3), 2049), "n": np.zeros(3, np.int32)},
+            r"'x': value 2049 at index \[0, 0\] does not fit fp16",
+        ),
     ],
 )
 def test_inputs_are_validated(inputs: dict, message: str) -> None:

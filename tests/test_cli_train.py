@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("safetensors")
 
 from anekit.cli import main  # noqa: E402
+from anekit.errors import UsageError  # noqa: E402
 from anekit.train.checkpoint import FORMAT  # noqa: E402
 from anekit.train.config import TrainConfig  # noqa: E402
 from anekit.train.data import load_data  # noqa: E402
@@ -67,7 +68,9 @@ def test_clear_errors_for_nothing_to_resume_and_missing_data(tmp_path: Path, cap
     assert main(["train", "--resume", "--out", str(tmp_path), *FAST]) == 2
     assert "no checkpoint here" in capsys.readouterr().err
     assert main(["train", "--data", str(tmp_path / "none.txt"), *FAST]) == 2
-    assert "is not a file" in capsys.readouterr().err
+    assert (
+        "none.txt: cannot read training text: no such file or directory" in capsys.readouterr().err
+    )
 
 
 def test_llama2c_data_sets_the_vocabulary_and_sampling_decodes_with_it(
@@ -99,14 +102,14 @@ def test_training_data_shorter_than_one_window(size: int, tmp_path: Path, capsys
 def test_tokenizer_with_a_single_token_is_rejected(tmp_path: Path) -> None:
     write_tokenizer(tmp_path / "tokenizer.bin", [(b"a", 0.0)])
     (tmp_path / "data.bin").write_bytes(bytes(600))
-    with pytest.raises(ValueError, match=r"tokenizer.bin: 1 token\(s\); expected at least 2"):
+    with pytest.raises(UsageError, match=r"tokenizer.bin: 1 token\(s\); expected at least 2"):
         load_data(tmp_path / "data.bin")
 
 
 def test_resume_from_a_state_without_train_settings(tmp_path: Path, capsys) -> None:
     ckpt = tmp_path / "ckpt-000001"
     ckpt.mkdir()
-    (ckpt / "state.json").write_text(json.dumps({"format": FORMAT, "files": {}}))
+    (ckpt / "state.json").write_text(json.dumps({"format": FORMAT, "step": 1, "files": {}}))
     (tmp_path / "LATEST").write_text("ckpt-000001\n")
     assert main(["train", "--resume", "--out", str(tmp_path), *QUIET]) == 2
     err = capsys.readouterr().err
@@ -160,10 +163,10 @@ def test_tokenizer_with_text_data_is_not_silently_ignored(tmp_path: Path) -> Non
     text = tmp_path / "corpus.txt"
     text.write_text("a" * 300)
     with pytest.raises(
-        ValueError, match=r"applies only to llama2.c .bin data; found '.*corpus.txt'"
+        UsageError, match=r"applies only to llama2.c .bin data; found '.*corpus.txt'"
     ):
         load_data(text, tmp_path / "tokenizer.bin")
-    with pytest.raises(ValueError, match="found the default corpus"):
+    with pytest.raises(UsageError, match="found the default corpus"):
         load_data(None, tmp_path / "tokenizer.bin")
 
 

@@ -71,7 +71,7 @@ def test_mil_load_wants_a_directory(tmp_path: Path) -> None:
 def test_a_fifo_is_refused_without_reading(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.mil"
     os.mkfifo(fifo)  # reading it would block forever
-    with pytest.raises(UsageError, match="is not a regular file"):
+    with pytest.raises(UsageError, match=r"is a FIFO \(named pipe\); expected a MIL text file"):
         load_path(fifo)
 
 
@@ -79,7 +79,7 @@ def test_size_is_checked_before_reading(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "big.mil"
     path.write_bytes(b"x" * 100)
     monkeypatch.setattr(loading, "MAX_MIL_BYTES", 99)
-    with pytest.raises(UsageError, match="100 bytes; MIL text is expected below 99 bytes"):
+    with pytest.raises(UsageError, match="100 bytes; expected a MIL text file of at most 99 bytes"):
         load_path(path)
 
 
@@ -89,7 +89,7 @@ def test_a_refused_read_is_a_usage_error_without_errno(tmp_path: Path, monkeypat
     refuse_reads(monkeypatch, path)
     with pytest.raises(UsageError) as info:
         load_path(path)
-    assert str(info.value) == f"{path}: cannot read: permission denied"
+    assert str(info.value) == f"{path}: cannot read a MIL text file: permission denied"
 
 
 @pytest.mark.parametrize(

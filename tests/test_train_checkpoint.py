@@ -41,14 +41,14 @@ def test_round_trip_latest_and_pruning(tmp_path: Path) -> None:
 
 def test_a_failed_save_keeps_the_last_good_checkpoint(tmp_path: Path, monkeypatch) -> None:
     ck.save_checkpoint(tmp_path, 1, tensors(1.0), {})
-    real = ck._write_synced
+    real = ck.write_synced
 
     def fail_on_state(path: Path, data: bytes) -> None:
         if path.name == ck.STATE:
             raise OSError("disk full")
         real(path, data)
 
-    monkeypatch.setattr(ck, "_write_synced", fail_on_state)
+    monkeypatch.setattr(ck, "write_synced", fail_on_state)
     with pytest.raises(OSError, match="disk full"):
         ck.save_checkpoint(tmp_path, 2, tensors(2.0), {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "ckpt-000001"]  # no debris

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from anekit.errors import UsageError
 from anekit.train.data import (
     Batches,
     ByteTokenizer,
@@ -54,30 +55,30 @@ def test_llama2c_tokenizer_merges_by_score_and_round_trips(tmp_path: Path) -> No
     ids = tok.encode("é")
     assert ids[2:] == [3 + b for b in "é".encode()]
     assert tok.decode(ids) == "é"
-    assert tokenizer_from(tok.describe()).pieces == tok.pieces
+    assert tokenizer_from(tok.describe(), tok.stored_files()).pieces == tok.pieces
 
 
 def test_truncated_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "tokenizer.bin"
     write_tokenizer(path, small_vocab())
     path.write_bytes(path.read_bytes()[:-1])
-    with pytest.raises(ValueError, match="past the end of the file"):
+    with pytest.raises(UsageError, match="past the end of the file"):
         Llama2cTokenizer(path)
 
 
 def test_llama2c_bin_needs_its_tokenizer_and_valid_ids(tmp_path: Path) -> None:
     data = tmp_path / "data.bin"
     np.array([1, 260, 5, 7], dtype="<u2").tofile(data)
-    with pytest.raises(ValueError, match="tokenizer.bin not found"):
+    with pytest.raises(UsageError, match="tokenizer.bin not found"):
         load_data(data)
     write_tokenizer(tmp_path / "tokenizer.bin", small_vocab())
     tokens, tok = load_data(data)
     assert list(tokens) == [1, 260, 5, 7] and tok.vocab_size == 265
     np.array([1, 265], dtype="<u2").tofile(data)
-    with pytest.raises(ValueError, match="token id 265 is outside the vocabulary"):
+    with pytest.raises(UsageError, match="token id 265 is outside the vocabulary"):
         load_data(data)
     data.write_bytes(b"\x01\x00\x02")
-    with pytest.raises(ValueError, match="not a whole number of uint16 tokens"):
+    with pytest.raises(UsageError, match="not a whole number of uint16 tokens"):
         load_data(data)
 
 

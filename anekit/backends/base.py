@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from anekit import fp16
-from anekit.errors import AnekitError
+from anekit.errors import AnekitError, UsageError
 from anekit.mil.program import Program, Value
 from anekit.mil.types import DType
 
@@ -197,7 +197,7 @@ class Kernel(ABC):
         missing = sorted(set(self._input_specs) - set(inputs))
         if unknown or missing:
             expected = ", ".join(str(s) for s in self.inputs)
-            raise ValueError(
+            raise UsageError(
                 f"inputs do not match the kernel: unknown {unknown}, missing {missing}; "
                 f"expected {expected}"
             )
@@ -250,11 +250,16 @@ class Kernel(ABC):
         return f"<{type(self).__name__} backend={self.backend!r} ({ins}) -> ({outs})>"
 
 
-def convert_input(spec: TensorSpec, value: Any) -> np.ndarray:
-    """Return ``value`` as an array of the spec's dtype; ValueError for anything lossy."""
+def convert_input(spec: TensorSpec, value: Any, *, saturate: bool = False) -> np.ndarray:
+    """Return ``value`` as an array of the spec's dtype; UsageError (a ValueError) for anything lossy.
+
+    A finite float beyond the input's range (70000.0 into fp16) is rejected like an integer
+    the dtype cannot hold, naming the input, the value and the range; ``saturate=True``
+    clips such floats to the largest finite value instead.
+    """
     arr = np.asarray(value)
     if arr.shape != spec.shape:
-        raise ValueError(
+        raise UsageError(
             f"input {spec.name!r}: expected shape {list(spec.shape)} (rank {len(spec.shape)}), "
             f"found {list(arr.shape)} (rank {arr.ndim})"
         )
@@ -263,23 +268,35 @@ def convert_input(spec: TensorSpec, value: Any) -> np.ndarray:
         return arr
     kind = arr.dtype.kind
     if spec.dtype.is_float and kind == "f":
-        return fp16.to_fp16(arr) if spec.dtype is DType.fp16 else arr.astype(target)
+        top = float(np.finfo(target).max)
+        if saturate:
+            arr = np.clip(arr, -top, top)  # inf and nan pass through clip unchanged
+        with np.errstate(over="ignore"):
+            converted = fp16.to_fp16(arr) if spec.dtype is DType.fp16 else arr.astype(target)
+        _reject_new(spec, arr, np.isinf(converted) & np.isfinite(arr), f"[{-top:g}, {top:g}]")
+        return converted
     if spec.dtype.is_float and kind in "iu":
         converted = arr.astype(target)
-        if not np.array_equal(converted.astype(arr.dtype), arr):
-            raise ValueError(
-                f"input {spec.name!r}: integers not exactly representable in {spec.dtype}"
-            )
+        exact = converted.astype(arr.dtype) == arr
+        _reject_new(spec, arr, ~exact, f"{spec.dtype} (integers it represents exactly)")
         return converted
     if spec.dtype.is_int and kind in "iu":
         info = np.iinfo(target)
-        if arr.size and (arr.min() < info.min or arr.max() > info.max):
-            raise ValueError(
-                f"input {spec.name!r}: values outside {spec.dtype} range [{info.min}, {info.max}]"
-            )
+        _reject_new(spec, arr, (arr < info.min) | (arr > info.max), f"[{info.min}, {info.max}]")
         return arr.astype(target)
     if spec.dtype is DType.bool and kind == "b":
         return arr
-    raise ValueError(
+    raise UsageError(
         f"input {spec.name!r}: expected {spec.dtype}, found {arr.dtype} (conversion would lose data)"
+    )
+
+
+def _reject_new(spec: TensorSpec, arr: np.ndarray, bad: np.ndarray, valid: str) -> None:
+    """UsageError naming the first value of ``arr`` where ``bad`` holds, if any does."""
+    if not bad.any():
+        return
+    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), arr.shape))
+    raise UsageError(
+        f"input {spec.name!r}: value {arr[index].item()!r} at index {list(index)} does not fit "
+        f"{spec.dtype}: valid values are {valid} ({int(bad.sum())} such values)"
     )

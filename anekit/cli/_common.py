@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from anekit.mil.program import Program
 
 MODEL_HELP = "a model.mil file, or a model directory (model.mil + weights/)"
+# for the commands that read shapes, not weights: fmt, check, estimate
+SHAPES_HELP = MODEL_HELP + ", or - for standard input (weight files are not read)"
 CHIP_HELP = "chip profile (anekit chips lists them); default: the host's chip, else m4"
 BACKEND_HELP = "ane or reference (default: $ANEKIT_BACKEND, else the best available here)"
 
@@ -137,11 +139,30 @@ def non_negative(kind: type) -> Any:
     return parse
 
 
-def load_program(path: str, weights: str | None = None) -> Program:
-    """The program at ``path`` (a model directory or a ``.mil`` file); see ``mil.load_path``."""
+def utf8_text(text: str) -> str:
+    """An argparse ``type``: text that UTF-8 can encode.
+
+    An argument that is not valid UTF-8 (``$'\\xff'``) reaches Python with lone surrogates
+    in it (PEP 383: byte 0xff becomes U+DCFF), which no tokenizer can encode.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        found = ", ".join(
+            f"byte 0x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else f"U+{ord(c):04X}"
+            for c in text[e.start : e.end]
+        )
+        raise argparse.ArgumentTypeError(
+            f"expected UTF-8 text, found {found} (not a character) at character {e.start}"
+        ) from None
+    return text
+
+
+def load_program(path: str, weights: str | None = None, *, shapes_only: bool = False) -> Program:
+    """The program at ``path`` (a model directory, a ``.mil`` file or ``-``); see ``mil.load_path``."""
     from anekit.mil.loading import load_path
 
-    return load_path(path, weights)
+    return load_path(path, weights, shapes_only=shapes_only)
 
 
 def progress_bar(total: int, *, unit: str, initial: int = 0) -> Any:

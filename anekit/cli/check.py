@@ -6,11 +6,11 @@ import argparse
 import dataclasses
 import json
 
-from anekit.cli._common import MODEL_HELP, add_chip, load_program, resolve_chip
+from anekit.cli._common import SHAPES_HELP, add_chip, load_program, resolve_chip
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help=MODEL_HELP)
+    parser.add_argument("path", help=SHAPES_HELP)
     add_chip(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from anekit.hw.compat import check
 
     chip = resolve_chip(args.chip)
-    program = load_program(args.path)
+    program = load_program(args.path, shapes_only=True)  # shapes and dtypes, not weights
     diagnostics = check(program, chip)
     if args.json:
         print(json.dumps([dataclasses.asdict(d) for d in diagnostics], indent=1))

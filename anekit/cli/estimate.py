@@ -11,14 +11,14 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from anekit.cli._common import MODEL_HELP, add_chip, load_program, non_negative, resolve_chip
+from anekit.cli._common import SHAPES_HELP, add_chip, load_program, non_negative, resolve_chip
 
 if TYPE_CHECKING:
     from anekit.hw.cost import Estimate
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", nargs="?", help=MODEL_HELP)
+    parser.add_argument("path", nargs="?", help=SHAPES_HELP)
     parser.add_argument(
         "--model",
         help="instead of a program, a language model (Hugging Face directory, llama2.c .bin or "
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a program (FILE or DIR) or --model DIR, and not both")
     if args.model is not None:
         return _run_model(args)
-    program = load_program(args.path)
+    program = load_program(args.path, shapes_only=True)  # shapes and dtypes, not weights
     work = analyze(program)
     if args.all_chips:
         estimates = [estimate_work(work, get_chip(name)) for name in chips()]

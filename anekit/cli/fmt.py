@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 
-from anekit.cli._common import MODEL_HELP, load_program, one_of
+from anekit.cli._common import SHAPES_HELP, one_of
 
 
 def _dialects() -> Iterable[str]:
@@ -17,7 +16,7 @@ def _dialects() -> Iterable[str]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help=MODEL_HELP)
+    parser.add_argument("path", help=SHAPES_HELP)
     parser.add_argument(
         "--dialect",
         type=one_of("dialect", _dialects),
@@ -28,15 +27,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from anekit.mil.loading import MODEL_FILE, read_mil
+    from anekit.mil.loading import decode_mil, load_bytes, read_source
 
-    program = load_program(args.path)
-    path = Path(args.path)
-    original = read_mil(path / MODEL_FILE if path.is_dir() else path)
+    data, file = read_source(args.path)  # read once: standard input cannot be read twice
+    program = load_bytes(data, file, shapes_only=True)  # printing needs shapes, not weights
     text = program.to_text(args.dialect)
     if args.check:
-        if text != original:
-            print(f"{path}: not normalised", file=sys.stderr)
+        if text != decode_mil(data, file):
+            print(f"{args.path}: not normalised", file=sys.stderr)
             return 1
         return 0
     sys.stdout.write(text)

@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from anekit.cli._common import add_backend, add_chip, non_negative
+from anekit.cli._common import add_backend, add_chip, non_negative, utf8_text
+from anekit.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--ckpt", help="training checkpoint directory, or a training --out directory"
     )
-    parser.add_argument("--prompt", default="", help="text to continue")
+    parser.add_argument("--prompt", default="", type=utf8_text, help="text to continue")
+    parser.add_argument(
+        "--tokenizer",
+        help="with --ckpt: a llama2.c tokenizer.bin to use instead of the checkpoint's own",
+    )
     parser.add_argument(
         "--tokens", type=non_negative(int), default=200, help="tokens to generate (default: 200)"
     )
@@ -65,10 +70,14 @@ def run(args: argparse.Namespace) -> int:
     from anekit.llm.run import prompt_ids, stats_lines, stats_report, stream_text
 
     chip = args.chip.name if args.chip is not None else None
+    if args.tokenizer and not args.ckpt:
+        raise UsageError("--tokenizer applies to --ckpt (a model directory brings its own)")
     if args.ckpt:
         from anekit.llm.training import read_training_checkpoint
+        from anekit.train.data import Llama2cTokenizer
 
-        config, source, tokenizer = read_training_checkpoint(args.ckpt)
+        override = Llama2cTokenizer(args.tokenizer) if args.tokenizer else None
+        config, source, tokenizer = read_training_checkpoint(args.ckpt, override)
         model = llm.Model(config, source, tokenizer=tokenizer, backend=args.backend, chip=chip)
     else:
         model = llm.load(args.model, backend=args.backend, chip=chip)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anekit.cli._common import MODEL_HELP, add_backend, add_threads, load_program, non_negative
-from anekit.errors import UsageError, os_reason
+from anekit.errors import UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,6 +37,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seed", type=non_negative(int), default=0, help="seed for --random (default 0)"
+    )
+    parser.add_argument(
+        "--saturate",
+        action="store_true",
+        help="clip float inputs beyond the input dtype's range (70000 into fp16) instead of failing",
     )
     add_backend(parser)
     parser.add_argument(
@@ -76,26 +82,64 @@ def gather_inputs(
             continue
         if not random:
             raise UsageError(f"no value for input {v.name!r} {v.type}; give --input or --random")
-        shape = TensorSpec.of(v).shape
-        if v.dtype.is_float:
-            arrays[v.name] = rng.standard_normal(shape).astype(v.dtype.numpy)
-        elif v.dtype.is_int:
-            arrays[v.name] = rng.integers(0, 8, shape).astype(v.dtype.numpy)
-        else:
-            arrays[v.name] = rng.random(shape) < 0.5
+        arrays[v.name] = random_array(rng, TensorSpec.of(v).shape, v.dtype.numpy, v.name)
     return arrays
 
 
-def read_npy(file: str, spec: str) -> np.ndarray:
-    """The array in ``file`` (the value of ``--input spec``); a typed error names the file."""
+# --random draws this many values at a time into the input, so no float64 (or float32, for
+# an fp16 input) copy of the whole input is ever made
+_CHUNK = 2**20
+
+
+def random_array(
+    rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, name: str
+) -> np.ndarray:
+    """Random values for input ``name``, drawn in its own dtype: normal floats, ints in [0, 8)."""
     import numpy as np
 
+    from anekit.config import read_limit
+
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > read_limit():
+        raise UsageError(
+            f"--random: input {name!r} {dtype}{list(shape)} is {nbytes} bytes, more than half "
+            f"of this machine's memory ({2 * read_limit()} bytes)"
+        )
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape, dtype=np.bool_)
+    if dtype.kind in "iu":
+        return rng.integers(0, 8, shape, dtype=dtype)
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, _CHUNK):  # float32 is the narrowest a Generator draws
+        part = flat[start : start + _CHUNK]
+        part[...] = rng.standard_normal(part.size, dtype=np.float32)
+    return out
+
+
+def read_npy(file: str, spec: str) -> np.ndarray:
+    """The array in ``file`` (the value of ``--input spec``); a typed error names the file.
+
+    The file must be a regular ``.npy`` file; it is memory-mapped, so a header claiming more
+    data than the file holds is an error, not an allocation.
+    """
+    import numpy as np
+    from numpy.lib.format import open_memmap
+
+    from anekit.config import read_limit
+    from anekit.files import open_regular
+
+    def error(message: str, path: str) -> UsageError:
+        return UsageError(f"--input {spec!r}: {path}: {message}")
+
+    with open_regular(file, limit=read_limit(), what="a .npy file", error=error) as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise error("not a .npy file (it does not start with \\x93NUMPY)", file)
     try:
-        return np.load(file, allow_pickle=False)
-    except OSError as e:
-        raise UsageError(f"--input {spec!r}: cannot read {file}: {os_reason(e)}") from None
-    except ValueError as e:  # not .npy, or object (pickled) data
-        raise UsageError(f"--input {spec!r}: cannot read {file} as .npy: {e}") from None
+        return np.array(open_memmap(file, mode="r"))
+    except (OSError, ValueError, EOFError) as e:  # a bad header, object data, too short
+        raise error(f"cannot read as .npy: {e}", file) from None
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -145,7 +189,10 @@ def run(args: argparse.Namespace) -> int:
     program = load_program(args.model, args.weights)
     inputs = gather_inputs(program, args.input, args.random, args.seed)
     try:  # before compiling: a wrong --input file should not cost a compile
-        inputs = {v.name: convert_input(TensorSpec.of(v), inputs[v.name]) for v in program.inputs}
+        inputs = {
+            v.name: convert_input(TensorSpec.of(v), inputs[v.name], saturate=args.saturate)
+            for v in program.inputs
+        }
     except ValueError as e:  # wrong shape, or a dtype that would lose data
         raise UsageError(str(e)) from e
     backend = resolve_backend(args.backend)

@@ -18,6 +18,7 @@ from anekit.cli._common import (
     one_of,
     progress_bar,
     resolve_chip,
+    utf8_text,
 )
 from anekit.errors import UsageError
 
@@ -71,7 +72,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=200,
         help="tokens to sample at the end (0: none)",
     )
-    parser.add_argument("--prompt", default="", help="prompt for the final sample")
+    # checked as the arguments are parsed: a prompt that cannot be encoded must not cost a run
+    parser.add_argument("--prompt", default="", type=utf8_text, help="prompt for the final sample")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,10 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from anekit.train.data import load_data
 
     named = get_config(args.config)
-    try:
-        tokens, tokenizer = load_data(args.data, args.tokenizer)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
+    tokens, tokenizer = load_data(args.data, args.tokenizer)
     model_cfg = named.model
     if tokenizer.vocab_size != model_cfg.vocab_size:
         print(
@@ -139,9 +138,10 @@ def _train(
 ) -> int:
     import numpy as np
 
-    from anekit.train.checkpoint import latest_checkpoint
+    from anekit.train.checkpoint import latest_checkpoint, sweep_temporaries
     from anekit.train.loop import Trainer
 
+    sweep_temporaries(out)  # what a killed run left
     existing = latest_checkpoint(out)
     if existing is not None and not args.resume:
         raise UsageError(
@@ -149,7 +149,7 @@ def _train(
             "pass --resume to continue it or choose another --out"
         )
     chip = resolve_chip(args.chip)
-    trainer = Trainer(model_cfg, train_cfg, tokens, args.backend, tokenizer.describe())
+    trainer = Trainer(model_cfg, train_cfg, tokens, args.backend, tokenizer)
     try:
         if args.resume:
             state = trainer.restore(out)
@@ -203,7 +203,7 @@ def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
 
     total = trainer.cfg.steps
     history: list[float] = []
-    log = open(args.log, "a") if args.log else None  # noqa: SIM115 (closed in finally)
+    log = _open_log(Path(args.log)) if args.log else None
     bar = progress_bar(total, unit="step", initial=trainer.step)
     every = max(total // 20, 1)
     saved_at = trainer.step
@@ -240,6 +240,12 @@ def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
         path = trainer.save(out)
         print(f"saved {path}")
     return history
+
+
+def _open_log(path: Path) -> Any:
+    """The --log file, opened to append; its directory is created (out/x.jsonl in a fresh one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a")  # noqa: SIM115 (closed by the caller's finally)
 
 
 def _print_step(record: dict[str, Any], total: int, mean_loss: float) -> None:

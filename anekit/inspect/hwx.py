@@ -17,6 +17,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from anekit.config import read_limit
+from anekit.errors import InspectError
+from anekit.files import read_regular
 from anekit.inspect import tasks as _tasks
 from anekit.inspect._reader import ByteReader
 from anekit.inspect.macho import (
@@ -124,7 +127,16 @@ def _generation(cputype: int, cpusubtype: int) -> str | None:
 def load_hwx(path: str | Path) -> Hwx:
     """Read the hwx file at ``path``."""
     path = Path(path)
-    return read_hwx(path.read_bytes(), file=str(path))
+    return read_hwx(read_input(path), file=str(path))
+
+
+def read_input(path: str | Path) -> bytes:
+    """The bytes of a file to inspect: a regular file of at most ``read_limit()`` bytes."""
+    return read_regular(path, limit=read_limit(), what="a file to inspect", error=_error)
+
+
+def _error(message: str, path: str) -> InspectError:
+    return InspectError(message, file=path)
 
 
 def read_hwx(data: bytes, *, file: str | None = None) -> Hwx:

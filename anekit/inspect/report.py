@@ -17,11 +17,11 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from anekit.errors import InspectError, os_reason
+from anekit.errors import InspectError
 from anekit.inspect import tasks as _tasks
 from anekit.inspect.e5 import read_e5
 from anekit.inspect.flatbuf import looks_like_flatbuffer, read_flatbuffer, render, to_plain
-from anekit.inspect.hwx import ANE_CPUTYPE, HWX_MAGIC, MACHO64_MAGIC, Hwx, read_hwx
+from anekit.inspect.hwx import ANE_CPUTYPE, HWX_MAGIC, MACHO64_MAGIC, Hwx, read_hwx, read_input
 
 __all__ = ["FORMATS", "detect_format", "describe", "describe_file"]
 
@@ -61,12 +61,7 @@ def _is_mil_text(data: bytes) -> bool:
 
 def describe_file(path: str | Path) -> tuple[dict, list[str]]:
     """Read ``path`` and describe it: (JSON-ready dict, readable lines)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InspectError(f"cannot read the file: {os_reason(e)}", file=str(path)) from e
-    return describe(data, str(path))
+    return describe(read_input(path), str(path))
 
 
 def describe(data: bytes, name: str) -> tuple[dict, list[str]]:

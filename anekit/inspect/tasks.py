@@ -183,8 +183,11 @@ def _parse_one(reader: ByteReader, start: int, offset: int, end: int) -> TaskDes
     """Parse the descriptor at __text+``offset``; its blocks end where only zeros remain."""
     pos = start + offset + 4 * HEADER_WORDS
     header = reader.words(start + offset, HEADER_WORDS, "task descriptor header")
+    # Where the trailing zeros begin, found once: asking "only zeros left?" at every block
+    # rescans the rest of the descriptor each time, quadratic in its size.
+    content_end = pos + len(reader.data[pos:end].rstrip(b"\0"))
     blocks = []
-    while pos < end and any(reader.data[pos:end]):
+    while pos < content_end:
         word = reader.u32(pos, "register block header")
         count = (word >> 26) + 1
         if pos + 4 + 4 * count > end:

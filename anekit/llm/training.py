@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import CheckpointError, ModelError
+from anekit.errors import ModelError
 from anekit.llm.config import LlmConfig, RopeConfig
 from anekit.llm.weights import convert_into
 
@@ -41,17 +41,18 @@ class ArraySource:
         convert_into(np.ascontiguousarray(a).reshape(-1), out, path=self.path, tensor=name)
 
 
-def read_training_checkpoint(path: str | Path) -> tuple[LlmConfig, ArraySource, Any]:
-    """``(config, tensor source, tokenizer)`` of an ``anekit train`` checkpoint (or its output directory)."""
-    from anekit.train.data import BOS, tokenizer_from
+def read_training_checkpoint(
+    path: str | Path, tokenizer: Any = None
+) -> tuple[LlmConfig, ArraySource, Any]:
+    """``(config, tensor source, tokenizer)`` of an ``anekit train`` checkpoint (or its output directory).
+
+    The tokenizer is the one stored in the checkpoint unless ``tokenizer`` replaces it.
+    """
+    from anekit.train.data import BOS
     from anekit.train.loop import load_model
 
-    cfg, params, state = load_model(path)
+    cfg, params, state, tokenizer = load_model(path, tokenizer)
     where = state["directory"]
-    try:
-        tokenizer = tokenizer_from(state.get("tokenizer", {"kind": "bytes"}))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot rebuild the tokenizer: {e}", path=where) from e
     config = LlmConfig(
         architecture="anekit-train",
         family="llama",

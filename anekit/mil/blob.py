@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from anekit.errors import WeightFileError
+from anekit.errors import MilTypeError, WeightFileError
 
 ALIGNMENT = 64  # DefaultStorageAlignment in StorageFormat.hpp
 SENTINEL = 0xDEADBEEF  # BlobMetadataSentinel in StorageFormat.hpp
@@ -70,17 +70,19 @@ def _checked_dtypes(arrays: Sequence[np.ndarray]) -> list[np.dtype]:
     dtypes = []
     for i, array in enumerate(arrays):
         if not isinstance(array, np.ndarray):
-            raise TypeError(f"array {i}: expected numpy.ndarray, found {type(array).__name__}")
+            raise MilTypeError(f"array {i}: expected numpy.ndarray, found {type(array).__name__}")
         dtype = array.dtype.newbyteorder("=")
         if dtype not in DTYPE_TO_CODE:
             names = ", ".join(str(d) for d in DTYPE_TO_CODE)
-            raise TypeError(f"array {i}: dtype {array.dtype} cannot be stored; expected {names}")
+            raise MilTypeError(f"array {i}: dtype {array.dtype} cannot be stored; expected {names}")
         # coremltools' reader refuses zero-length data (Span::Slice requires size > 0).
         if array.size == 0:
-            raise ValueError(f"array {i}: shape {array.shape} is empty; MILBlob cannot hold it")
+            raise WeightFileError(
+                f"array {i}: shape {array.shape} is empty; MILBlob cannot hold it"
+            )
         dtypes.append(dtype)
     if len(dtypes) >= 2**32:
-        raise ValueError(f"{len(dtypes)} arrays do not fit the u32 blob count")
+        raise WeightFileError(f"{len(dtypes)} arrays do not fit the u32 blob count")
     return dtypes
 
 

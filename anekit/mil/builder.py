@@ -37,7 +37,7 @@ class Builder:
 
     def __init__(self, opset: str = "ios18", function: str = "main") -> None:
         if opset not in registry.OPSETS:
-            raise ValueError(f"unknown opset {opset!r}; expected one of {registry.OPSETS}")
+            raise MilTypeError(f"unknown opset {opset!r}; expected one of {registry.OPSETS}")
         _check_name(function, "function name")
         self.opset = opset
         self.function = function
@@ -67,7 +67,7 @@ class Builder:
         """Add a constant stored in its own weight file (``BLOBFILE``), as the ANE compiler prefers."""
         arr = _as_array(array, dtype)
         if arr.size == 0:
-            raise ValueError(
+            raise MilTypeError(
                 f"weight {name!r}: shape {arr.shape} is empty; a weight file cannot hold it"
             )
         file = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "weight"
@@ -79,16 +79,16 @@ class Builder:
         """Mark a value as a function output, renaming it to ``name``."""
         self._check_own(value)
         if any(v is value for v in self._outputs):
-            raise ValueError(f"value {value.name!r} is already an output")
+            raise MilTypeError(f"value {value.name!r} is already an output")
         if name is not None and name != value.name:
             _check_name(name, "output name")
             if id(value) in self._built:
-                raise ValueError(
+                raise MilTypeError(
                     f"cannot rename {value.name!r} to {name!r}: a Program built earlier holds it; "
                     "name outputs before build()"
                 )
             if name in self._names:
-                raise ValueError(f"output name {name!r} is already used by another value")
+                raise MilTypeError(f"output name {name!r} is already used by another value")
             self._names.discard(value.name)
             self._names.add(name)
             producer = value.producer
@@ -207,14 +207,14 @@ class Builder:
     def _check_own(self, value: Any) -> None:
         """Reject what is not a Value of this builder's function."""
         if not isinstance(value, Value):
-            raise TypeError(f"expected a Value of this Builder, found {type(value).__name__}")
+            raise MilTypeError(f"expected a Value of this Builder, found {type(value).__name__}")
         if id(value) not in self._own:
-            raise ValueError(f"value {value.name!r} does not belong to this Builder's function")
+            raise MilTypeError(f"value {value.name!r} does not belong to this Builder's function")
 
     def _claim(self, name: str) -> str:
         _check_name(name, "MIL name")
         if name in self._names:
-            raise ValueError(f"name {name!r} is already used in this function")
+            raise MilTypeError(f"name {name!r} is already used in this function")
         self._names.add(name)
         return name
 
@@ -239,7 +239,7 @@ class Builder:
 
 def _check_name(name: Any, what: str) -> None:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ValueError(f"invalid {what} {name!r}: use letters, digits and underscores")
+        raise MilTypeError(f"invalid {what} {name!r}: use letters, digits and underscores")
 
 
 def _dims(name: str, shape: Sequence[int]) -> tuple[int, ...]:
@@ -247,9 +247,11 @@ def _dims(name: str, shape: Sequence[int]) -> tuple[int, ...]:
     try:
         dims = tuple(operator.index(d) for d in shape)
     except TypeError:
-        raise TypeError(f"input {name!r}: expected a shape of integers, found {shape!r}") from None
+        raise MilTypeError(
+            f"input {name!r}: expected a shape of integers, found {shape!r}"
+        ) from None
     if any(d < 0 for d in dims):
-        raise ValueError(f"input {name!r}: dimensions must be >= 0, found {list(dims)}")
+        raise MilTypeError(f"input {name!r}: dimensions must be >= 0, found {list(dims)}")
     return dims
 
 
@@ -265,18 +267,18 @@ def _as_array(value: Any, dtype: str | DType | None) -> np.ndarray:
             converted = arr.astype(target)
         if arr.dtype.kind in "iuf" and converted.dtype.kind in "iu":
             if not np.array_equal(converted, arr):
-                raise ValueError(f"values do not fit in {dtype} (out of range or not integers)")
+                raise MilTypeError(f"values do not fit in {dtype} (out of range or not integers)")
         elif arr.dtype.kind in "iuf" and (np.isinf(converted) & ~np.isinf(arr)).any():
-            raise ValueError(f"values overflow {dtype} (finite values would become inf)")
+            raise MilTypeError(f"values overflow {dtype} (finite values would become inf)")
         return converted
     if arr.dtype == np.float64:
-        raise TypeError(
+        raise MilTypeError(
             "float64 arrays have no MIL type: pass dtype='fp16' or 'fp32' (or convert first)"
         )
     if arr.dtype == np.int64:
         converted = arr.astype(np.int32)
         if not np.array_equal(converted, arr):
-            raise ValueError("int64 values do not fit in int32")
+            raise MilTypeError("int64 values do not fit in int32")
         return converted
     dtype_of(arr)  # raises for dtypes MIL cannot hold
     return arr

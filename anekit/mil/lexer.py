@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
-from anekit.mil import blob
 from anekit.mil.types import DType, TensorType
 from anekit.mil.values import BlobRef, Value
 from anekit.mil.weights import WeightSource
@@ -157,8 +156,7 @@ class TokenReader:
             return None
         path, offset = m.group("path"), int(m.group("offset"))
         try:
-            data = self.weights.read(path)
-            array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
+            array = self.weights.tensor(path, offset, t.dtype.numpy, t.shape)  # type: ignore[arg-type]
         except WeightFileError:
             return None
         return Value("", t, None, array, BlobRef(path, offset))
@@ -330,8 +328,7 @@ class TokenReader:
         if not t.is_static:
             raise self.error(f"a weight needs a static shape, found {t}", index)
         try:
-            data = self.weights.read(path)
-            array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
+            array = self.weights.tensor(path, offset, t.dtype.numpy, t.shape)  # type: ignore[arg-type]
         except WeightFileError as e:
             line = self.where(index)[0]
             where = f"{self.file or '<mil>'}:{line}"

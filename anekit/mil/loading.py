@@ -7,12 +7,14 @@ same everywhere.
 
 from __future__ import annotations
 
-import stat
+import sys
 from pathlib import Path
 
-from anekit.errors import MilSyntaxError, UsageError, os_reason
+from anekit.errors import MilSyntaxError, UsageError
+from anekit.files import read_regular
 from anekit.mil.parser import parse
 from anekit.mil.program import Program
+from anekit.mil.weights import WeightSource
 
 __all__ = [
     "MAX_MIL_BYTES",
@@ -22,6 +24,8 @@ __all__ = [
     "load_path",
     "read_mil",
     "read_mil_bytes",
+    "read_source",
+    "read_stdin",
 ]
 
 MODEL_FILE = "model.mil"
@@ -29,22 +33,42 @@ WEIGHTS_DIR = "weights"
 # Weights live in weight files, so MIL text stays small (a 7B-parameter model is a few MB);
 # the cap keeps a wrong path (a disk image, a pipe) from being read into memory whole.
 MAX_MIL_BYTES = 256 * 2**20
+STDIN = "-"  # the path that names standard input
+STDIN_NAME = "<stdin>"  # its name in messages
 _BOM = b"\xef\xbb\xbf"  # editors on Windows start UTF-8 files with a byte-order mark
 
 
-def load_path(path: str | Path, weights: str | Path | None = None) -> Program:
-    """Load a program from a model directory (``model.mil`` + ``weights/``) or a ``.mil`` file.
+def load_path(
+    path: str | Path, weights: str | Path | None = None, *, shapes_only: bool = False
+) -> Program:
+    """Load a program from a model directory (``model.mil`` + ``weights/``), a ``.mil`` file or ``-``.
 
     Args:
-        path (str | Path): a model directory, or a MIL text file.
+        path (str | Path): a model directory, a MIL text file, or ``-`` for standard input.
         weights (str | Path): the directory holding the weight files. Default: for a model
             directory its ``weights/``; for a file, ``weights/`` beside it if there is one,
-            else the file's own directory.
+            else the file's own directory; for standard input, none.
+        shapes_only (bool): read no weight file; every weight is zeros of its declared
+            shape (see ``WeightSource``). For tools that need shapes, not values.
 
     Raises:
         UsageError: the path (or ``weights``) is missing, of the wrong kind or unreadable.
         MilSyntaxError: the text is not UTF-8 (at the byte's line and column) or not MIL.
     """
+    data, mil_path = read_source(path, weights)
+    if weights is None and str(path) != STDIN and Path(path).is_dir():
+        weights = Path(path) / WEIGHTS_DIR
+    return load_bytes(data, mil_path, weights, shapes_only=shapes_only)
+
+
+def read_source(path: str | Path, weights: str | Path | None = None) -> tuple[bytes, str]:
+    """The bytes of the MIL text ``load_path`` reads for ``path``, and the file they came from.
+
+    The file is ``path`` itself, the ``model.mil`` of a model directory, or ``"<stdin>"``
+    for ``-``. Raises UsageError as :func:`load_path` does.
+    """
+    if str(path) == STDIN:
+        return read_stdin(), STDIN_NAME
     given = Path(path)
     if weights is not None and not Path(weights).is_dir():
         found = "a file" if Path(weights).exists() else "nothing"
@@ -57,7 +81,6 @@ def load_path(path: str | Path, weights: str | Path | None = None) -> Program:
                 f"({MODEL_FILE} + {WEIGHTS_DIR}/) or a .mil file",
                 path=str(given),
             )
-        weights = given / WEIGHTS_DIR if weights is None else weights
     elif not given.exists():
         raise UsageError(
             f"no such file or directory; expected a .mil file or a model directory "
@@ -66,16 +89,37 @@ def load_path(path: str | Path, weights: str | Path | None = None) -> Program:
         )
     else:
         mil_path = given
-    return load_bytes(read_mil_bytes(mil_path), mil_path, weights)
+    return read_mil_bytes(mil_path), str(mil_path)
 
 
-def load_bytes(data: bytes, file: str | Path, weights: str | Path | None = None) -> Program:
-    """Parse the bytes of the MIL file ``file``; weights as for a file in :func:`load_path`."""
-    file = Path(file)
-    if weights is None:
-        beside = file.parent / WEIGHTS_DIR
-        weights = beside if beside.is_dir() else file.parent
-    return parse(decode_mil(data, str(file)), Path(weights), file=str(file))
+def read_stdin() -> bytes:
+    """Standard input as bytes, at most :data:`MAX_MIL_BYTES` of them."""
+    chunks, size = [], 0
+    while size <= MAX_MIL_BYTES:  # in pieces: read(n) would allocate n bytes at once
+        chunk = sys.stdin.buffer.read(min(2**20, MAX_MIL_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
+    if len(data) > MAX_MIL_BYTES:
+        raise UsageError(f"more than {MAX_MIL_BYTES} bytes of MIL text", path=STDIN_NAME)
+    return data
+
+
+def load_bytes(
+    data: bytes, file: str | Path, weights: str | Path | None = None, *, shapes_only: bool = False
+) -> Program:
+    """Parse the bytes of the MIL file ``file``; weights as for a file in :func:`load_path`.
+
+    ``file`` is ``"<stdin>"`` for standard input, which has no weights directory by default.
+    """
+    name = str(file)
+    if weights is None and name != STDIN_NAME:
+        beside = Path(file).parent / WEIGHTS_DIR
+        weights = beside if beside.is_dir() else Path(file).parent
+    source = WeightSource(None if weights is None else Path(weights), shapes_only=shapes_only)
+    return parse(decode_mil(data, name), source, file=name)
 
 
 def load(directory: str | Path) -> Program:
@@ -96,27 +140,8 @@ def read_mil(path: str | Path) -> str:
 
 
 def read_mil_bytes(path: str | Path) -> bytes:
-    """The bytes of one MIL file, its kind and size checked before reading."""
-    path = Path(path)
-    try:
-        info = path.stat()
-        if stat.S_ISDIR(info.st_mode):
-            raise UsageError("is a directory; expected a MIL text file", path=str(path))
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError("is not a regular file; expected a MIL text file", path=str(path))
-        if info.st_size > MAX_MIL_BYTES:
-            raise UsageError(
-                f"{info.st_size} bytes; MIL text is expected below {MAX_MIL_BYTES} bytes "
-                "(weights belong in weight files)",
-                path=str(path),
-            )
-        with path.open("rb") as f:
-            data = f.read(MAX_MIL_BYTES + 1)  # bounded even if the file grew since stat()
-    except OSError as e:
-        raise UsageError(f"cannot read: {os_reason(e)}", path=str(path)) from None
-    if len(data) > MAX_MIL_BYTES:
-        raise UsageError(f"more than {MAX_MIL_BYTES} bytes of MIL text", path=str(path))
-    return data
+    """The bytes of one MIL file: a regular file (links followed) of at most MAX_MIL_BYTES."""
+    return read_regular(path, limit=MAX_MIL_BYTES, what="a MIL text file")
 
 
 def decode_mil(data: bytes, file: str) -> str:

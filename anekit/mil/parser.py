@@ -26,7 +26,7 @@ _CONST_LINE = re.compile(
 
 def parse(
     text: str,
-    weights: dict[str, bytes] | str | Path | None = None,
+    weights: dict[str, bytes] | str | Path | WeightSource | None = None,
     *,
     file: str | None = None,
 ) -> Program:
@@ -35,10 +35,12 @@ def parse(
     Args:
         text (str): the program, in the program(1.3) or legacy program(1.0) dialect.
         weights (dict | path): weight files as ``{"@model_path/weights/x.bin": bytes}``,
-            or the directory holding ``weights/`` (a model directory) or the files.
+            or the directory holding ``weights/`` (a model directory) or the files, or a
+            ``WeightSource`` (``shapes_only=True`` reads none).
         file (str): a name for error messages.
     """
-    return _Parser(text, WeightSource(weights), file).program()
+    source = weights if isinstance(weights, WeightSource) else WeightSource(weights)
+    return _Parser(text, source, file).program()
 
 
 class _Parser(TokenReader):

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.files import write_atomic
 from anekit.mil.ops import registry
 from anekit.mil.ops.registry import Args, OpDef
+from anekit.mil.saving import save_model
 from anekit.mil.text import print_program
 from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
 from anekit.mil.weights import layout, stored_values, weight_files
@@ -138,19 +138,15 @@ class Program:
         return weight_files(self)
 
     def save(self, directory: str | os.PathLike[str], dialect: str = "ios18") -> Path:
-        """Write ``model.mil`` and ``weights/*.bin`` into ``directory`` (created if needed)."""
+        """Write ``model.mil`` and ``weights/*.bin`` into ``directory`` (created if needed), all or nothing.
+
+        A kill at any point leaves the directory holding the old model or the new one, never
+        a mix (see :mod:`anekit.mil.saving`); other files in it are kept.
+        """
         # Everything that can fail on the program runs before the first write, so a
         # rejected save leaves an existing model directory as it was.
         text = self.to_text(dialect).encode("utf-8")
-        files = self.weight_files()
-        out = Path(directory)
-        (out / "weights").mkdir(parents=True, exist_ok=True)
-        for path, data in files.items():
-            target = out / "weights" / path[len(WEIGHTS_PREFIX) :]
-            target.parent.mkdir(parents=True, exist_ok=True)  # a parsed path may name a subdir
-            write_atomic(target, data)
-        write_atomic(out / "model.mil", text)
-        return out
+        return save_model(directory, text, self.weight_files())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Program):

@@ -8,6 +8,8 @@ from math import prod
 
 import numpy as np
 
+from anekit.errors import MilTypeError
+
 
 class DType(str, Enum):
     """A MIL element type, named as it is spelled in MIL text."""
@@ -70,7 +72,7 @@ def dtype_of(value: object) -> DType:
     try:
         return _FROM_NUMPY[np.dtype(np_dtype)]
     except KeyError:
-        raise TypeError(f"NumPy dtype {np_dtype} has no MIL equivalent") from None
+        raise MilTypeError(f"NumPy dtype {np_dtype} has no MIL equivalent") from None
 
 
 Dim = int | str  # an int, or a symbol for a dynamic dimension

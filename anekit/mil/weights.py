@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import math
+import mmap
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from anekit.config import read_limit
 from anekit.errors import WeightFileError
+from anekit.files import open_regular, resolve_inside
 from anekit.mil import blob
 from anekit.mil.values import WEIGHTS_PREFIX, Value
 
 if TYPE_CHECKING:
     from anekit.mil.program import Program
+
+# Weight files are memory-mapped, so their size is bounded only by the address space; what a
+# parse copies out of them is bounded by read_limit().
+MAX_WEIGHT_FILE_BYTES = 2**62
 
 
 def stored_values(program: Program) -> Iterator[Value]:
@@ -78,18 +89,49 @@ def check_weight_path(path: str) -> str:
 
 
 class WeightSource:
-    """Weight file bytes for the parser: from a dict of paths, or read lazily from a directory."""
+    """Weight tensors for the parser: from a dict of files, from a directory, or shapes only.
 
-    def __init__(self, weights: dict[str, bytes] | str | Path | None) -> None:
-        self._files: dict[str, bytes] = {}
+    Files in a directory are memory-mapped, not read: a tensor is copied out of its file by
+    offset and length, so a model's weight files are never read into memory whole. Only
+    regular files inside the directory (links resolved) are opened, and the tensors one
+    parse copies may total at most :func:`~anekit.config.read_limit` bytes.
+
+    With ``shapes_only``, no file is opened: every weight is a read-only array of zeros of
+    the declared dtype and shape that takes no memory, for the tools that need shapes, not
+    values (``fmt``, ``check``, ``estimate``). Such a program must not be saved or run.
+    """
+
+    def __init__(
+        self, weights: dict[str, bytes] | str | Path | None, *, shapes_only: bool = False
+    ) -> None:
+        self._files: dict[str, bytes | mmap.mmap] = {}
         self._directory: Path | None = None
+        self.shapes_only = shapes_only
+        self._copied = 0
         if isinstance(weights, dict):
             self._files = {k: bytes(v) for k, v in weights.items()}
         elif weights is not None:
             self._directory = Path(weights)
 
-    def read(self, path: str) -> bytes:
-        """Return the bytes of a weight file named by its BLOBFILE path."""
+    def tensor(self, path: str, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """The tensor whose MILBlob record is at ``offset`` of the weight file ``path``."""
+        check_weight_path(path)
+        if self.shapes_only:
+            return np.broadcast_to(np.zeros((), dtype), shape)
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if self._copied + nbytes > read_limit():
+            raise WeightFileError(
+                f"the weights read so far and this {nbytes}-byte tensor exceed "
+                f"{read_limit()} bytes, half of this machine's memory",
+                file=path,
+                offset=offset,
+            )
+        array = blob.read_tensor(self.read(path), offset, dtype, shape, file=path, copy=False)
+        self._copied += nbytes
+        return array
+
+    def read(self, path: str) -> bytes | mmap.mmap:
+        """The contents of a weight file named by its BLOBFILE path (a memory map for a file)."""
         name = check_weight_path(path)
         if path in self._files:
             return self._files[path]
@@ -97,13 +139,17 @@ class WeightSource:
             raise WeightFileError(
                 "weight file not provided (pass weights=dict or directory)", file=path
             )
-        root = self._directory.resolve()
-        target = (root / name).resolve()
-        if root not in target.parents:
-            raise WeightFileError(f"resolves outside the weights directory {root}", file=path)
-        try:
-            data = target.read_bytes()
-        except OSError as e:
-            raise WeightFileError(f"cannot read {target}: {e.strerror}", file=path) from e
+
+        def error(message: str, path: str = path) -> WeightFileError:
+            return WeightFileError(message, file=path)
+
+        target = resolve_inside(
+            self._directory, name, what="the weights directory's file", error=error
+        )
+        with open_regular(
+            target, limit=MAX_WEIGHT_FILE_BYTES, what="a weight file", error=error
+        ) as f:
+            size = os.fstat(f.fileno()).st_size
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         self._files[path] = data
         return data

@@ -44,11 +44,16 @@ class ModelConfig:
     source: str = ""
 
     def __post_init__(self) -> None:
+        owner = f"config {self.name!r}"
+        for name in ("name", "source"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{owner}: {name} must be a string, found {getattr(self, name)!r}")
         for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"config {self.name!r}: {name} must be positive")
-        if self.vocab_size < 2 or self.seq_len < 2:
-            raise ValueError(f"config {self.name!r}: vocab_size and seq_len must be at least 2")
+            _check_int(owner, name, getattr(self, name), 1)
+        for name in ("vocab_size", "seq_len"):
+            _check_int(owner, name, getattr(self, name), 2)
+        for name in ("norm_eps", "rope_theta"):
+            _check_real(owner, name, getattr(self, name), positive=True)
 
     def block(self, batch: int) -> BlockShape:
         """The kernel shape of one decoder block for ``batch`` sequences."""
@@ -119,16 +124,19 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
-            raise ValueError("steps, batch_size and grad_accum must be at least 1")
-        if self.warmup < 0:
-            raise ValueError(f"warmup must be at least 0, found {self.warmup}")
-        if not 0 <= self.min_lr <= self.lr < math.inf:
+        for name in ("steps", "batch_size", "grad_accum"):
+            _check_int("train config", name, getattr(self, name), 1)
+        _check_int("train config", "warmup", self.warmup, 0)
+        _check_int("train config", "scale_growth_interval", self.scale_growth_interval, 1)
+        _check_int("train config", "seed", self.seed, 0)
+        numbers = all(_is_real(v) for v in (self.lr, self.min_lr))
+        if not (numbers and 0 <= self.min_lr <= self.lr < math.inf):
             raise ValueError(
                 f"need 0 <= min_lr <= lr < inf, found min_lr={self.min_lr}, lr={self.lr}"
             )
-        if self.loss_scale <= 0:
-            raise ValueError(f"loss_scale must be positive, found {self.loss_scale}")
+        for name in ("weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"):
+            _check_real("train config", name, getattr(self, name), positive=False)
+        _check_real("train config", "loss_scale", self.loss_scale, positive=True)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -138,6 +146,31 @@ class TrainConfig:
         return cls(
             **{k: v for k, v in data.items() if k in {f.name for f in dataclasses.fields(cls)}}
         )
+
+
+# Sizes and counts fit in int64 (NumPy's index type); larger ones cannot name real tensors.
+_INT_LIMIT = 2**63
+
+
+def _check_int(owner: str, name: str, value: Any, minimum: int) -> None:
+    """ValueError unless ``value`` is an int (not a bool, not 16.5) in ``[minimum, 2**63)``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{owner}: {name} must be an integer, found {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}: {name} must be at least {minimum}, found {value}")
+    if value >= _INT_LIMIT:
+        raise ValueError(f"{owner}: {name} must be below 2**63, found {value}")
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_real(owner: str, name: str, value: Any, *, positive: bool) -> None:
+    """ValueError unless ``value`` is a finite number, >= 0 (or > 0 if ``positive``)."""
+    if not (_is_real(value) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{owner}: {name} must be a finite number {bound}, found {value!r}")
 
 
 @dataclass(frozen=True)

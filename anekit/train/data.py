@@ -11,14 +11,23 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
+from anekit.errors import UsageError
+from anekit.files import open_regular, read_regular
+
 BOS = 1  # llama2.c / sentencepiece: 1 begins a sequence, 3 + b is raw byte b
 BYTE_OFFSET = 3
+TOKENIZER_FILE = "tokenizer.bin"  # its name inside a checkpoint
+# llama2.c's 32000-token tokenizer.bin is 434 KB; a million tokens of up to 64 bytes fit
+MAX_TOKENIZER_BYTES = 64 * 2**20
+# Token files are memory-mapped, not read: any size the address space holds will do.
+MAX_DATA_BYTES = 2**62
 
 
 class Tokenizer(Protocol):
@@ -30,7 +39,13 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: list[int]) -> str: ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, Any]:
+        """A JSON record of the tokenizer, for a checkpoint's ``state.json``."""
+        ...
+
+    def stored_files(self) -> dict[str, bytes]:
+        """Files a checkpoint stores beside the record (name -> contents), so it is self-contained."""
+        ...
 
 
 class ByteTokenizer:
@@ -47,16 +62,31 @@ class ByteTokenizer:
     def describe(self) -> dict[str, Any]:
         return {"kind": "bytes"}
 
+    def stored_files(self) -> dict[str, bytes]:
+        return {}
+
 
 class Llama2cTokenizer:
     """The sentencepiece BPE vocabulary of llama2.c's ``tokenizer.bin``: greedy highest-score merges."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        data = self.path.read_bytes()
+        path = Path(path)
+        data = read_regular(path, limit=MAX_TOKENIZER_BYTES, what="a llama2.c tokenizer.bin")
+        self._parse(data, str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str) -> Llama2cTokenizer:
+        """The tokenizer in ``data``, the contents of a tokenizer.bin called ``name`` in messages."""
+        tokenizer = cls.__new__(cls)
+        tokenizer._parse(bytes(data), name)
+        return tokenizer
+
+    def _parse(self, data: bytes, name: str) -> None:
+        self.name = name
+        self.data = data
         if len(data) < 4:
-            raise ValueError(
-                f"{self.path}: too short for a llama2.c tokenizer.bin ({len(data)} bytes)"
+            raise UsageError(
+                f"too short for a llama2.c tokenizer.bin ({len(data)} bytes)", path=name
             )
         (self.max_token_length,) = struct.unpack_from("<i", data, 0)
         self.pieces: list[bytes] = []
@@ -64,21 +94,20 @@ class Llama2cTokenizer:
         offset = 4
         while offset < len(data):
             if offset + 8 > len(data):
-                raise ValueError(
-                    f"{self.path}: truncated entry {len(self.pieces)} at byte {offset}"
-                )
+                raise UsageError(f"truncated entry {len(self.pieces)} at byte {offset}", path=name)
             score, length = struct.unpack_from("<fi", data, offset)
             offset += 8
             if length < 0 or offset + length > len(data):
-                raise ValueError(
-                    f"{self.path}: entry {len(self.pieces)} at byte {offset - 8} has length "
-                    f"{length}, past the end of the file ({len(data)} bytes)"
+                raise UsageError(
+                    f"entry {len(self.pieces)} at byte {offset - 8} has length "
+                    f"{length}, past the end of the file ({len(data)} bytes)",
+                    path=name,
                 )
             self.pieces.append(data[offset : offset + length])
             self.scores.append(score)
             offset += length
         if len(self.pieces) < 2:  # a model needs at least two tokens to predict between
-            raise ValueError(f"{self.path}: {len(self.pieces)} token(s); expected at least 2")
+            raise UsageError(f"{len(self.pieces)} token(s); expected at least 2", path=name)
         self.vocab_size = len(self.pieces)
         self._ids = {p: i for i, p in enumerate(self.pieces)}
 
@@ -115,17 +144,33 @@ class Llama2cTokenizer:
         return out.decode("utf-8", errors="replace")
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "llama2c", "path": str(self.path.resolve())}
+        return {"kind": "llama2c", "file": TOKENIZER_FILE, "source": self.name}
+
+    def stored_files(self) -> dict[str, bytes]:
+        return {TOKENIZER_FILE: self.data}
 
 
-def tokenizer_from(description: dict[str, Any]) -> Tokenizer:
-    """Rebuild a tokenizer from its ``describe()`` record (as stored in a checkpoint)."""
-    kind = description.get("kind")
+def tokenizer_from(description: Any, files: dict[str, Any]) -> Tokenizer:
+    """Rebuild a tokenizer from its ``describe()`` record and the files stored beside it.
+
+    ``files`` maps a file name to its contents, as a checkpoint holds them. Raises
+    UsageError for a record of another kind or a missing file.
+    """
+    kind = description.get("kind") if isinstance(description, dict) else None
     if kind == "bytes":
         return ByteTokenizer()
     if kind == "llama2c":
-        return Llama2cTokenizer(description["path"])
-    raise ValueError(f"unknown tokenizer kind {kind!r}; expected 'bytes' or 'llama2c'")
+        name = description.get("file")
+        if not isinstance(name, str):  # anekit before the tokenizer moved into checkpoints
+            raise UsageError(
+                "the tokenizer is not stored with this model (it names "
+                f"{description.get('path')!r}); pass its tokenizer.bin with --tokenizer"
+            )
+        data = files.get(name)
+        if not isinstance(data, bytes):
+            raise UsageError(f"the tokenizer file {name!r} is not stored with this model")
+        return Llama2cTokenizer.from_bytes(data, name)
+    raise UsageError(f"unknown tokenizer kind {kind!r}; expected 'bytes' or 'llama2c'")
 
 
 def default_corpus() -> np.ndarray:
@@ -133,7 +178,7 @@ def default_corpus() -> np.ndarray:
     try:
         from pydoc_data.topics import topics
     except ImportError as e:  # some distributions strip the pydoc data
-        raise ValueError(
+        raise UsageError(
             "this Python has no pydoc_data.topics (the default corpus); pass --data FILE"
         ) from e
     text = "\n\n".join(topics[name] for name in sorted(topics))
@@ -143,36 +188,48 @@ def default_corpus() -> np.ndarray:
 def load_data(
     path: str | Path | None, tokenizer_path: str | Path | None = None
 ) -> tuple[np.ndarray, Tokenizer]:
-    """Tokens and tokenizer of a training file: ``.bin`` (llama2.c uint16), anything else text; None: the default corpus."""
+    """Tokens and tokenizer of a training file: ``.bin`` (llama2.c uint16), anything else text; None: the default corpus.
+
+    The file is memory-mapped, not read into memory. Raises UsageError for a path that is
+    missing or not a regular file, and for tokens the tokenizer does not know.
+    """
     if tokenizer_path is not None and (path is None or Path(path).suffix != ".bin"):
-        raise ValueError(
+        raise UsageError(
             f"a tokenizer ({tokenizer_path}) applies only to llama2.c .bin data; "
             f"found {'the default corpus' if path is None else repr(str(path))}, read as UTF-8 bytes"
         )
     if path is None:
         return default_corpus(), ByteTokenizer()
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"training data {str(path)!r} is not a file")
-    if path.suffix != ".bin":
-        return np.fromfile(path, dtype=np.uint8), ByteTokenizer()
-    size = path.stat().st_size
-    if size % 2:
-        raise ValueError(f"{path}: {size} bytes is not a whole number of uint16 tokens")
-    tok_path = Path(tokenizer_path) if tokenizer_path else path.with_name("tokenizer.bin")
-    if not tok_path.is_file():
-        raise ValueError(
-            f"{path}: llama2.c tokens need their tokenizer; {tok_path} not found (--tokenizer)"
+    is_bin = path.suffix == ".bin"
+    what = "llama2.c tokens (.bin)" if is_bin else "training text"
+    with open_regular(path, limit=MAX_DATA_BYTES, what=what) as f:
+        size = os.fstat(f.fileno()).st_size
+        if not is_bin:
+            return _mapped(f, size, np.uint8), ByteTokenizer()
+        if size % 2:
+            raise UsageError(f"{size} bytes is not a whole number of uint16 tokens", path=str(path))
+        tokens = _mapped(f, size, np.dtype("<u2"))
+    tok_path = Path(tokenizer_path) if tokenizer_path else path.with_name(TOKENIZER_FILE)
+    if not tok_path.exists():
+        raise UsageError(
+            f"llama2.c tokens need their tokenizer; {tok_path} not found (--tokenizer)",
+            path=str(path),
         )
     tokenizer = Llama2cTokenizer(tok_path)
-    # np.memmap refuses an empty file; an empty array lets the caller report the length
-    tokens = np.memmap(path, dtype="<u2", mode="r") if size else np.zeros(0, dtype="<u2")
     top = int(tokens.max()) if len(tokens) else 0
     if top >= tokenizer.vocab_size:
-        raise ValueError(
-            f"{path}: token id {top} is outside the vocabulary of {tok_path} ({tokenizer.vocab_size})"
+        raise UsageError(
+            f"token id {top} is outside the vocabulary of {tok_path} ({tokenizer.vocab_size})",
+            path=str(path),
         )
     return tokens, tokenizer
+
+
+def _mapped(f: BinaryIO, size: int, dtype: np.dtype) -> np.ndarray:
+    """The file's contents as a read-only array, mapped rather than read."""
+    # np.memmap refuses an empty file; an empty array lets the caller report the length
+    return np.memmap(f, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
 
 
 class Batches:

@@ -10,13 +10,21 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import CheckpointError
-from anekit.train.checkpoint import load_checkpoint, save_checkpoint
+from anekit.config import physical_memory
+from anekit.errors import CheckpointError, TrainingDiverged, UsageError
+from anekit.train.checkpoint import (
+    Expected,
+    check_size,
+    is_count,
+    load_files,
+    read_state,
+    save_checkpoint,
+)
 from anekit.train.config import ModelConfig, TrainConfig
-from anekit.train.data import Batches
-from anekit.train.model import Model
+from anekit.train.data import Batches, ByteTokenizer, Tokenizer, tokenizer_from
+from anekit.train.model import Model, training_bytes
 from anekit.train.optim import AdamW, LossScaler, clip_grad_norm, learning_rate
-from anekit.train.params import Params, init_params, param_specs
+from anekit.train.params import Params, ParamSpec, init_params, param_specs
 
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -58,11 +66,12 @@ class Trainer:
         train_cfg: TrainConfig,
         tokens: np.ndarray,
         backend: str | None = None,
-        tokenizer: dict[str, Any] | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
+        check_memory(model_cfg, train_cfg.batch_size)  # before the first allocation
         self.model_cfg = model_cfg
         self.cfg = train_cfg
-        self.tokenizer = tokenizer or {"kind": "bytes"}
+        self.tokenizer = tokenizer or ByteTokenizer()
         self.rng = np.random.default_rng(train_cfg.seed)
         self.params = init_params(model_cfg, self.rng)
         self.grads = self.params.zeros_like()
@@ -95,7 +104,9 @@ class Trainer:
         applied = self.scaler.update(finite)
         norm = clip_grad_norm(self.grads, cfg.grad_clip) if finite else float("inf")
         if applied:
-            self.opt.update(self.params, self.grads, lr)
+            with np.errstate(over="ignore", invalid="ignore"):  # _check_finite reports it
+                self.opt.update(self.params, self.grads, lr)
+            self._check_finite(lr)
             self.model.load(self.params)
         self.step += 1
         return StepResult(
@@ -107,6 +118,24 @@ class Trainer:
             skipped=not applied,
             seconds=time.perf_counter() - start,
             tokens=self.tokens_per_step,
+        )
+
+    def _check_finite(self, lr: float) -> None:
+        """TrainingDiverged when the update left a parameter inf or NaN; nothing is saved."""
+        bad = ~np.isfinite(self.params.flat)
+        if not bad.any():
+            return
+        index = int(np.argmax(bad))
+        ends = np.cumsum([s.size for s in self.params.specs])
+        i = int(np.searchsorted(ends, index, side="right"))
+        spec = self.params.specs[i]
+        at = np.unravel_index(index - int(ends[i]) + spec.size, spec.shape)
+        raise TrainingDiverged(
+            f"step {self.step + 1}: {int(bad.sum())} parameters became non-finite (first: "
+            f"{spec.name}[{', '.join(map(str, at))}] = {self.params.flat[index]}) with learning "
+            f"rate {lr:g}; the run "
+            "stops without saving them (lower --lr, or resume from the last checkpoint)",
+            step=self.step + 1,
         )
 
     # -- checkpoints --------------------------------------------------------------------------
@@ -127,16 +156,24 @@ class Trainer:
             "data_id": data_fingerprint(self.data.tokens),
             "optimizer": {"t": self.opt.t},
             "loss_scaler": {"scale": self.scaler.scale, "good_steps": self.scaler.good_steps},
-            "tokenizer": self.tokenizer,
+            "tokenizer": self.tokenizer.describe(),
         }
-        return save_checkpoint(out_dir, self.step, tensors, meta)
+        return save_checkpoint(
+            out_dir, self.step, tensors, meta, files=self.tokenizer.stored_files()
+        )
 
     def restore(self, path: str | Path) -> dict[str, Any]:
-        """Load a checkpoint of the same model into this trainer; CheckpointError if it does not fit."""
-        state, tensors = load_checkpoint(path)
+        """Load a checkpoint of the same model into this trainer; CheckpointError if it does not fit.
+
+        Everything is checked before anything is changed: the model config and data first,
+        then every file's size and tensors, then the saved counters and RNG state.
+        """
+        state = read_state(path)
         where = state["directory"]
-        saved = state.get("model", {})
+        saved = state.get("model")
         mine = self.model_cfg.to_dict()
+        if not isinstance(saved, dict):
+            raise CheckpointError(f"state.json has no model config, found {saved!r}", path=where)
         diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
         if diff:
             detail = ", ".join(
@@ -149,23 +186,28 @@ class Trainer:
                 f"{data_fingerprint(self.data.tokens)}: resuming needs the same data",
                 path=where,
             )
-        for name in (MODEL_FILE, OPTIMIZER_FILE):
-            if name not in tensors:
-                raise CheckpointError(f"missing {name}", path=where)
-        _copy_into(self.params, tensors[MODEL_FILE], "", where)
-        _copy_into(self.opt.m, tensors[OPTIMIZER_FILE], "m.", where)
-        _copy_into(self.opt.v, tensors[OPTIMIZER_FILE], "v.", where)
+        counters = _counters(state, where)
         try:
-            self.step = int(state["step"])
-            self.rng.bit_generator.state = state["rng"]
-            self.data = Batches(self.data.tokens, self.model_cfg.seq_len, **state["data"])
-            self.opt.t = int(state["optimizer"]["t"])
-            self.scaler.scale = float(state["loss_scaler"]["scale"])
-            self.scaler.good_steps = int(state["loss_scaler"]["good_steps"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"state.json is incomplete or invalid: {e}", path=where) from e
+            batches = Batches(self.data.tokens, self.model_cfg.seq_len, **counters["data"])
+        except ValueError as e:  # a cursor past this data's windows
+            raise CheckpointError(f"state.json: {e}", path=where) from e
+        files = load_files(state, self._expected())
+        _copy_into(self.params, files[MODEL_FILE], "")
+        _copy_into(self.opt.m, files[OPTIMIZER_FILE], "m.")
+        _copy_into(self.opt.v, files[OPTIMIZER_FILE], "v.")
+        self.step = state["step"]
+        self.rng.bit_generator.state = counters["rng"]
+        self.data = batches
+        self.opt.t = counters["t"]
+        self.scaler.scale, self.scaler.good_steps = counters["scale"], counters["good_steps"]
         self.model.load(self.params)
         return state
+
+    def _expected(self) -> dict[str, Expected]:
+        """The tensors each checkpoint file must hold for this model."""
+        shapes = {s.name: s.shape for s in self.params.specs}
+        moments = {f"{m}.{k}": v for m in ("m", "v") for k, v in shapes.items()}
+        return {MODEL_FILE: shapes, OPTIMIZER_FILE: moments}
 
     def close(self) -> None:
         self.model.close()
@@ -180,35 +222,98 @@ def data_fingerprint(tokens: np.ndarray) -> str:
     return f"{len(tokens)} tokens, sha256 {digest[:16]}"
 
 
-def load_model(path: str | Path) -> tuple[ModelConfig, Params, dict[str, Any]]:
-    """The config, parameters and state of a checkpoint (for sampling; no optimizer)."""
-    state, tensors = load_checkpoint(path)
+def load_model(
+    path: str | Path, tokenizer: Tokenizer | None = None
+) -> tuple[ModelConfig, Params, dict[str, Any], Tokenizer]:
+    """The config, parameters, state and tokenizer of a checkpoint (for sampling; no optimizer).
+
+    The tokenizer is the one stored in the checkpoint unless ``tokenizer`` replaces it (its
+    vocabulary must have the model's size). The config is validated, and the parameter
+    file's size checked against it and against this machine's memory, before reading it.
+    """
+    state = read_state(path)
     where = state["directory"]
     try:
         cfg = ModelConfig.from_dict(state["model"])
-    except (KeyError, TypeError, ValueError) as e:
+        cfg.block(1)  # the kernels' own constraints (heads a multiple of KV heads, ...)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"state.json has no valid model config: {e}", path=where) from e
-    if MODEL_FILE not in tensors:
-        raise CheckpointError(f"missing {MODEL_FILE}", path=where)
-    params = Params(param_specs(cfg))
-    _copy_into(params, tensors[MODEL_FILE], "", where)
-    return cfg, params, state
-
-
-def _copy_into(target: Params, arrays: dict[str, np.ndarray], prefix: str, where: str) -> None:
-    expected = {prefix + name for name in target}
-    found = {k for k in arrays if k.startswith(prefix)} if prefix else set(arrays)
-    if expected != found:
-        missing, extra = sorted(expected - found)[:5], sorted(found - expected)[:5]
-        raise CheckpointError(
-            f"tensors do not match the model: missing {missing}, unexpected {extra}", path=where
+    specs = param_specs_checked(cfg, state)
+    files = load_files(state, {MODEL_FILE: {s.name: s.shape for s in specs}})
+    if tokenizer is None:
+        try:
+            tokenizer = tokenizer_from(state.get("tokenizer", {"kind": "bytes"}), files)
+        except UsageError as e:
+            raise CheckpointError(f"cannot rebuild the tokenizer: {e}", path=where) from e
+    if tokenizer.vocab_size != cfg.vocab_size:
+        raise UsageError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens; the model at {where} was "
+            f"trained with {cfg.vocab_size}"
         )
+    params = Params(specs)
+    _copy_into(params, files[MODEL_FILE], "")
+    return cfg, params, state, tokenizer
+
+
+def param_specs_checked(cfg: ModelConfig, state: dict[str, Any]) -> list[ParamSpec]:
+    """The parameters of a checkpoint's config, once the model is known to fit in memory and file.
+
+    Loading holds the file's bytes and the parameters decoded from them: twice the
+    parameters' size. That, and the parameter file's size, are checked before
+    ``param_specs`` builds a list as long as the model.
+    """
+    where = state["directory"]
+    need = 2 * 4 * cfg.n_params()
+    if need > physical_memory():
+        raise CheckpointError(
+            f"the model config has {cfg.n_params()} parameters; loading them needs {need} "
+            f"bytes, more than this machine's {physical_memory()}",
+            path=where,
+        )
+    # 9 tensors a layer (7 matrices, 2 gains), the embedding and the final gain
+    check_size(state, MODEL_FILE, 4 * cfg.n_params(), 9 * cfg.n_layers + 2)
+    return param_specs(cfg)
+
+
+def check_memory(cfg: ModelConfig, batch: int) -> None:
+    """UsageError when a training step of ``batch`` sequences cannot fit in physical memory."""
+    parts = training_bytes(cfg, batch)
+    total, have = sum(parts.values()), physical_memory()
+    if total > have:
+        detail = ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in parts.items())
+        raise UsageError(
+            f"batch size {batch}: a training step of config {cfg.name} needs at least "
+            f"{total / 2**30:.1f} GiB ({detail}); this machine has {have / 2**30:.1f} GiB"
+        )
+
+
+def _counters(state: dict[str, Any], where: str) -> dict[str, Any]:
+    """The saved counters and RNG state, each checked for type and range before use."""
+    try:
+        data, opt, scaler = state["data"], state["optimizer"], state["loss_scaler"]
+        counters = {
+            "data": {k: data[k] for k in ("seed", "epoch", "cursor")},
+            "t": opt["t"],
+            "good_steps": scaler["good_steps"],
+            "scale": scaler["scale"],
+            "rng": state["rng"],
+        }
+        bad = [k for k, v in counters["data"].items() if not is_count(v)]
+        bad += [k for k in ("t", "good_steps") if not is_count(counters[k])]
+        scale = counters["scale"]
+        if not (isinstance(scale, (int, float)) and 0 < scale <= 2.0**24):
+            bad.append("loss_scaler.scale")
+        if bad:
+            raise ValueError(f"{', '.join(bad)} out of range or of the wrong type")
+        counters["scale"] = float(scale)
+        rng = np.random.default_rng()
+        rng.bit_generator.state = counters["rng"]  # the setter validates the saved state
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise CheckpointError(f"state.json is incomplete or invalid: {e!r}", path=where) from e
+    return counters
+
+
+def _copy_into(target: Params, arrays: dict[str, np.ndarray], prefix: str) -> None:
+    """Copy ``arrays`` (checked by ``load_files`` to match) into ``target``'s views."""
     for name in target:
-        src = arrays[prefix + name]
-        dst = target[name]
-        if src.shape != dst.shape or src.dtype != dst.dtype:
-            raise CheckpointError(
-                f"tensor {prefix + name}: expected {dst.dtype}{list(dst.shape)}, found {src.dtype}{list(src.shape)}",
-                path=where,
-            )
-        dst[...] = src
+        target[name][...] = arrays[prefix + name]

@@ -25,6 +25,24 @@ FORWARD_KERNELS = tuple(half.forward for half in HALVES)
 TRAIN_KERNELS = FORWARD_KERNELS + tuple(half.backward for half in HALVES)
 
 
+def training_bytes(cfg: ModelConfig, batch: int) -> dict[str, int]:
+    """A lower bound on the memory a training step of ``batch`` sequences holds, by part (bytes).
+
+    Counted are only arrays whose size follows from the config alone; kernel outputs, the
+    backend's buffers and NumPy temporaries come on top.
+    """
+    tokens = batch * cfg.seq_len
+    return {
+        # fp32 parameters, gradients, AdamW's two moments and its update scratch
+        "parameters, gradients and AdamW state": 5 * 4 * cfg.n_params(),
+        # fp32 logits [N, V] and the softmax gradient computed from them
+        "logits and their gradient": 2 * 4 * tokens * cfg.vocab_size,
+        # per layer: both halves keep their fp32 input [D, N] for the backward pass, and the
+        # four kernels' packed fp16 inputs hold at least D x N each
+        "activations and kernel inputs": cfg.n_layers * tokens * cfg.dim * (2 * 4 + 4 * 2),
+    }
+
+
 @dataclass
 class Trace:
     """What a forward pass keeps for the backward pass."""

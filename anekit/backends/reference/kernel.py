@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -12,22 +11,18 @@ import numpy as np
 from anekit import fp16
 from anekit.backends.base import Kernel
 from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step
+from anekit.config import physical_memory
 from anekit.errors import AnekitError, EvaluationError
 from anekit.mil.program import Program
 
 NAME = "reference"
 STORAGE_MODES = ("fp16", "fp32")
 BUDGET_FRACTION = 0.5  # of physical memory, the default memory budget
-_FALLBACK_PHYSICAL = 8 * 2**30  # where the system does not say how much memory it has
 
 
 def default_memory_budget() -> int:
     """Half of this machine's physical memory, in bytes (8 GiB assumed where unknown)."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        physical = _FALLBACK_PHYSICAL
-    return int(max(physical, 1) * BUDGET_FRACTION)
+    return int(max(physical_memory(), 1) * BUDGET_FRACTION)
 
 
 class _State:
