@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from anekit import mil  # noqa: E402
 from anekit.errors import AnekitError  # noqa: E402
 
+MIN_INPUTS = 20  # however slow the machine, each target tries at least this many inputs
 PER_INPUT_SECONDS = 5.0  # no single input may take longer (the machine is shared and slow)
 MEMORY_HEADROOM = 1536 * 2**20  # address space allowed beyond what the imports took
 
@@ -236,7 +237,7 @@ def fuzz(strategy: st.SearchStrategy, action: Callable[[object], None], seconds:
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(strategy)
     def one(value) -> None:
-        if time.monotonic() > stop:
+        if time.monotonic() > stop and counts["inputs"] >= MIN_INPUTS:
             raise TimeUp
         counts["inputs"] += 1
         signal.setitimer(signal.ITIMER_REAL, PER_INPUT_SECONDS)
