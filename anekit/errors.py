@@ -20,6 +20,7 @@ __all__ = [
     "EvaluationError",
     "CompileBudgetExhausted",
     "CheckpointError",
+    "ConversionError",
     "InspectError",
     "UsageError",
     "os_reason",
@@ -178,6 +179,29 @@ class CheckpointError(AnekitError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class ConversionError(AnekitError):
+    """A model that cannot be converted, or converts wrongly: names every node, op and source line.
+
+    ``problems`` holds one ``(node, op, source)`` triple per offending graph node, so a
+    model with several unsupported ops reports all of them at once.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        problems: tuple[tuple[str, str, str], ...] = (),
+        output: str | None = None,
+    ) -> None:
+        self.message = message
+        self.problems = tuple(problems)
+        self.output = output
+        lines = [message]
+        for node, op, source in self.problems:
+            lines.append(f"  {op} (node {node!r})" + (f" at {source}" if source else ""))
+        super().__init__("\n".join(lines))
 
 
 class InspectError(AnekitError):
