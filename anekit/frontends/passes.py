@@ -34,6 +34,8 @@ from anekit.hw import Chip, get_chip
 from anekit.mil import DType, Operation, Program, Value
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
+FP16_OVERFLOW = 65520.0  # the smallest magnitude that rounds to inf
+FP16_FLUSH = 2.0**-25  # the largest magnitude that rounds to zero
 FOLD_LIMIT = 1 << 20  # elements: larger results stay computed (they would bloat the weights)
 # a value that flushes to zero matters when it is above fp16's rounding step of the
 # tensor's largest value (2^-11 relative): below that, fp16 could not have held it anyway
@@ -53,25 +55,27 @@ class Pass:
 
 
 # -- fold_constants ------------------------------------------------------------------------------
-def _foldable(op: Operation) -> bool:
+def _foldable(op: Operation, inputs: dict[str, object]) -> bool:
+    """Whether ``op``, reading ``inputs`` (the rebuilt values), can be replaced by its value."""
     if op.opdef.traits & {"const", "constexpr"} or op.opdef.reference is None:
         return False
-    if not all(v.const is not None for v in op.input_values()):
+    if not all(getattr(v, "const", None) is not None for v in _flat(inputs.values())):
         return False
-    return all(v.type.is_static and (v.type.numel or 0) <= FOLD_LIMIT for v in op.outputs) and all(
-        v.dtype is not DType.string for v in op.outputs
+    return all(
+        v.type.is_static and (v.type.numel or 0) <= FOLD_LIMIT and v.dtype is not DType.string
+        for v in op.outputs
     )
 
 
-def evaluate(op: Operation, opset: str) -> list[np.ndarray]:
-    """Run one op on its constant inputs with the reference backend."""
+def evaluate(op: Operation, inputs: dict[str, object], opset: str) -> list[np.ndarray]:
+    """Run one op on constant ``inputs`` (parameter -> value) with the reference backend."""
     b = mil.Builder(opset=opset)
 
     def const(v: Value, name: str) -> Value:
         return b.const(v.const if isinstance(v.const, str) else np.asarray(v.const), name=name)
 
-    params = {}
-    for key, v in op.inputs.items():
+    params: dict[str, object] = {}
+    for key, v in inputs.items():
         if isinstance(v, tuple):
             params[key] = tuple(const(x, f"{key}_{i}") for i, x in enumerate(v))
         else:
@@ -86,9 +90,10 @@ def evaluate(op: Operation, opset: str) -> list[np.ndarray]:
 
 
 def _fold_rule(rb: Rebuild, op: Operation) -> bool:
-    if not _foldable(op):
+    inputs = {k: rb.get(v) for k, v in op.inputs.items()}
+    if not _foldable(op, inputs):
         return False
-    for old, arr in zip(op.outputs, evaluate(op, rb.fn.opset)):
+    for old, arr in zip(op.outputs, evaluate(op, inputs, rb.fn.opset)):
         rb.set(old, rb.const(arr, old.name))
     return True
 
@@ -149,20 +154,24 @@ def finite_masks(program: Program, chip: Chip) -> Program:
 
 # -- fp16 --------------------------------------------------------------------------------------------
 def fp16_problem(arr: np.ndarray) -> str | None:
-    """Why ``arr`` cannot become fp16 without loss, or None (see SIGNIFICANT)."""
-    with np.errstate(over="ignore"):
-        half = arr.astype(np.float16)
-    finite = np.isfinite(arr)
-    over = finite & np.isinf(half)
-    if over.any():
-        worst = float(np.abs(arr[over]).max())
-        return f"|value| {worst:g} overflows fp16 (largest finite {FP16_MAX:g})"
-    flushed = finite & (arr != 0) & (half == 0)
-    if flushed.any():
-        scale = float(np.abs(arr[finite]).max()) if finite.any() else 0.0
-        lost = np.abs(arr[flushed])
-        if (lost > scale * SIGNIFICANT).any():
-            return f"value {float(lost.max()):g} flushes to zero in fp16 (smallest 5.96e-08)"
+    """Why ``arr`` cannot become fp16 without loss, or None (see SIGNIFICANT).
+
+    Checked on magnitudes, without converting: ``|x| >= 65520`` rounds to inf, and
+    ``0 < |x| <= 2^-25`` rounds to zero (ties to even).
+    """
+    if arr.size == 0:
+        return None
+    a = np.abs(arr)
+    top = float(a.max())
+    if not np.isfinite(top):  # inf or NaN present: they stay as they are; judge the rest
+        a = a[np.isfinite(a)]
+        top = float(a.max()) if a.size else 0.0
+    if top >= FP16_OVERFLOW:
+        return f"|value| {top:g} overflows fp16 (largest finite {FP16_MAX:g})"
+    if np.count_nonzero((a > 0) & (a <= FP16_FLUSH)):
+        lost = float(a[a <= FP16_FLUSH].max())
+        if lost > top * SIGNIFICANT:
+            return f"value {lost:g} flushes to zero in fp16 (smallest 5.96e-08)"
     return None
 
 

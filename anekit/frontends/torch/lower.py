@@ -98,7 +98,9 @@ class Lower:
         return self.static(val.shape)
 
     def out_dtype(self) -> DType:
-        return mil_dtype(self.out.dtype)
+        """The MIL dtype of the node's result (of its first result, for several)."""
+        val = self.out
+        return mil_dtype((val[0] if isinstance(val, (tuple, list)) else val).dtype)
 
     def name(self, suffix: str = "") -> str:
         """An op name derived from the node's name (the Builder makes it unique)."""
