@@ -77,6 +77,7 @@ def sdpa(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Value:
+    """Fused MIL ``scaled_dot_product_attention``, or matmul/mask/softmax/matmul."""
     dtype = ctx.out_dtype()
     q, k, v = (ctx.v(t, dtype) for t in (query, key, value))
     q_shape = ctx.static(q.shape)

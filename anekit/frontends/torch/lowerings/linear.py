@@ -121,6 +121,7 @@ def max_pool2d(
     dilation: Any = 1,
     ceil_mode: bool = False,
 ) -> Value:
+    """MIL ``max_pool`` with explicit padding (dilation 1 only)."""
     if pairs(dilation, 2) != [1, 1]:
         raise ctx.fail(f"max_pool2d with dilation {dilation} is not lowered (only 1)")
     params = _pool_params(ctx, kernel_size, stride, padding, ceil_mode)
@@ -137,6 +138,7 @@ def avg_pool2d(
     count_include_pad: bool = True,
     divisor_override: Any = None,
 ) -> Value:
+    """MIL ``avg_pool``; ``count_include_pad=False`` excludes padding."""
     if divisor_override is not None:
         raise ctx.fail("avg_pool2d with divisor_override is not lowered")
     params = _pool_params(ctx, kernel_size, stride, padding, ceil_mode)

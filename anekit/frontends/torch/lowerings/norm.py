@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -81,6 +82,7 @@ def batch_norm(
     eps: float,
     cudnn_enabled: bool = True,
 ) -> Value:
+    """``batch_norm`` in eval mode: MIL ``batch_norm`` with the running stats."""
     if training:
         raise ctx.fail("batch norm in training mode (batch statistics) is not lowered")
     return batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, momentum, eps)[0]
@@ -112,6 +114,7 @@ def softmax(ctx: Lower, x: Any, dim: int, dtype_or_half: Any = None) -> Value:
     return ctx.v(out, ctx.out_dtype())
 
 
+@functools.cache
 def reduction(op: str, needs_float: bool = False) -> Any:
     """``mean``/``sum``/``amax``/``amin`` over dims (none given: every axis)."""
 
@@ -124,4 +127,6 @@ def reduction(op: str, needs_float: bool = False) -> Any:
         return ctx.v(out, ctx.out_dtype())
 
     lower.__name__ = op
+    lower.__qualname__ = f'reduction("{op}")'
+    lower.__doc__ = f"MIL ``{op}`` over dims (none given: every axis)."
     return lower

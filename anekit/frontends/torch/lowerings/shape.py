@@ -17,6 +17,7 @@ def view(ctx: Lower, x: Any, *args: Any, **kwargs: Any) -> Value:
 
 
 def permute(ctx: Lower, x: Any, dims: Any) -> Value:
+    """MIL ``transpose`` (nothing for the identity permutation)."""
     value = ctx.v(x)
     rank = len(ctx.static(value.shape))
     perm = [axis(int(d), rank) for d in dims]
@@ -26,6 +27,7 @@ def permute(ctx: Lower, x: Any, dims: Any) -> Value:
 
 
 def transpose(ctx: Lower, x: Any, dim0: int, dim1: int) -> Value:
+    """MIL ``transpose`` swapping two axes."""
     rank = len(ctx.shape_of(x))
     perm = list(range(rank))
     a, b = axis(dim0, rank), axis(dim1, rank)
@@ -34,6 +36,7 @@ def transpose(ctx: Lower, x: Any, dim0: int, dim1: int) -> Value:
 
 
 def t(ctx: Lower, x: Any) -> Value:
+    """MIL ``transpose`` of a matrix."""
     return transpose(ctx, x, 0, 1) if len(ctx.shape_of(x)) == 2 else ctx.v(x)
 
 
@@ -50,6 +53,7 @@ def expand(ctx: Lower, x: Any, size: Any, *, implicit: bool = False) -> Value:
 
 
 def repeat(ctx: Lower, x: Any, repeats: Any) -> Value:
+    """MIL ``tile``."""
     value = ctx.v(x)
     shape = ctx.static(value.shape)
     shape = (1,) * (len(repeats) - len(shape)) + shape
@@ -89,6 +93,7 @@ def select(ctx: Lower, x: Any, dim: int, index: int) -> Value:
 
 
 def cat(ctx: Lower, tensors: Any, dim: int = 0) -> Value:
+    """MIL ``concat`` (legacy empty tensors dropped)."""
     dtype = ctx.out_dtype()
     parts = [ctx.v(t, dtype) for t in tensors if ctx.shape_of(t) != (0,)]  # legacy empty tensors
     if len(parts) == 1:
@@ -98,6 +103,7 @@ def cat(ctx: Lower, tensors: Any, dim: int = 0) -> Value:
 
 
 def stack(ctx: Lower, tensors: Any, dim: int = 0) -> Value:
+    """MIL ``stack``."""
     dtype = ctx.out_dtype()
     rank = len(ctx.out_shape())
     return ctx.op("stack", values=[ctx.v(t, dtype) for t in tensors], axis=axis(dim, rank))
@@ -120,10 +126,12 @@ def split(ctx: Lower, x: Any, split_size: Any, dim: int = 0) -> tuple[Value, ...
 
 
 def chunk(ctx: Lower, x: Any, chunks: int, dim: int = 0) -> tuple[Value, ...]:
+    """MIL ``split`` into the results' sizes."""
     return split(ctx, x, chunks, dim)
 
 
 def unbind(ctx: Lower, x: Any, dim: int = 0) -> tuple[Value, ...]:
+    """MIL ``split`` into ones, each axis dropped by ``reshape``."""
     shape = ctx.shape_of(x)
     d = axis(dim, len(shape))
     parts = _split(ctx, x, [1] * shape[d], dim)
@@ -142,6 +150,7 @@ def embedding(ctx: Lower, weight: Any, indices: Any, *args: Any, **kwargs: Any) 
 
 
 def index_select(ctx: Lower, x: Any, dim: int, index: Any) -> Value:
+    """MIL ``gather`` along ``dim``."""
     value = ctx.v(x)
     d = axis(dim, len(ctx.static(value.shape)))
     return ctx.op("gather", x=value, indices=_indices(ctx, index), axis=d)
@@ -159,6 +168,7 @@ def index(ctx: Lower, x: Any, indices: Any) -> Value:
 
 
 def flip(ctx: Lower, x: Any, dims: Any) -> Value:
+    """MIL ``reverse``."""
     value = ctx.v(x)
     rank = len(ctx.static(value.shape))
     return ctx.op("reverse", x=value, axes=[axis(int(d), rank) for d in dims])
