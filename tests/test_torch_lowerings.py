@@ -19,7 +19,14 @@ F = torch.nn.functional
 import anekit  # noqa: E402
 from anekit.errors import ConversionError  # noqa: E402
 from anekit.frontends.passes import run_passes  # noqa: E402
-from anekit.frontends.torch import LOWERINGS, capture, check_fidelity, compare, convert_exported  # noqa: E402
+from anekit.frontends.torch import (  # noqa: E402
+    LOWERINGS,
+    capture,
+    check_fidelity,
+    compare,
+    convert_exported,
+    decompose,
+)
 
 # torch.export's pytree code warns about its own deprecated API
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -157,6 +164,26 @@ def test_scaled_dot_product_attention(mode: str) -> None:
     fused = "scaled_dot_product_attention" in {op.op_type for op in prog.main.ops}
     assert fused is not masked  # the ANE ignores attn_mask: masked attention is spelled out
     assert [d for d in anekit.check(prog, chip="m4") if d.severity == "error"] == []
+
+
+def test_composites_pytorch_decomposes_convert_through_their_parts() -> None:
+    torch.manual_seed(10)
+
+    def fn(m, x):
+        a = F.mish(x) + torch.var(x, -1, keepdim=True) + F.log_softmax(x, -1)
+        return F.glu(torch.lerp(a, torch.addcmul(x, x, a, value=0.5), 0.3), -1)
+
+    model = Fn(fn)
+    x = torch.randn(2, 3, 8)
+    exported = torch.export.export(model, (x,), strict=False)
+    assert decompose(exported) is not exported  # mish, var, glu... need PyTorch's tables
+    check_both(model, x)
+
+
+def test_decomposition_is_skipped_when_every_node_has_a_lowering() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    exported = torch.export.export(model, (torch.randn(2, 4),), strict=False)
+    assert decompose(exported) is exported
 
 
 def test_position_ids_and_masks_from_arange_fold_to_constants() -> None:

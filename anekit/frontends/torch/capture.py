@@ -3,7 +3,10 @@
 The table is PyTorch's default one minus every op the lowering table handles
 directly (``linear``, ``layer_norm``, ``softmax``, ``gelu``, ``silu``,
 ``scaled_dot_product_attention``, batch norm, ...), so those composites reach the
-converter whole instead of as dozens of primitive ops.
+converter whole instead of as dozens of primitive ops. When the exported graph already
+has a lowering for every node that depends on an input, and mutates nothing, the
+decomposition would change nothing the converter sees, and is skipped: it is the
+slowest step of a conversion (about 1.6 s of 2.5 s for BERT-base).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import Any
 import torch
 
 from anekit.errors import ConversionError
+from anekit.frontends.torch.lower import unsupported_nodes
+from anekit.frontends.torch.lowerings import LOWERINGS
 
 
 def as_tuple(example_inputs: Any) -> tuple[Any, ...]:
@@ -52,10 +57,19 @@ def capture(
 
 def decompose(exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """Run PyTorch's default decompositions, keeping the composite ops that have a lowering."""
-    from anekit.frontends.torch.lowerings import LOWERINGS
-
+    if not _mutates(exported) and not unsupported_nodes(exported):
+        return exported
     table = torch.export.default_decompositions()
     for op in LOWERINGS:
         if op in table:
             del table[op]
     return exported.run_decompositions(table)
+
+
+def _mutates(exported: torch.export.ExportedProgram) -> bool:
+    """Whether any node calls an op that writes into one of its arguments."""
+    for node in exported.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            return True
+    return False

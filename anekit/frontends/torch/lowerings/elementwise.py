@@ -257,3 +257,18 @@ def new_ones(ctx: Lower, x: Any, size: Any, **kwargs: Any) -> Any:
 def sym_size(ctx: Lower, x: Any, dim: int) -> int:
     """A dimension of a static shape, as a Python int."""
     return int(ctx.shape_of(x)[dim])
+
+
+def log1p(ctx: Lower, x: Any) -> Value:
+    """``log(1 + x)``."""
+    value = float_operand(ctx, x)
+    return ctx.op("log", x=ctx.op("add", "shift", x=value, y=ctx.v(1.0, value.dtype)))
+
+
+def softplus(ctx: Lower, x: Any, beta: float = 1.0, threshold: float = 20.0) -> Value:
+    """MIL ``softplus``; ``beta`` scales in and out (the threshold is only a float shortcut)."""
+    value = float_operand(ctx, x)
+    if beta == 1:
+        return ctx.op("softplus", x=value)
+    scaled = ctx.op("softplus", "scaled", x=binary(ctx, "mul", value, float(beta)))
+    return binary(ctx, "mul", scaled, 1.0 / beta)

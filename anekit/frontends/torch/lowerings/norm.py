@@ -130,3 +130,30 @@ def reduction(op: str, needs_float: bool = False) -> Any:
     lower.__qualname__ = f'reduction("{op}")'
     lower.__doc__ = f"MIL ``{op}`` over dims (none given: every axis)."
     return lower
+
+
+def log_softmax(ctx: Lower, x: Any, dim: int, dtype_or_half: Any = None) -> Value:
+    """``x - reduce_log_sum_exp(x)`` along ``dim`` (stable, unlike ``log(softmax(x))``)."""
+    value = float_operand(ctx, x)
+    d = axis(dim, len(ctx.static(value.shape)))
+    total = ctx.op("reduce_log_sum_exp", "lse", x=value, axes=[d], keep_dims=True)
+    return ctx.v(ctx.op("sub", x=value, y=total), ctx.out_dtype())
+
+
+def var(
+    ctx: Lower, x: Any, dims: Any = None, *, correction: Any = None, keepdim: bool = False
+) -> Value:
+    """``mean((x - mean(x))^2) * n / (n - correction)`` over dims (correction None: 1)."""
+    value = float_operand(ctx, x)
+    shape = ctx.static(value.shape)
+    reduce = axes(dims, len(shape))
+    n = 1
+    for a in reduce:
+        n *= shape[a]
+    c = 1 if correction is None else float(correction)
+    factor = n / (n - c) if n > c else float("inf")  # PyTorch: inf (or NaN) for n <= correction
+    mean = ctx.op("reduce_mean", "mean", x=value, axes=reduce, keep_dims=True)
+    centered = ctx.op("sub", "centered", x=value, y=mean)
+    square = ctx.op("mul", "square", x=centered, y=centered)
+    out = ctx.op("reduce_mean", "msq", x=square, axes=reduce, keep_dims=bool(keepdim))
+    return ctx.op("mul", x=out, y=ctx.v(factor, value.dtype))
