@@ -290,10 +290,24 @@ def _gather_rows(rb: Rebuild, op: Operation, chip: Chip) -> bool:
     return True
 
 
+def _by_op_type(rules: dict[str, ChipRule], chip: Chip) -> Callable[[Rebuild, Operation], bool]:
+    """A rebuild rule dispatching on the MIL op type through a table of (op type -> rewrite)."""
+
+    def rule(rb: Rebuild, op: Operation) -> bool:
+        rewrite = rules.get(op.op_type)
+        return rewrite is not None and rewrite(rb, op, chip)
+
+    return rule
+
+
+ChipRule = Callable[[Rebuild, Operation, Chip], bool]
+_GATHER_RULES: dict[str, ChipRule] = {"gather": _gather_rows}  # gather(table, ids) -> one-hot @
+
+
 def gather_to_matmul(program: Program, chip: Chip) -> Program:
     """Row lookups in a constant table become one-hot matmuls, in vocabulary chunks the chip
     accepts as conv input channels (a one-hot row has one 1, so the product is exact)."""
-    return rebuild(program, lambda rb, op: op.op_type == "gather" and _gather_rows(rb, op, chip))
+    return rebuild(program, _by_op_type(_GATHER_RULES, chip))
 
 
 # -- split_wide ----------------------------------------------------------------------------------------
@@ -339,10 +353,13 @@ def _split_conv(rb: Rebuild, op: Operation, chip: Chip) -> bool:
     return True
 
 
+_SPLIT_RULES: dict[str, ChipRule] = {"conv": _split_conv}  # conv over limits -> parts, re-joined
+
+
 def split_wide(program: Program, chip: Chip) -> Program:
     """Convs over the chip's channel limits: output channels split and concatenated, input
     channels split and the partial results added."""
-    return rebuild(program, lambda rb, op: "conv" in op.opdef.traits and _split_conv(rb, op, chip))
+    return rebuild(program, _by_op_type(_SPLIT_RULES, chip))
 
 
 def ane_layout(program: Program, chip: Chip) -> Program:

@@ -292,8 +292,14 @@ def _input(b: mil.Builder, node: torch.fx.Node) -> Value:
             f"input {node.name!r}: expected a tensor, found {type(val).__name__}; "
             "non-tensor arguments of forward() are fixed at export"
         )
-    shape = [d if isinstance(d, int) else str(d) for d in val.shape]
-    return b.input(node.name, shape, mil_dtype(val.dtype))
+    dynamic = [str(d) for d in val.shape if not isinstance(d, int)]
+    if dynamic:
+        raise ConversionError(
+            f"input {node.name!r} has dynamic dimensions {dynamic} (shape {list(val.shape)}); "
+            "the ANE compiles static shapes only: export with dynamic=None, once per shape",
+            problems=((node.name, "placeholder", ""),),
+        )
+    return b.input(node.name, list(val.shape), mil_dtype(val.dtype))
 
 
 def _resolve(x: Any, env: dict[torch.fx.Node, Any]) -> Any:
