@@ -127,7 +127,10 @@ def _linear(layout: _Layout, rb: Rebuild, op: Operation) -> bool:
 def _matmul(layout: _Layout, rb: Rebuild, op: Operation) -> bool:
     """matmul(x, W[I, O]) with a constant 2-D W -> conv with W^T (transposes honoured)."""
     y = op.inputs["y"]
-    tx, ty = (bool(np.asarray(op.inputs[k].const)) for k in ("transpose_x", "transpose_y"))
+    tx, ty = (
+        op.inputs.get(k) is not None and bool(np.asarray(op.inputs[k].const))
+        for k in ("transpose_x", "transpose_y")
+    )
     if y.const is None or y.rank != 2 or tx or op.inputs["x"].rank < 2:
         return False
     w = np.asarray(y.const)
@@ -179,10 +182,11 @@ def _axis_param(name: str, keep_dims: bool) -> Any:
     """layer_norm / softmax / reduce_* over the last PyTorch axis -> over axis 1 in ANE form."""
 
     def rule(layout: _Layout, rb: Rebuild, op: Operation) -> bool:
-        x = op.inputs["x"]
-        if not layout.has_ane(x) or not _last_axis_only(op.inputs[name].const, x.rank):
-            return False
-        if keep_dims and not bool(np.asarray(op.inputs["keep_dims"].const)):
+        x, axes = op.inputs["x"], op.inputs.get(name)
+        if not layout.has_ane(x) or axes is None or not _last_axis_only(axes.const, x.rank):
+            return False  # no axes given means every axis: not a channel-only op
+        keep = op.inputs.get("keep_dims")
+        if keep_dims and (keep is None or not bool(np.asarray(keep.const))):
             return False  # dropping the channel axis changes N's meaning: leave it
         params = {k: rb.get(v) for k, v in op.inputs.items() if k not in ("x", name)}
         params["x"] = layout.ane[id(x)]

@@ -83,7 +83,7 @@ class Lower:
     def __init__(self, builder: mil.Builder) -> None:
         self.b = builder
         self.node: torch.fx.Node | None = None
-        self._consts: dict[int, tuple[torch.Tensor, Value]] = {}
+        self._consts: dict[tuple[int, DType | None], tuple[torch.Tensor, Value]] = {}
         self.const_names: dict[int, str] = {}  # id(parameter or buffer) -> its graph name
 
     # -- the current node ------------------------------------------------------------------
@@ -137,7 +137,7 @@ class Lower:
         if isinstance(x, Value):
             return x if dtype is None or x.dtype is dtype else self.cast(x, dtype)
         if isinstance(x, torch.Tensor):
-            value = self._const_tensor(x)
+            value = self._const_tensor(x, dtype)
         elif isinstance(x, (bool, int, float)):
             kind = dtype or self.dtype_of(x)
             value = self.b.const(np.asarray(x, kind.numpy), name=self.name("c"))
@@ -168,14 +168,24 @@ class Lower:
             return tuple(x.shape)
         return ()
 
-    def _const_tensor(self, t: torch.Tensor) -> Value:
-        """A constant tensor as a const op, made once per tensor (parameters are reused)."""
-        cached = self._consts.get(id(t))
+    def _const_tensor(self, t: torch.Tensor, dtype: DType | None) -> Value:
+        """A constant tensor as a const op in ``dtype`` (converted here, not by a cast op),
+        made once per tensor and dtype (a parameter used twice is stored once)."""
+        key = (id(t), dtype)
+        cached = self._consts.get(key)
         if cached is not None and cached[0] is t:
             return cached[1]
         arr = to_numpy(t, f"constant used by node {self.node.name!r}")
+        if dtype is not None and dtype is not mil_dtype(t.dtype):
+            if dtype.is_int and arr.dtype.kind == "f" and not np.array_equal(arr, np.trunc(arr)):
+                raise self.fail(f"a constant with fractions cannot become {dtype}")
+            with np.errstate(over="ignore"):
+                new = arr.astype(dtype.numpy)
+            if dtype.is_float and (np.isinf(new) & ~np.isinf(arr)).any():
+                raise self.fail(f"a constant overflows {dtype}")
+            arr = new
         value = const_value(self.b, arr, self.const_names.get(id(t)) or self.name("c"))
-        self._consts[id(t)] = (t, value)  # the tensor is kept so its id stays unique
+        self._consts[key] = (t, value)  # the tensor is kept so its id stays unique
         return value
 
 
@@ -325,8 +335,7 @@ def _call(ctx: Lower, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any
         return args[0][args[1]]
     if not _is_runtime(args) and not _is_runtime(list(kwargs.values())):
         return _fold(ctx, node, args, kwargs)
-    result = LOWERINGS[node.target](ctx, *args, **kwargs)
-    return result
+    return LOWERINGS[node.target](ctx, *args, **kwargs)
 
 
 def _fold(ctx: Lower, node: torch.fx.Node, args: Any, kwargs: dict[str, Any]) -> Any:
