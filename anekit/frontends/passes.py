@@ -393,11 +393,19 @@ def resolve(passes: Sequence[Pass | str] | None) -> tuple[Pass, ...]:
     return tuple(result)
 
 
+def chip_profile(chip: str | Chip) -> Chip:
+    """The profile of ``chip``; an unknown name is a ConversionError listing the known ones."""
+    try:
+        return get_chip(chip)
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
+
+
 def run_passes(
     program: Program, passes: Sequence[Pass | str] | None = None, chip: str | Chip = "m4"
 ) -> Program:
     """Apply ``passes`` (default: DEFAULT_PASSES) in order for ``chip``."""
-    profile = chip if isinstance(chip, Chip) else get_chip(chip)
+    profile = chip_profile(chip)
     for p in resolve(passes):
         program = p(program, profile)
     return program

@@ -13,7 +13,7 @@ import torch
 
 from anekit import hw
 from anekit.errors import ConversionError
-from anekit.frontends.passes import Pass, run_passes
+from anekit.frontends.passes import Pass, chip_profile, run_passes
 from anekit.frontends.torch.capture import capture, decompose
 from anekit.frontends.torch.compare import (
     TOLERANCE,
@@ -35,7 +35,7 @@ def from_torch(
     dynamic: Any = None,
     name: str = "main",
     passes: Sequence[Pass | str] | None = None,
-    chip: str = "m4",
+    chip: str | hw.Chip = "m4",
     verify: bool = True,
     tolerance: float = TOLERANCE,
     progress: ProgressFn | None = None,
@@ -52,7 +52,7 @@ def from_torch(
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
             ``anekit.frontends.passes.DEFAULT_PASSES``; ``()`` keeps the fp32 program in
             PyTorch's layout.
-        chip (str): the chip whose limits the passes respect. Default: ``"m4"``.
+        chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
         verify (bool): run the program once on the reference backend and raise
             ConversionError if an output's relative error exceeds ``tolerance``.
             Default: True.
@@ -116,7 +116,7 @@ def convert_file(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     *,
-    chip: str = "m4",
+    chip: str | hw.Chip = "m4",
     check: bool = True,
     estimate: bool = True,
     passes: Sequence[Pass | str] | None = None,
@@ -124,7 +124,7 @@ def convert_file(
 ) -> Conversion:
     """Convert a saved ExportedProgram: write ``out_dir/model.mil`` + ``weights/``, compare with
     PyTorch on the example inputs saved with it, check and estimate for ``chip``."""
-    hw.get_chip(chip)  # an unknown chip fails before the slow work
+    chip = chip_profile(chip)  # an unknown chip fails before the slow work
     exported = load_exported(path)
     decomposed = decompose(exported)
     program = run_passes(convert_exported(decomposed, progress=progress), passes, chip)
