@@ -25,6 +25,7 @@ import numpy as np
 
 from anekit.frontends.rewrite import Rebuild, rebuild
 from anekit.mil import Operation, Program, Value
+from anekit.mil.ops.traits import BINARY, CONST, ELEMENTWISE, UNARY
 
 _PERM = [0, 3, 2, 1]  # [1, N, 1, C] <-> [1, C, 1, N]
 
@@ -89,7 +90,7 @@ class _Layout:
 
     # -- the rule ----------------------------------------------------------------------------
     def __call__(self, rb: Rebuild, op: Operation) -> bool:
-        if "const" in op.opdef.traits:
+        if CONST in op.opdef.traits:
             return False  # copied as they are; an ANE form is made on demand
         rule = _RULES.get(op.op_type) or _trait_rule(op)
         if rule is not None and rule(self, rb, op):
@@ -207,12 +208,13 @@ _RULES = {
 
 
 def _trait_rule(op: Operation) -> Any:
-    traits = op.opdef.traits
-    if "reduction" in traits and "axes" in op.opdef.by_name and "keep_dims" in op.opdef.by_name:
-        return _axis_param("axes", keep_dims=True)  # reduce over C, keeping it: [1, 1, 1, N]
-    if "elementwise" in traits and "unary" in traits:
+    """Rules for whole families: reductions by their parameters, elementwise ops by trait."""
+    traits, params = op.opdef.traits, op.opdef.by_name
+    if "axes" in params and "keep_dims" in params:  # reduce_*: over C, keeping it: [1, 1, 1, N]
+        return _axis_param("axes", keep_dims=True)
+    if ELEMENTWISE in traits and UNARY in traits:
         return _unary
-    if "elementwise" in traits and "binary" in traits:
+    if ELEMENTWISE in traits and BINARY in traits:
         return _binary
     return None
 

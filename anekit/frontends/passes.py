@@ -4,7 +4,7 @@ They take any program (converted from PyTorch or written with the Builder) and m
 what the ANE wants. :data:`DEFAULT_PASSES` is the list ``from_torch`` runs, in order;
 ``passes=`` replaces it (``passes=()`` keeps the program exactly as converted)::
 
-    fold_constants   ops whose inputs are all constant become constants
+    fold_constants   ops whose inputs are all constant become constants (mil.passes')
     finite_masks     -inf (and below-fp16) additive masks on the way to a softmax become
                      -65504, the most negative finite fp16
     fp16             fp32 inputs, constants and casts become fp16; a constant that would
@@ -26,17 +26,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from anekit import backends, mil
 from anekit.errors import ConversionError, MilTypeError
 from anekit.frontends import layout
 from anekit.frontends.rewrite import Rebuild, rebuild
 from anekit.hw import Chip, get_chip
 from anekit.mil import DType, Operation, Program, Value
+from anekit.mil import passes as mil_passes
+from anekit.mil.ops.traits import CAST, CONST
 
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 FP16_OVERFLOW = 65520.0  # the smallest magnitude that rounds to inf
 FP16_FLUSH = 2.0**-25  # the largest magnitude that rounds to zero
-FOLD_LIMIT = 1 << 20  # elements: larger results stay computed (they would bloat the weights)
 # a value that flushes to zero matters when it is above fp16's rounding step of the
 # tensor's largest value (2^-11 relative): below that, fp16 could not have held it anyway
 SIGNIFICANT = 2.0**-11
@@ -55,59 +55,20 @@ class Pass:
 
 
 # -- fold_constants ------------------------------------------------------------------------------
-def _foldable(op: Operation, inputs: dict[str, object]) -> bool:
-    """Whether ``op``, reading ``inputs`` (the rebuilt values), can be replaced by its value."""
-    if op.opdef.traits & {"const", "constexpr"} or op.opdef.reference is None:
-        return False
-    if not all(getattr(v, "const", None) is not None for v in _flat(inputs.values())):
-        return False
-    return all(
-        v.type.is_static and (v.type.numel or 0) <= FOLD_LIMIT and v.dtype is not DType.string
-        for v in op.outputs
-    )
-
-
-def evaluate(op: Operation, inputs: dict[str, object], opset: str) -> list[np.ndarray]:
-    """Run one op on constant ``inputs`` (parameter -> value) with the reference backend."""
-    b = mil.Builder(opset=opset)
-
-    def const(v: Value, name: str) -> Value:
-        return b.const(v.const if isinstance(v.const, str) else np.asarray(v.const), name=name)
-
-    params: dict[str, object] = {}
-    for key, v in inputs.items():
-        if isinstance(v, tuple):
-            params[key] = tuple(const(x, f"{key}_{i}") for i, x in enumerate(v))
-        else:
-            params[key] = const(v, key)
-    out = b.add_op(op.op_type, params, "folded")
-    outs = out if isinstance(out, tuple) else (out,)
-    for i, v in enumerate(outs):
-        b.output(v, f"out_{i}")
-    with backends.compile(b.build(), backend="reference") as kernel:
-        result = kernel()
-    return [result[f"out_{i}"] for i in range(len(outs))]
-
-
-def _fold_rule(rb: Rebuild, op: Operation) -> bool:
-    inputs = {k: rb.get(v) for k, v in op.inputs.items()}
-    if not _foldable(op, inputs):
-        return False
-    for old, arr in zip(op.outputs, evaluate(op, inputs, rb.fn.opset)):
-        rb.set(old, rb.const(arr, old.name))
-    return True
-
-
 def fold_constants(program: Program, chip: Chip) -> Program:
-    """Replace every op whose inputs are all constant by its value."""
-    return rebuild(program, _fold_rule)
+    """Replace every op whose inputs are all constant by its value (``mil.passes``' pass)."""
+    return mil_passes.fold_constants(program)
 
 
 # -- finite_masks ----------------------------------------------------------------------------------
-# Ops an additive mask may pass through on its way to a softmax (by parameter), and
-# the trait of the ops it reaches. Anything else reading the constant means it is no mask.
+# Ops an additive mask may pass through on its way to a softmax (by parameter), the ops
+# that only move it, and the op it must reach. Anything else reading the constant means
+# it is no mask.
 _MASK_CARRIERS: dict[str, tuple[str, ...]] = {"add": ("x", "y"), "select": ("a", "b")}
-_MASK_MOVERS = frozenset({"data_movement", "cast"})
+_MASK_MOVERS = frozenset(
+    {"reshape", "transpose", "expand_dims", "squeeze", "tile", "slice_by_size", "slice_by_index"}
+)
+_MASK_END = "softmax"
 
 
 def _feeds_softmax_only(rb: Rebuild, v: Value) -> bool:
@@ -116,14 +77,14 @@ def _feeds_softmax_only(rb: Rebuild, v: Value) -> bool:
     while stack:
         value = stack.pop()
         for op in rb.consumers(value):
-            if "softmax" in op.opdef.traits:
+            if op.op_type == _MASK_END:
                 reached = True
                 continue
             carrier = _MASK_CARRIERS.get(op.op_type)
             params = [k for k, x in op.inputs.items() if x is value]
             if carrier is not None and all(k in carrier for k in params):
                 stack.extend(op.outputs)
-            elif op.opdef.traits & _MASK_MOVERS and params in (["x"], ["values"]):
+            elif (op.op_type in _MASK_MOVERS or CAST in op.opdef.traits) and params == ["x"]:
                 stack.extend(op.outputs)
             else:
                 return False
@@ -131,7 +92,7 @@ def _feeds_softmax_only(rb: Rebuild, v: Value) -> bool:
 
 
 def _mask_rule(rb: Rebuild, op: Operation) -> bool:
-    if "const" not in op.opdef.traits or not op.outputs[0].dtype.is_float:
+    if CONST not in op.opdef.traits or not op.outputs[0].dtype.is_float:
         return False
     arr = np.asarray(op.outputs[0].const)
     low = arr <= -FP16_MAX
@@ -183,10 +144,10 @@ class _Fp16:
         self.originals: dict[int, np.ndarray] = {}  # new value id -> fp32 array
 
     def __call__(self, rb: Rebuild, op: Operation) -> bool:
-        if "const" in op.opdef.traits:
+        if CONST in op.opdef.traits:
             return self._const(rb, op)
         params = {k: rb.get(v) for k, v in op.inputs.items()}
-        if "cast" in op.opdef.traits and params["x"].dtype is DType.fp16:
+        if CAST in op.opdef.traits and params["x"].dtype is DType.fp16:
             target = params["dtype"].const
             if target == "fp16":  # a cast that became fp16 -> fp16
                 rb.set(op.outputs[0], params["x"])

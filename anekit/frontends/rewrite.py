@@ -18,6 +18,7 @@ import numpy as np
 
 from anekit import mil
 from anekit.mil import DType, Function, Operation, Program, Value
+from anekit.mil.ops.traits import CONST
 
 # constants up to this many elements are written inline; larger ones get a weight file
 INLINE_LIMIT = 16
@@ -51,7 +52,7 @@ class Rebuild:
 
     def copy(self, op: Operation) -> None:
         """Replay ``op`` unchanged (const ops keep their weight file or inline form)."""
-        if "const" in op.opdef.traits:
+        if CONST in op.opdef.traits:
             val = op.inputs["val"]
             arr = val.const
             if isinstance(arr, str):
