@@ -27,6 +27,7 @@ __all__ = [
     "CompileBudgetExhausted",
     "CheckpointError",
     "TrainingDiverged",
+    "ConversionError",
     "InspectError",
     "UsageError",
     "os_reason",
@@ -195,6 +196,29 @@ class TrainingDiverged(AnekitError):
         super().__init__(message)
 
 
+class ConversionError(AnekitError, ValueError):
+    """A model that cannot be converted, or converts wrongly: names every node, op and source line.
+
+    ``problems`` holds one ``(node, op, source)`` triple per offending graph node, so a
+    model with several unsupported ops reports all of them at once.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        problems: tuple[tuple[str, str, str], ...] = (),
+        output: str | None = None,
+    ) -> None:
+        self.message = message
+        self.problems = tuple(problems)
+        self.output = output
+        lines = [message]
+        for node, op, source in self.problems:
+            lines.append(f"  {op} (node {node!r})" + (f" at {source}" if source else ""))
+        super().__init__("\n".join(lines))
+
+
 class InspectError(AnekitError, ValueError):
     """A compiled binary (hwx, E5, FlatBuffer) that cannot be read: names the offset."""
 
@@ -239,7 +263,7 @@ def os_reason(err: OSError) -> str:
     return (err.strerror or type(err).__name__).lower()
 
 
-class ModelError(AnekitError):
+class ModelError(AnekitError, ValueError):
     """A language-model directory or file that cannot be loaded: names the file and the tensor."""
 
     def __init__(self, message: str, *, path: str | None = None, tensor: str | None = None) -> None:

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "run": "run a MIL program on a backend and summarise its outputs",
     "check": "check a MIL program against a chip's known ANE constraints",
     "estimate": "predict a MIL program's run time on a chip, op by op",
+    "convert": "convert a PyTorch ExportedProgram (.pt2) to an ANE-ready MIL model",
     "chips": "list the chip profiles and the source of every number",
     "bench": "measure the ANE experiments; compare with cost model and published",
     "train": "train a Llama-style transformer with ANE kernels; checkpoint, resume",

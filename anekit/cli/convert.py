@@ -1,0 +1,142 @@
+"""``anekit convert MODEL.pt2 --out DIR``: a PyTorch ExportedProgram to an ANE-ready MIL model."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from anekit.cli._common import add_chip, progress_bar, resolve_chip
+from anekit.errors import UsageError
+
+# conversions with more graph nodes than this get a progress bar (or progress lines)
+PROGRESS_FROM = 300
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="an ExportedProgram saved with torch.export.save (.pt2)")
+    parser.add_argument(
+        "--out", required=True, help="output model directory (model.mil + weights/)"
+    )
+    add_chip(parser, "the chip whose limits the passes respect and that --check/--estimate use")
+    parser.add_argument(
+        "--check", action="store_true", help="print the chip's compatibility diagnostics"
+    )
+    parser.add_argument("--estimate", action="store_true", help="print the chip's cost estimate")
+    parser.add_argument(
+        "--passes",
+        help="comma-separated rewrite passes to run (default: all; 'none' keeps the fp32 program)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError("is a file; expected a directory for --out", path=str(out))
+    try:
+        from anekit.frontends.torch import convert_file
+        from anekit.frontends.torch.compare import TOLERANCE
+    except ImportError as e:  # torch is an optional extra; the message says how to get it
+        raise UsageError(str(e)) from None
+    chip = resolve_chip(args.chip)
+    passes = _passes(args.passes)
+    with _Progress() as progress:
+        result = convert_file(
+            args.path, out, chip=chip, check=args.check, estimate=args.estimate,
+            passes=passes, progress=progress,
+        )  # fmt: skip
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    fidelity_ok = result.fidelity is None or result.fidelity.worst.rel_error <= TOLERANCE
+    if args.json:
+        print(json.dumps(_as_json(result, chip.name), indent=1))
+    else:
+        _print_text(args, result, chip.name)
+    return 0 if fidelity_ok and not errors else 1
+
+
+def _passes(text: str | None) -> Any:
+    """``--passes`` as convert_file takes it: None (all), () or a list of known names."""
+    from anekit.frontends.passes import PASSES
+
+    if text is None:
+        return None
+    if text == "none":
+        return ()
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PASSES]
+    if unknown:
+        raise UsageError(f"--passes: unknown pass {unknown[0]!r}; known: {', '.join(PASSES)}")
+    return names
+
+
+class _Progress:
+    """``progress(done, total)`` for convert_file: a bar (or lines) past PROGRESS_FROM nodes."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.lines = False
+        self.step = 1
+
+    def __call__(self, done: int, total: int) -> None:
+        if total <= PROGRESS_FROM:
+            return
+        if self.bar is None and not self.lines:
+            self.bar = progress_bar(total, unit="node")
+            self.lines = self.bar is None
+            self.step = max(1, total // 10)
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+        elif done % self.step == 0 or done == total:
+            print(f"[{done}/{total}] nodes lowered", file=sys.stderr)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _as_json(result: Any, chip: str) -> dict:
+    est = result.estimate
+    return {
+        "out": str(result.out_dir),
+        "chip": chip,
+        "nodes": result.nodes,
+        "statements": len(result.program.main.ops),
+        "fidelity": None if result.fidelity is None else result.fidelity.to_dict(),
+        "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
+        "estimate": None
+        if est is None
+        else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
+    }
+
+
+def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
+    from anekit.cli.estimate import estimate_table
+
+    print(
+        f"wrote {result.out_dir / 'model.mil'} and {result.out_dir / 'weights'}/ "
+        f"({result.nodes} graph nodes, {len(result.program.main.ops)} MIL statements)"
+    )
+    if result.fidelity is None:
+        print("no example inputs saved with the ExportedProgram: fidelity not measured")
+    else:
+        print(result.fidelity)
+    if args.check:
+        model = str(result.out_dir / "model.mil")
+        for d in result.diagnostics:
+            print(d.format(model))
+        counts = {
+            s: sum(d.severity == s for d in result.diagnostics)
+            for s in ("error", "warning", "info")
+        }
+        print(
+            f"{chip}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
+        )
+    if args.estimate:
+        print(estimate_table(result.estimate))
