@@ -295,3 +295,19 @@ def test_sigmoid_and_softplus_saturate_without_overflow() -> None:
 def test_int32_add_wraps_like_numpy() -> None:
     got = run_binary("add", [2**31 - 1], [1], "int32")
     np.testing.assert_array_equal(got, [-(2**31)])
+
+
+def test_erf_is_vectorised_and_within_2e_7_of_math_erf() -> None:
+    import math
+
+    from anekit.mil.ops.elementwise import _erf
+
+    grid = np.linspace(-7.0, 7.0, 20001)
+    tiny = np.logspace(-30, 0.5, 400)
+    x = np.concatenate([grid, tiny, -tiny, [0.49999, 0.5, 0.50001]])
+    want = np.array([math.erf(v) for v in x])
+    got = _erf(x)
+    assert np.max(np.abs(got - want) / np.abs(np.where(want == 0, 1.0, want))) < 2e-7
+    special = _erf(np.array([0.0, -0.0, np.inf, -np.inf, np.nan]))
+    assert list(special[:4]) == [0.0, 0.0, 1.0, -1.0] and np.isnan(special[4])
+    assert not np.signbit(special[0]) and np.signbit(special[1])

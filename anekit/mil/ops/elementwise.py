@@ -60,9 +60,44 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+# erfc(z) ~ t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0: a Chebyshev fit with a relative
+# error below 1.2e-7 for every z (Press et al., Numerical Recipes, 2nd ed., section 6.2,
+# erfcc). Coefficients of P, constant term first.
+_ERFC_FIT = (
+    -1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277,
+)  # fmt: skip
+_ERF_SERIES_BELOW = 0.5  # |x| under this: the Taylor series, exact to float64 in 12 terms
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
-    # NumPy has no erf; math.erf is correctly rounded in float64 (the stdlib is allowed in mil/).
-    return np.asarray(np.frompyfunc(math.erf, 1, 1)(np.asarray(x, np.float64)), np.float64)
+    """erf(x) in float64 to a relative error of about 1e-7 (NumPy has no erf), vectorised.
+
+    The fp16 storage model rounds the result to 11 bits, far coarser than the error.
+    """
+    x = np.asarray(x, np.float64)
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = np.full_like(z, _ERFC_FIT[-1])
+    for c in reversed(_ERFC_FIT[:-1]):
+        poly *= t
+        poly += c
+    np.square(z, out=z)
+    poly -= z
+    with np.errstate(under="ignore"):
+        np.exp(poly, out=poly)
+    poly *= t
+    result = np.copysign(np.subtract(1.0, poly, out=poly), x)
+    small = np.abs(x) < _ERF_SERIES_BELOW
+    if small.any():  # erf(x) = 2/sqrt(pi) sum_n (-1)^n x^(2n+1) / (n! (2n+1)): exact near 0
+        xs = x[small]
+        x2, term, series = xs * xs, xs.copy(), xs.copy()
+        for n in range(1, 12):
+            term *= x2
+            term *= -1.0 / n
+            series += term / (2 * n + 1)
+        result[small] = np.copysign(series * (2.0 / math.sqrt(math.pi)), xs)  # keeps erf(-0) = -0
+    return result
 
 
 def _int_trunc_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
