@@ -23,6 +23,7 @@ _LAZY: dict[str, str] = {
     "estimate": "anekit.hw",
     "chips": "anekit.hw",
     "llm": "anekit.llm",
+    "trace": "anekit.probe.tracing",
 }
 
 
