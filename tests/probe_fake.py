@@ -180,6 +180,7 @@ class ProbeFramework(ane_fake.FakeFramework):
             ("_ANESharedEvents", "sharedEventsWithSignalEvents:waitEvents:"):
                 lambda c, s, w: ObjCObject(self, "shared_events", signals=s, waits=w),
             ("request", "setSharedEvents:"): lambda r, e: setattr(r, "shared_events", e),
+            ("_ANERequest", ane_fake.REQUEST + "sharedEvents:"): self._request_with_events,
             ("request", "validate"): lambda r: True,
             ("_ANEVirtualClient", "sharedConnection"): lambda c: (
                 ObjCObject(self, "vclient") if self.virtual_client else None),
@@ -288,6 +289,11 @@ class ProbeFramework(ane_fake.FakeFramework):
             written = out.io.surface
         return True, None
 
+    def _request_with_events(self, cls: Any, *args: Any) -> ObjCObject:
+        request = self._request(cls, *args[:-1])
+        request.shared_events = args[-1]
+        return request
+
     def _sync(self, c: Any, model: Any, procedure: Any, offset: int, size: int, error: Any) -> Any:
         path, data = model.mapped
         model.weights[path] = bytes(data)
@@ -319,6 +325,9 @@ class FakeNSData:
 
     def bytes(self) -> memoryview:
         return memoryview(self.payload)
+
+    def __bytes__(self) -> bytes:  # PyObjC's NSData has the buffer protocol
+        return self.payload
 
 
 def surface_of(fake: ProbeFramework, buffer: FakeMTLBuffer) -> FakeSurface:

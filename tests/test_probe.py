@@ -19,7 +19,7 @@ from anekit.backends.ane import kernel
 from anekit.doctor.runner import Context
 from anekit.probe import cache, clients, dispatch, events, weights
 from anekit.probe.common import build, find
-from tests.ane_fake import NSArray, NSNumber
+from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber
 from tests.probe_fake import CHAIN, ProbeFramework
 
 
@@ -32,8 +32,9 @@ def fake(tmp_path: Path) -> ProbeFramework:
 def ctx(tmp_path: Path, fake: ProbeFramework, monkeypatch: pytest.MonkeyPatch) -> Context:
     monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
     monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
-    c = Context({"evaluations": 20, "depths": [1, 2, 4], "evaluations_per_depth": 8}, None,
-                tmp_path)  # fmt: skip
+    options = {"evaluations": 20, "depths": [1, 2, 4], "evaluations_per_depth": 8,
+               "signal_timeout_s": 0.5, "chain_poll_s": 0.2}  # fmt: skip
+    c = Context(options, None, tmp_path)
     c.resources["framework"] = fake
     return c
 
@@ -177,6 +178,16 @@ def test_shared_events_sees_the_ane_wait_for_the_gpu_and_signal_back(ctx, fake) 
     clean(fake)
 
 
+def test_shared_events_use_the_factory_where_a_request_cannot_set_them(ctx, fake) -> None:
+    del fake.selectors[("request", "setSharedEvents:")]
+    events.shared_events(ctx)
+    assert ctx.observed["request_sets_shared_events"] is False
+    assert ctx.observed["fence"]["fence_works"]
+    factory = fake.calls_to(REQUEST + "sharedEvents:")[0].args
+    assert factory[-1].label == "shared_events" and factory[-1].waits.items[0].value == 1
+    clean(fake)
+
+
 def test_shared_events_records_a_framework_that_ignores_the_events(ctx, fake) -> None:
     fake.events_honoured = False
     events.shared_events(ctx)
@@ -241,6 +252,19 @@ def test_weight_reload_records_which_weights_the_reloaded_model_uses(
     ]
     assert f"computes with: {verdict} weights" in weights.weight_reload_headline(seen)
     clean(fake)
+
+
+def test_a_reload_that_fails_is_recorded_and_the_kernel_still_closes(ctx, fake) -> None:
+    refused = (False, FakeNSError("load refused", error_code=11))
+    fake.load_results = [(True, None), refused, refused]  # compile ok; reload and recompile not
+    weights.weight_reload(ctx)
+    seen = ctx.observed
+    assert seen["reload"]["ok"] is False and seen["reload"]["error"]["code"] == 11
+    assert "after_reload" not in seen and "unload_again" not in seen
+    assert seen["load_after_recompile"]["ok"] is False and "after_recompile" not in seen
+    assert seen["close"]["ok"] is True and seen["fresh_compile"]["computed_with"] == "new"
+    assert "not reloaded" in weights.weight_reload_headline(seen)
+    assert not fake.tmp.exists() or list(fake.tmp.iterdir()) == []
 
 
 def test_mutable_weights_are_found_rewritten_synced_and_unmapped(ctx, fake) -> None:

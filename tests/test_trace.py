@@ -67,6 +67,15 @@ def test_methods_that_cannot_pass_through_are_left_alone(classes) -> None:
     assert t.skipped["-[_ANEInMemoryModel dealloc]"] == "housekeeping"
     assert "is not passed through" in t.skipped["-[_ANEInMemoryModel frame]"]  # a struct
     assert "is not passed through" in t.skipped["-[_ANEInMemoryModel bytes]"]  # void*
+    assert t.skipped["-[_ANEInMemoryModel initWithDescriptor:]"] == (
+        "an ownership-transferring method family"
+    )
+    assert t.skipped["-[_ANEInMemoryModel evaluateWithCompletion:]"] == (
+        "a block argument is not passed through"
+    )
+    assert t.skipped["-[_ANEInMemoryModel identifierWithError:]"] == (
+        "an NSError** method that does not return BOOL"
+    )
     assert "-[_ANEInMemoryModel compileWithQoS:options:error:]" in t.traced  # NSError** is fine
     assert len(t.traced) == 6
 

@@ -97,6 +97,9 @@ def make_classes() -> tuple[FakeClass, FakeClass]:
         ("-", "frame"): ("{CGRect={CGPoint=dd}{CGSize=dd}}16@0:8", lambda self: None),
         ("-", "bytes"): ("^v16@0:8", lambda self: None),
         ("-", "dealloc"): ("v16@0:8", lambda self: None),
+        ("-", "initWithDescriptor:"): ("@24@0:8@16", lambda self, d: self),
+        ("-", "evaluateWithCompletion:"): ("v24@0:8@?16", lambda self, block: None),
+        ("-", "identifierWithError:"): ("@24@0:8^@16", lambda self, error: ("x", None)),
     })  # fmt: skip
     return client, model
 

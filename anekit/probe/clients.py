@@ -42,6 +42,10 @@ MASKS = (0, 1, 2, 4, 8, 15)  # no counters, each of the four bits, all of them
 # Zero-argument instance methods that are not read-only getters: never called blind.
 NOT_GETTERS = frozenset({"dealloc", ".cxx_destruct", "init", "new", "copy", "mutableCopy",
                          "retain", "release", "autorelease"})  # fmt: skip
+# Names that read as actions, not properties: skipped too (a probe must not change state).
+ACTION_PREFIXES = ("reset", "clear", "emit", "start", "stop", "begin", "end", "flush", "print",
+                   "dump", "invalidate", "release", "free", "remove", "update", "set")  # fmt: skip
+MAX_DATA_READ = 1 << 20  # an NSData longer than this is reported by length only
 MAX_COUNTER_BYTES = 4096  # of perfCounterData kept in the report (as hex)
 
 
@@ -135,6 +139,8 @@ def _getters(methods: dict[str, str]) -> list[str]:
         sel = name[1:]
         if name[0] != "-" or ":" in sel or sel in NOT_GETTERS or sel.startswith("_"):
             continue
+        if sel.startswith(ACTION_PREFIXES):
+            continue
         returned = encoding.split(enc)[0]
         if encoding.is_object(returned) or encoding.is_scalar(returned):
             out.append(sel)
@@ -165,7 +171,7 @@ def _field(value: Any) -> Any:
     """A getter's value for the report: NSData as its length and leading bytes in hex."""
     if hasattr(value, "bytes") and hasattr(value, "length"):
         n = int(value.length())
-        data = bytes(value.bytes()[: min(n, MAX_COUNTER_BYTES)]) if n else b""
+        data = bytes(value)[:MAX_COUNTER_BYTES] if 0 < n <= MAX_DATA_READ else b""
         return {"bytes": n, "hex": data.hex()}
     return objc_framework.plain(value)
 

@@ -126,12 +126,13 @@ def has(fw: Any, class_name: str, kind: str, selector: str) -> bool:
 
 def call(fw: Any, class_name: str, receiver: Any, selector: str, *args: Any) -> Any:
     """Send ``selector``; one ending in ``error:`` gets its out-parameter and raises on NO."""
+    if selector.endswith("error:"):  # before the first lookup: PyObjC reads metadata then
+        fw.error_out(class_name, selector)
     method = getattr(receiver, selector.replace(":", "_"), None)
     if method is None:
         raise EvaluationError(f"{class_name} does not respond to {selector}")
     if not selector.endswith("error:"):
         return method(*args)
-    fw.error_out(class_name, selector)
     ok, error = method(*args, None)
     if not ok:
         raise evaluation_error(error, selector)

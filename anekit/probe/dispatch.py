@@ -161,7 +161,7 @@ def _start_chain(ctx: Context, fw: Any, pa: Any, pb: Any, kb: Any, second: cases
              "buffersReadyWithModel:inputBuffers:options:qos:error:",
              {"procedureIndex": 0, "inputBufferInfoIndex": 0, "inputFreeValue": 1,
               "executionDelay": 0, "initInputsProcedureIndex": 0})  # fmt: skip
-        deadline = start + CHAIN_POLL_S
+        deadline = start + float(ctx.options.get("chain_poll_s", CHAIN_POLL_S))
         while time.perf_counter() < deadline and not np.any(kb.output_buffer("z")):
             time.sleep(0.001)
         seconds = time.perf_counter() - start
@@ -190,11 +190,12 @@ def realtime(ctx: Context) -> None:
     with compile_kernel(ctx, case.program) as k:
         parts, cl = k.objc_parts(), client(fw)
         inner = inner_model(parts)
-        paths = {
-            "evaluateWithQoS": lambda: dispatch(parts),
-            "evaluateRealTime": lambda: call(fw, "_ANEClient", cl, REALTIME, inner,
-                                             parts.loaded.options, parts.request),
-        }  # fmt: skip
+
+        def realtime_once() -> None:
+            with parts.loaded.pool():  # as every backend call: PyObjC drains no pool itself
+                call(fw, "_ANEClient", cl, REALTIME, inner, parts.loaded.options, parts.request)
+
+        paths = {"evaluateWithQoS": lambda: dispatch(parts), "evaluateRealTime": realtime_once}
         began = step(ctx, "begin_real_time_task", lambda: bool(cl.beginRealTimeTask()))
         try:
             for name, fn in list(paths.items()):  # each path must give the right numbers first

@@ -59,8 +59,12 @@ def fenced_request(fw: Any, parts: ObjCParts, *, wait: tuple[Any, int] | None = 
     before the ANE starts and sets ``signal = (MTLSharedEvent, value)`` when it is done."""
     waits, signals = [], []
     if wait is not None:
-        waits.append(fw.cls("_ANESharedWaitEvent").waitEventWithValue_sharedEvent_(
-            wait[1], ios_event(wait[0])))  # fmt: skip
+        cls = fw.cls("_ANESharedWaitEvent")
+        if has(fw, "_ANESharedWaitEvent", "+", "waitEventWithValue:sharedEvent:"):
+            waits.append(cls.waitEventWithValue_sharedEvent_(wait[1], ios_event(wait[0])))
+        else:  # the variant ANE_NOTES 2.3 lists
+            waits.append(cls.waitEventWithValue_sharedEvent_eventType_(
+                wait[1], ios_event(wait[0]), 0))  # fmt: skip
     if signal is not None:
         signals.append(fw.cls("_ANESharedSignalEvent")
                        .signalEventWithValue_symbolIndex_eventType_sharedEvent_(
@@ -73,9 +77,25 @@ def fenced_request(fw: Any, parts: ObjCParts, *, wait: tuple[Any, int] | None = 
     if events is None:
         raise EvaluationError("+[_ANESharedEvents sharedEventsWithSignalEvents:waitEvents:] "
                               "returned nil")  # fmt: skip
+    if not has(fw, "_ANERequest", "-", "setSharedEvents:"):
+        return _request_with_events(fw, parts, events)
     request = request_for(fw, parts.inputs, parts.outputs, parts.input_indices,
                           parts.output_indices)  # fmt: skip
     request.setSharedEvents_(events)
+    return request
+
+
+def _request_with_events(fw: Any, parts: ObjCParts, events: Any) -> Any:
+    """The request built with its events (the factory ggml uses) where it cannot set them."""
+    wrap = fw.cls("_ANEIOSurfaceObject")
+    request = fw.cls("_ANERequest").requestWithInputs_inputIndices_outputs_outputIndices_weightsBuffer_perfStats_procedureIndex_sharedEvents_(
+        fw.array([wrap.objectWithIOSurface_(s.handle) for s in parts.inputs]),
+        fw.array([fw.number(i) for i in parts.input_indices]),
+        fw.array([wrap.objectWithIOSurface_(s.handle) for s in parts.outputs]),
+        fw.array([fw.number(i) for i in parts.output_indices]),
+        None, None, fw.number(0), events)  # fmt: skip
+    if request is None:
+        raise EvaluationError("_ANERequest with sharedEvents: returned nil")
     return request
 
 
@@ -119,15 +139,16 @@ def shared_events(ctx: Context) -> None:
         if request is FAILED:
             return
         step(ctx, "validate", lambda: bool(request.validate()))
-        ctx.observe("fence", _fenced_run(ctx, parts, request, queue, go, done, k, case))
+        timeout = float(ctx.options.get("signal_timeout_s", SIGNAL_TIMEOUT_S))
+        ctx.observe("fence", _fenced_run(parts, request, queue, go, done, k, case, timeout))
         fill(k, case)  # and the same program without events, as the control
         with parts.device_owned():
             step(ctx, "unfenced_evaluation", dispatch, parts)
         ctx.observe("unfenced_numbers", outputs_match(k, case))
 
 
-def _fenced_run(ctx: Context, parts: ObjCParts, request: Any, queue: Any, go: Any, done: Any,
-                k: Any, case: cases.Case) -> dict[str, Any]:  # fmt: skip
+def _fenced_run(parts: ObjCParts, request: Any, queue: Any, go: Any, done: Any, k: Any,
+                case: cases.Case, timeout: float) -> dict[str, Any]:  # fmt: skip
     """Evaluate in a thread; signal ``go`` from the GPU after a pause; watch ``done``."""
     outcome: dict[str, Any] = {}
 
@@ -149,11 +170,11 @@ def _fenced_run(ctx: Context, parts: ObjCParts, request: Any, queue: Any, go: An
                  "done_value": int(done.signaledValue())}  # fmt: skip
         signalled = time.perf_counter()
         gpu_signal(queue, go, 1)
-        back = wait_for(done, 1, SIGNAL_TIMEOUT_S)
-        thread.join(SIGNAL_TIMEOUT_S)
+        back = wait_for(done, 1, timeout)
+        thread.join(timeout)
         if thread.is_alive():  # release an evaluation still waiting, as ggml does on failure
             go.setSignaledValue_(2**63)
-            thread.join(SIGNAL_TIMEOUT_S)
+            thread.join(timeout)
         outcome["gpu_signal_to_done_s"] = back
         outcome["gpu_signal_to_return_s"] = time.perf_counter() - signalled
     numbers = outputs_match(k, case)

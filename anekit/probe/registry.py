@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from anekit.backends.ane import host
+from anekit.backends.ane import framework, host
 from anekit.doctor.runner import Context, Rung
 
 
@@ -28,7 +28,8 @@ class Requirement:
 
 
 def _ane() -> str | None:
-    return host.problem(host.facts())
+    # the host first (loads nothing); then the framework, loaded once, never raising
+    return host.problem(host.facts()) or framework.problem()
 
 
 def _metal() -> str | None:

@@ -76,7 +76,7 @@ class PyObjCRuntime:
         cls = objc.lookUpClass(class_name)
         name = alias(selector)
         py_alias = name.replace(":", "_")
-        if selector.endswith("error:") and encoding.arguments(enc)[-1].endswith("^@"):
+        if selector.lower().endswith("error:") and encoding.arguments(enc)[-1].endswith("^@"):
             for sel in (selector, name):  # NSError** is an out-parameter: (result, error)
                 self._fw.error_out(class_name, sel)
 

@@ -10,8 +10,10 @@ crash keeps what came before); :func:`timeline` prints them readably.
 ``anekit trace -- python script.py`` runs a script under a trace (:mod:`.tracehost`).
 
 Methods whose types cannot be passed through safely (structures, C arrays, unions, bit
-fields, pointers other than a trailing ``NSError**``) and the runtime's own housekeeping
-(``dealloc``, ``retain``, ``description``, ...) are left alone; ``t.skipped`` says which.
+fields, blocks, pointers other than a trailing ``NSError**`` of a BOOL method), the
+ownership-transferring families (``init...``, ``new...``, ``copy...``, ``alloc...``) and
+the runtime's own housekeeping (``dealloc``, ``retain``, ``description``, ...) are left
+alone; ``t.skipped`` says which.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ HOUSEKEEPING = frozenset({
     "isKindOfClass:", "conformsToProtocol:", "allowsWeakReference", "retainWeakReference",
     "_tryRetain", "_isDeallocating", "load", "initialize",
 })  # fmt: skip
+OWNERSHIP_FAMILIES = ("init", "new", "copy", "mutableCopy", "alloc")
 MAX_ARG_CHARS = 120  # a summarised argument is cut to this
 
 
@@ -99,15 +102,23 @@ def traceable(selector: str, enc: str) -> str | None:
     """Why a method is left alone (None if it can be wrapped)."""
     if selector in HOUSEKEEPING or selector.startswith(("_", "anekitTraced")):
         return "housekeeping"
+    if selector.startswith(OWNERSHIP_FAMILIES):
+        # callers of init/new/copy/alloc... transfer ownership by the selector's name; the
+        # recorder is implemented under another name and would get the counts wrong
+        return "an ownership-transferring method family"
     try:
         types = encoding.split(enc)
     except ValueError as e:
         return f"unreadable type encoding: {e}"
     for i, t in enumerate(types):
         bare = t.lstrip(encoding.QUALIFIERS)
-        last_error = i == len(types) - 1 and bare == "^@" and selector.endswith("error:")
+        last_error = i == len(types) - 1 and bare == "^@" and selector.lower().endswith("error:")
         if bare[:1] in "{[(b" or (bare.startswith("^") and not last_error) or bare in ("?", "*"):
             return f"type {t!r} is not passed through"
+        if bare == "@?":
+            return "a block argument is not passed through"
+        if last_error and types[0].lstrip(encoding.QUALIFIERS) not in ("B", "c"):
+            return "an NSError** method that does not return BOOL"
     return None
 
 
