@@ -71,6 +71,7 @@ def chaining(ctx: Context) -> None:
         pa, pb = ka.objc_parts(), kb.objc_parts()
         stats = Surface.create(fw, computed(TensorSpec("stats", (STATS_SURFACE_BYTES,),
                                                        DType.uint8), 64, "probe"))  # fmt: skip
+        stats.unlock()  # only the device writes it
         # the first program writes into the second's input surface: no host copy between them
         plans = {"first": (pa, pa.inputs[0], pa.input_indices[0], pb.inputs[0], pa.output_indices[0]),
                  "second": (pb, pb.inputs[0], pb.input_indices[0], pb.outputs[0],
@@ -85,7 +86,6 @@ def chaining(ctx: Context) -> None:
         kb.output_buffer("z")[...] = 0
         if all(prepared.get(k) not in (None, FAILED) for k in plans):
             ctx.observe("chained", _start_chain(ctx, fw, pa, pb, kb, second))
-        stats.unlock()
 
 
 def _separate(ka: Any, kb: Any, second: cases.Case, n: int) -> dict[str, Any]:

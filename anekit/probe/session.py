@@ -9,6 +9,7 @@ reason. :func:`headline` gives each experiment's finding in one line.
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 from collections import Counter
@@ -82,8 +83,6 @@ def run(experiments: Sequence[Experiment], json_path: Path | None, out: TextIO |
                          "headlines": {r["name"]: headline(r, by_name.get(r["name"]))
                                        for r in results}}  # fmt: skip
     if json_path is not None:
-        import json
-
         write_atomic(json_path, (json.dumps(report, indent=1, default=str) + "\n").encode())
         print(f"report written to {json_path}; {SEND_BACK}", file=stream)
     failed = [r["name"] for r in results if r["status"] in FAILED]
