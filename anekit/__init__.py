@@ -24,6 +24,7 @@ _LAZY: dict[str, str] = {
     "chips": "anekit.hw",
     "llm": "anekit.llm",
     "from_torch": "anekit.frontends.torch",
+    "trace": "anekit.probe.tracing",
 }
 
 

@@ -37,7 +37,9 @@ COMMANDS: dict[str, str] = {
     "demo": "run the main demo on the best available backend",
     "inspect": "read compiled ANE binaries (hwx, E5), weight.bin and the compile cache",
     "doctor": "report what this machine offers for the ANE, with a smoke test",
-    "classes": "list AppleNeuralEngine.framework's _ANE* classes and methods",
+    "classes": "list AppleNeuralEngine.framework's _ANE* classes; write or diff listings",
+    "probe": "run the reverse-engineering experiments, each in its own process",
+    "trace": "run a Python script with every ANE framework message recorded",
 }
 
 

@@ -126,7 +126,7 @@ def selectors(ctx: Context) -> None:
         encodings = {(kind, sel): enc for kind, sel, enc in fw.methods(cls_name)}
         for kind, sel in sels:
             encoding = encodings.get((kind, sel))
-            found = encoding is not None or _responds(fw, cls_name, kind, sel)
+            found = encoding is not None or framework.responds(fw, cls_name, kind, sel)
             optional = sel in framework.OPTIONAL_SELECTORS
             rows.append({"class": cls_name, "selector": f"{kind}{sel}", "found": found,
                          "encoding": encoding, "optional": optional})  # fmt: skip
@@ -135,16 +135,6 @@ def selectors(ctx: Context) -> None:
     ctx.observe("selectors", rows)
     if missing:
         raise CompileError(f"missing selectors: {', '.join(missing)}")
-
-
-def _responds(fw: Any, cls_name: str, kind: str, sel: str) -> bool:
-    """Whether a class (``+``) or its instances (``-``) respond, inherited methods included."""
-    try:
-        cls = fw.cls(cls_name)
-        ask = cls.respondsToSelector_ if kind == "+" else cls.instancesRespondToSelector_
-        return bool(ask(sel))
-    except Exception:
-        return False
 
 
 def metadata(ctx: Context) -> None:

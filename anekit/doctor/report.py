@@ -20,6 +20,7 @@ import numpy as np
 import anekit
 from anekit.backends import available_backends, budget, reference
 from anekit.backends.ane import framework
+from anekit.doctor import iokit
 from anekit.errors import AnekitError
 from anekit.hw.chips import default_chip, host_brand_string
 
@@ -53,6 +54,8 @@ def report(*, smoke: bool = True) -> dict[str, Any]:
             "generation": ane_generation(fw) if fw is not None else None,
         },
         "backends": available_backends(),
+        "iokit": iokit.ioreg_profile(),
+        "power": iokit.power_profile(),
         "compiles_this_process": budget.compiles_used(),
         "smoke_test": smoke_test(fw) if fw is not None and smoke else None,
     }
@@ -131,6 +134,8 @@ def format_report(r: dict[str, Any]) -> str:
         ),
     ]
     rows += [(f"backend {name}", why) for name, why in r["backends"].items()]
+    rows.append(("IOKit", _iokit_line(r["iokit"])))
+    rows.append(("power", _power_line(r["power"])))
     rows.append(("smoke test", _smoke_line(r["smoke_test"], ane["available"])))
     width = max(len(k) for k, _ in rows)
     lines = ["anekit doctor"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
@@ -143,6 +148,26 @@ def format_report(r: dict[str, Any]) -> str:
             "hardware (MIL, check, estimate, inspect); not available: the ANE backend."
         )
     return "\n".join(lines)
+
+
+def _iokit_line(io: dict[str, Any]) -> str:
+    if not io["available"]:
+        return f"not read: {io['reason']}"
+    parts = []
+    for e in io["entries"]:
+        state = (
+            (e["power"] or {}).get("CurrentPowerState") if isinstance(e["power"], dict) else None
+        )
+        parts.append(f"{e['path']} ({e['class']}): {len(e['properties'])} properties, power state "
+                     f"{state if state is not None else '?'}, {len(e['dvfs'])} DVFS/clock, "
+                     f"{len(e['triggers'])} trigger")  # fmt: skip
+    return "; ".join(parts[:4]) + (f"; {len(parts) - 4} more entries" if len(parts) > 4 else "")
+
+
+def _power_line(power: dict[str, Any]) -> str:
+    if not power["available"]:
+        return f"not sampled: {power['reason']}"
+    return ", ".join(f"{k} = {v}" for k, v in list(power["ane"].items())[:6])
 
 
 def _smoke_line(smoke: dict[str, Any] | None, available: bool) -> str:

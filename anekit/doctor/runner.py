@@ -98,14 +98,18 @@ def run_ladder(
     report_path: Path | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     extra: dict[str, Any] | None = None,
+    key: str = "rungs",
 ) -> dict[str, Any]:
-    """Run ``rungs`` (declared as ``RUNGS`` in ``module``) in order; returns the report."""
+    """Run ``rungs`` (declared as ``RUNGS`` in ``module``) in order; returns the report.
+
+    The results are the list ``report[key]`` (``"experiments"`` for ``anekit probe``).
+    """
     options = dict(options or {})
     report: dict[str, Any] = {
         "ladder": module,
         "options": options,
         **(extra or {}),
-        "rungs": [],
+        key: [],
     }
     status: dict[str, str] = {}
     roots: dict[str, str] = {}  # a skipped rung's first cause
@@ -117,7 +121,7 @@ def run_ladder(
         else:
             result = run_rung(module, rung, options)
         status[rung.name] = result["status"]
-        report["rungs"].append(result)
+        report[key].append(result)
         if report_path is not None:
             write_atomic(report_path, (json.dumps(report, indent=1, default=str) + "\n").encode())
         if on_result is not None:
@@ -180,7 +184,7 @@ def run_rung(module: str, rung: Rung, options: dict[str, Any]) -> dict[str, Any]
                    json.dumps(options), str(log), scratch]  # fmt: skip
         start = time.perf_counter()
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 env=_child_env(), start_new_session=True)  # fmt: skip
+                                 env=child_env(), start_new_session=True)  # fmt: skip
         try:
             out, err = child.communicate(timeout=rung.timeout_s)
             timed_out = False
@@ -203,8 +207,8 @@ def run_rung(module: str, rung: Rung, options: dict[str, Any]) -> dict[str, Any]
                    reason=_exit_reason(child.returncode))  # fmt: skip
 
 
-def _child_env() -> dict[str, str]:
-    """The environment of a rung's process: anekit importable from where this one came from."""
+def child_env() -> dict[str, str]:
+    """The environment of a child process: anekit importable from where this one came from."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import platform
 import re
 import threading
 from typing import Any
 
 from anekit.backends.ane import host
-from anekit.errors import BackendUnavailable
+from anekit.errors import BackendUnavailable, EvaluationError
 
 FRAMEWORK_PATH = host.FRAMEWORK_PATH
 
@@ -111,6 +112,7 @@ OPTIONAL_SELECTORS = frozenset(
 )  # fmt: skip
 
 PYOBJC_HINT = "pip install pyobjc-core pyobjc-framework-Cocoa pyobjc-framework-IOSurface"
+METAL_HINT = "pip install 'anekit[metal]' (pyobjc-framework-Metal)"
 
 
 def platform_problem() -> str | None:
@@ -201,6 +203,16 @@ def device_info(fw: Any) -> dict[str, Any]:
         except Exception:  # a missing selector is an answer too: "not reported"
             info[selector] = None
     return info
+
+
+def responds(fw: Any, class_name: str, kind: str, selector: str) -> bool:
+    """Whether a class (``+``) or its instances (``-``) answer ``selector``, inherited too."""
+    try:
+        cls = fw.cls(class_name)
+        ask = cls.respondsToSelector_ if kind == "+" else cls.instancesRespondToSelector_
+        return bool(ask(selector))
+    except Exception:  # no such class, or a proxy that cannot answer: it does not respond
+        return False
 
 
 _MIL_LINE = re.compile(r"(?:\bline\s*[:=]?\s*|model\.mil:)(\d+)", re.IGNORECASE)
@@ -308,6 +320,67 @@ class Framework:
         """The first ``nbytes`` of the surface's memory, writable, without copying."""
         return memoryview(self._ios.IOSurfaceGetBaseAddress(surface).as_buffer(nbytes))
 
+    # -- Metal (the optional ``metal`` extra) ---------------------------------------------------
+    def metal_device(self) -> Any:
+        """The default ``MTLDevice``; BackendUnavailable without pyobjc-framework-Metal or a GPU."""
+        device = _metal().MTLCreateSystemDefaultDevice()
+        if device is None:
+            raise BackendUnavailable("MTLCreateSystemDefaultDevice() returned nil: no Metal GPU")
+        return device
+
+    def metal_buffer(self, surface: Any, device: Any) -> tuple[Any, memoryview]:
+        """An ``MTLBuffer`` over all of ``surface``'s memory, without copying, and its contents.
+
+        ``newBufferWithBytesNoCopy:`` wants page-aligned memory of whole pages; an IOSurface's
+        memory is both (its allocation is whole VM pages), so the length is the allocation
+        rounded up to the page size.
+        """
+        metal = _metal()
+        page = os.sysconf("SC_PAGE_SIZE")
+        length = -(-int(self._ios.IOSurfaceGetAllocSize(surface)) // page) * page
+        memory = self._ios.IOSurfaceGetBaseAddress(surface).as_buffer(length)
+        buffer = device.newBufferWithBytesNoCopy_length_options_deallocator_(
+            memory, length, metal.MTLResourceStorageModeShared, None
+        )
+        if buffer is None:
+            raise EvaluationError(f"newBufferWithBytesNoCopy refused a {length}-byte IOSurface")
+        return buffer, buffer.contents().as_buffer(int(buffer.length()))
+
+    # -- experiments (anekit probe) ------------------------------------------------------------
+    def error_out(self, class_name: str, selector: str) -> None:
+        """Mark the trailing ``NSError**`` of ``selector`` an out-parameter, so calls return
+        ``(result, error)`` (the selectors of ERROR_SELECTORS are marked at load)."""
+        _register_error_metadata(self._objc, {class_name: (selector,)})
+
+    def map_mutable_weights(
+        self, client: Any, model: Any, procedure: Any, max_bytes: int
+    ) -> tuple[bool, memoryview | None, Any]:
+        """``-[_ANEClient mapMutableWeightsForModel:andProcedure:mappedWeightsBuffer:size:error:]``.
+
+        Its ``void**`` and ``uint64_t*`` out-parameters have no PyObjC metadata, so it is sent
+        through ``objc_msgSend`` (type encoding ``B56@0:8@16@24^^v32^Q40^@48``). Returns
+        (ok, the mapped memory or None, NSError or None); more than ``max_bytes`` is refused.
+        """
+        objc, vp = self._objc, ctypes.c_void_p
+        if isinstance(procedure, str):
+            procedure = self._ns.NSString.stringWithString_(procedure)
+        send = ctypes.CDLL("/usr/lib/libobjc.A.dylib").objc_msgSend
+        send.restype = ctypes.c_bool
+        send.argtypes = [vp, vp, vp, vp, ctypes.POINTER(vp), ctypes.POINTER(ctypes.c_uint64),
+                         ctypes.POINTER(vp)]  # fmt: skip
+        selector = _sel(b"mapMutableWeightsForModel:andProcedure:mappedWeightsBuffer:size:error:")
+        pointer, size, error = vp(), ctypes.c_uint64(), vp()
+        ok = send(objc.pyobjc_id(client), selector, objc.pyobjc_id(model),
+                  objc.pyobjc_id(procedure), ctypes.byref(pointer), ctypes.byref(size),
+                  ctypes.byref(error))  # fmt: skip
+        error_obj = objc.objc_object(c_void_p=error.value) if error.value else None
+        if not ok or not pointer.value:
+            return False, None, error_obj
+        if size.value > max_bytes:
+            raise EvaluationError(f"the mapped weights are {size.value} bytes, over {max_bytes}")
+        array = (ctypes.c_char * size.value).from_address(pointer.value)
+        return True, memoryview(array).cast("B"), error_obj
+
     # -- runtime introspection ------------------------------------------------------------------
     def class_names(self) -> list[str]:
         """Every Objective-C class the framework image defines."""
@@ -318,8 +391,28 @@ class Framework:
         return _runtime().methods(class_name.encode())
 
 
-def _register_error_metadata(objc: Any) -> None:
-    for class_name, selectors in ERROR_SELECTORS.items():
+def _metal() -> Any:
+    """PyObjC's Metal wrapper (the optional ``metal`` extra), imported on first use."""
+    try:
+        import Metal
+    except ImportError as e:
+        raise BackendUnavailable(
+            f"pyobjc-framework-Metal is not installed ({e}); {METAL_HINT}"
+        ) from e
+    return Metal
+
+
+def _sel(name: bytes) -> int:
+    """A selector's runtime pointer (``sel_registerName``)."""
+    fn = ctypes.CDLL("/usr/lib/libobjc.A.dylib").sel_registerName
+    fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+    return int(fn(name))
+
+
+def _register_error_metadata(
+    objc: Any, table: dict[str, tuple[str, ...]] = ERROR_SELECTORS
+) -> None:
+    for class_name, selectors in table.items():
         for selector in selectors:
             # PyObjC counts self and _cmd as arguments 0 and 1, so the last of n
             # colon-terminated arguments (the NSError**) is argument n + 1.

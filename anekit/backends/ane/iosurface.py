@@ -6,10 +6,17 @@ size = C * plane stride, pixel format 0 (ANE_NOTES 2.5, as tmc/apple's x/ane mak
 them). Its memory is locked for CPU access whenever the host may touch it and
 unlocked only while the ANE runs. A view holds its surface, so the memory outlives
 every view.
+
+``view.metal_buffer(device=None)`` makes an ``MTLBuffer`` over the same memory
+(``newBufferWithBytesNoCopy:``, never a copy: the buffer's contents must start at the
+surface's base address, or it is refused) and says where the tensor lies in it: the
+byte offset of its first element and the strides, rows padded as the layout says.
 """
 
 from __future__ import annotations
 
+import ctypes
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +27,32 @@ from anekit.errors import EvaluationError
 LOCK_READ_WRITE = 0  # IOSurfaceLock options: 0 = read/write (kIOSurfaceLockReadOnly is 1)
 
 
+@dataclass(frozen=True)
+class MetalBuffer:
+    """An ``MTLBuffer`` over a tensor's IOSurface memory (no copy), and where the tensor lies in it.
+
+    Attributes:
+        buffer: the ``id<MTLBuffer>``, spanning the whole surface; bind it with ``offset``
+            (``setBuffer:offset:atIndex:``).
+        offset: bytes from the buffer's start to the tensor's first element.
+        shape: the tensor's shape.
+        strides: bytes per step along each axis; the last axis is dense, rows are padded.
+        dtype: the element type (NumPy name, e.g. ``"float16"``).
+        length: bytes the buffer spans (the surface's allocation, whole pages).
+        row_stride: bytes from one row (last axis) to the next in the surface.
+        surface: the IOSurface; keep this object alive while the GPU uses the buffer.
+    """
+
+    buffer: Any
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+    length: int
+    row_stride: int
+    surface: Surface
+
+
 class SurfaceView(np.ndarray):
     """A NumPy array on IOSurface memory; it (and every view of it) keeps the surface alive."""
 
@@ -27,6 +60,20 @@ class SurfaceView(np.ndarray):
 
     def __array_finalize__(self, obj: Any) -> None:
         self.surface = getattr(obj, "surface", None)
+
+    def metal_buffer(self, device: Any = None) -> MetalBuffer:
+        """An ``MTLBuffer`` over this array's IOSurface memory (no copy), with its offset and strides.
+
+        Args:
+            device: the ``MTLDevice``. Default: ``MTLCreateSystemDefaultDevice()``.
+        Returns:
+            MetalBuffer: needs ``pyobjc-framework-Metal`` (``pip install 'anekit[metal]'``).
+        """
+        if self.surface is None:
+            raise EvaluationError(
+                "this array is not a view of an IOSurface, so it has no MTLBuffer"
+            )
+        return self.surface.metal_buffer(device, view=self)
 
 
 class Surface:
@@ -61,6 +108,36 @@ class Surface:
         arr.surface = self
         return arr
 
+    def metal_buffer(self, device: Any = None, *, view: np.ndarray | None = None) -> MetalBuffer:
+        """An ``MTLBuffer`` over this surface's memory; refused if Metal would copy it.
+
+        ``view`` (an array on this surface) fixes the offset, shape and strides reported;
+        without it the buffer is described as the surface's bytes.
+        """
+        fw = self._fw
+        device = device if device is not None else fw.metal_device()
+        base = address(self._fw.surface_memory(self.handle, self.nbytes))
+        buffer, contents = fw.metal_buffer(self.handle, device)
+        if address(contents) != base:
+            raise EvaluationError(
+                f"the MTLBuffer's contents are at 0x{address(contents):x}, not the surface's "
+                f"memory at 0x{base:x}: Metal copied it, so GPU writes would not reach the ANE"
+            )
+        if len(contents) < self.nbytes:
+            raise EvaluationError(
+                f"the MTLBuffer spans {len(contents)} bytes, the surface {self.nbytes}"
+            )
+        if view is None:
+            shape, strides, offset, dtype = (self.nbytes,), (1,), 0, "uint8"
+        else:
+            shape, strides, dtype = tuple(view.shape), tuple(view.strides), view.dtype.name
+            offset = int(view.__array_interface__["data"][0]) - base
+            if not 0 <= offset < self.nbytes:
+                raise EvaluationError(f"the array starts {offset} bytes into a {self.nbytes}-byte "
+                                      "surface: it is not a view of this surface")  # fmt: skip
+        return MetalBuffer(buffer, offset, shape, strides, dtype, len(contents),
+                           self.layout.row_stride, self)  # fmt: skip
+
     def lock(self) -> None:
         """Lock for CPU access (the host reads and writes the views)."""
         if not self.locked:
@@ -78,3 +155,8 @@ class Surface:
             raise EvaluationError(
                 f"{call} failed on a {self.nbytes}-byte surface: kern_return {status}"
             )
+
+
+def address(memory: memoryview) -> int:
+    """The address of a writable buffer's first byte (how "the same memory" is checked)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(memory))

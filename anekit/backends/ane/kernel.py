@@ -23,7 +23,8 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -155,18 +156,31 @@ def _shape(v: Any) -> tuple[int, ...]:
 
 
 def _request(fw: Any, slot: Slot, kernel_plan: IOPlan) -> Any:
+    return request_for(fw, slot.inputs, slot.outputs, kernel_plan.input_indices,
+                       kernel_plan.output_indices, slot.stats)  # fmt: skip
+
+
+def request_for(
+    fw: Any,
+    inputs: Sequence[Surface],
+    outputs: Sequence[Surface],
+    input_indices: Sequence[int],
+    output_indices: Sequence[int],
+    stats: Any = None,
+) -> Any:
+    """An ``_ANERequest`` over the surfaces at the given request indices (ANE_NOTES 2.1 step 6)."""
     wrap = fw.cls("_ANEIOSurfaceObject")
-    in_objects = [wrap.objectWithIOSurface_(s.handle) for s in slot.inputs]
-    out_objects = [wrap.objectWithIOSurface_(s.handle) for s in slot.outputs]
+    in_objects = [wrap.objectWithIOSurface_(s.handle) for s in inputs]
+    out_objects = [wrap.objectWithIOSurface_(s.handle) for s in outputs]
     request = fw.cls(
         "_ANERequest"
     ).requestWithInputs_inputIndices_outputs_outputIndices_weightsBuffer_perfStats_procedureIndex_(
         fw.array(in_objects),
-        fw.array([fw.number(i) for i in kernel_plan.input_indices]),
+        fw.array([fw.number(i) for i in input_indices]),
         fw.array(out_objects),
-        fw.array([fw.number(i) for i in kernel_plan.output_indices]),
+        fw.array([fw.number(i) for i in output_indices]),
         None,
-        slot.stats,
+        stats,
         fw.number(0),
     )
     if request is None:
@@ -174,6 +188,35 @@ def _request(fw: Any, slot: Slot, kernel_plan: IOPlan) -> Any:
             f"_ANERequest rejected {len(in_objects)} input and {len(out_objects)} output surfaces"
         )
     return request
+
+
+@dataclass(frozen=True)
+class ObjCParts:
+    """The Objective-C objects behind a kernel's primary slot, for experiments (``anekit probe``).
+
+    ``loaded`` is the compiled model (``loaded.model``, ``loaded.options``, ``loaded.qos``);
+    ``request`` the primary slot's ``_ANERequest``; the surfaces and indices are the ones it
+    was built over, so an experiment can build variants of it (:func:`request_for`).
+    """
+
+    loaded: Loaded
+    request: Any
+    inputs: tuple[Surface, ...]
+    outputs: tuple[Surface, ...]
+    input_indices: tuple[int, ...]
+    output_indices: tuple[int, ...]
+
+    @contextlib.contextmanager
+    def device_owned(self) -> Iterator[None]:
+        """Unlock the surfaces while the device may use them (the host must not), lock them after."""
+        surfaces = (*self.inputs, *self.outputs)
+        for s in surfaces:
+            s.unlock()
+        try:
+            yield
+        finally:
+            for s in surfaces:
+                s.lock()
 
 
 def _release_all(loaded: Loaded, slots: list[Slot]) -> None:
@@ -273,6 +316,13 @@ class SurfaceKernel(Kernel):
 
     def max_in_flight(self) -> int:
         return QUEUE_DEPTH
+
+    def objc_parts(self) -> ObjCParts:
+        """The model, request and surfaces of the primary slot (``input_buffer``'s), for experiments."""
+        self._check_open()
+        slot = self._primary
+        return ObjCParts(self._loaded, slot.request, tuple(slot.inputs), tuple(slot.outputs),
+                         tuple(self.plan.input_indices), tuple(self.plan.output_indices))  # fmt: skip
 
     def _release(self) -> None:
         self._finalizer()
