@@ -41,7 +41,14 @@ CONST = _declare(
 )
 CONSTEXPR = _declare(
     "constexpr",
-    ("anekit.mil.ops.conv", "anekit.mil.graph", "anekit.mil.passes", _RULES, _COST),
+    (
+        "anekit.mil.ops.conv",
+        "anekit.mil.graph",
+        "anekit.mil.passes",
+        "anekit.mil.verify",
+        _RULES,
+        _COST,
+    ),
     "computed from constants when the device loads the program (decompression): known at "
     "compile time, and kept compressed in the weight file, so no pass expands it",
 )
