@@ -17,7 +17,13 @@ import sys
 import types
 from typing import Any
 
-from anekit.compress.api import Compressed, compress, compress_with_report, weight_bytes
+from anekit.compress.api import (
+    Compressed,
+    CompressState,
+    compress,
+    compress_with_report,
+    weight_bytes,
+)
 from anekit.compress.layers import MIN_ELEMENTS, Layer, find_layers
 from anekit.compress.report import CompressReport, LayerReport
 from anekit.compress.schemes import AUTO, CHOICES, SCHEMES, Options, Scheme, get_scheme
@@ -28,6 +34,7 @@ __all__ = [
     "MIN_ELEMENTS",
     "SCHEMES",
     "CompressReport",
+    "CompressState",
     "Compressed",
     "Layer",
     "LayerReport",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from anekit.compress import auto, calibrate
@@ -31,6 +32,23 @@ class Compressed:
     report: CompressReport
 
 
+@dataclass
+class CompressState:
+    """What compressing one program learns that another with the same weights can reuse.
+
+    Programs that differ only in their activation shapes (an LLM's prefill and decode
+    segments) share weight names and values and activation names: their weights are
+    encoded once (k-means runs once) and their W8A8 steps calibrated once.
+
+    Attributes:
+        encodings: (weight name, scheme, granularity, shape, digest of the values) -> Encoded.
+        steps: activation name -> int8 step, once calibrated.
+    """
+
+    encodings: dict[tuple[Any, ...], Encoded] = field(default_factory=dict)
+    steps: dict[str, float] = field(default_factory=dict)
+
+
 def compress(program: Program, scheme: str, **options: Any) -> Program:
     """The program with its weights compressed by ``scheme``.
 
@@ -54,6 +72,7 @@ def compress_with_report(
     block_size: int = 32,
     seed: int = 0,
     measure: bool = True,
+    state: CompressState | None = None,
 ) -> Compressed:
     r"""Compress the weights of ``program`` and say what that did on ``chip``.
 
@@ -74,6 +93,7 @@ def compress_with_report(
         block_size (int): elements sharing one scale for per_block int8. Default: 32.
         seed (int): seeds random inputs and k-means. Default: 0.
         measure (bool): measure the output error (each layer's too) for the report.
+        state (CompressState): encodings and W8A8 steps to reuse and to add to.
     Returns:
         Compressed: ``.program``, and ``.report`` (:class:`CompressReport`).
     """
@@ -93,7 +113,7 @@ def compress_with_report(
         rung = (chosen, chosen.granularity(options, program.main.opset))
         ladders = {layer.name: [rung] for layer in layers}
         budget = max_error
-    work = _Work(program, layers, options, calibration)
+    work = _Work(program, layers, options, calibration, state or CompressState())
     fallbacks: tuple[tuple[str, str, str], ...] = ()
     own: dict[str, float] = {}
     error = None
@@ -127,16 +147,16 @@ class _Work:
         layers: list[Layer],
         options: Options,
         calibration: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+        state: CompressState,
     ) -> None:
         self.program = program
         self.layers = {layer.name: layer for layer in layers}
         self.options = options
         self.calibration = calibration
         self.samples_kind = "random" if calibration is None else "calibration"
-        self._encoded: dict[tuple[str, str, str], Encoded] = {}
+        self.state = state
         self._samples: list[calibrate.Inputs] | None = None
         self._reference: list[calibrate.Inputs] | None = None
-        self._steps: dict[str, float] | None = None
         self.measured = False
 
     def samples(self) -> list[calibrate.Inputs]:
@@ -149,21 +169,28 @@ class _Work:
     def build(self, rungs: dict[str, Rung]) -> Program:
         choices = {}
         for name, (scheme, granularity) in rungs.items():
-            key = (name, scheme.name, granularity)
-            if key not in self._encoded:
-                self._encoded[key] = scheme.encode(self.layers[name], granularity, self.options)
-            choices[name] = Choice(self.layers[name], self._encoded[key], scheme.activations)
+            layer = self.layers[name]
+            digest = hashlib.blake2b(layer.array.tobytes(), digest_size=16).digest()
+            key = (name, scheme.name, granularity, layer.shape, digest, self.options)
+            encoded = self.state.encodings.get(key)
+            if encoded is None:
+                encoded = self.state.encodings[key] = scheme.encode(
+                    layer, granularity, self.options
+                )
+            choices[name] = Choice(layer, encoded, scheme.activations)
         steps = self.steps() if any(c.activations for c in choices.values()) else None
         return apply(self.program, choices, steps)
 
     def steps(self) -> dict[str, float]:
         """int8 steps of every activation a layer reads, from the uncompressed program."""
-        if self._steps is None:
-            graph = FunctionGraph(self.program.main)
-            values = [v for layer in self.layers.values() for _, _, v in layer.activations(graph)]
-            self._steps = calibrate.activation_steps(self.program, values, self.samples())
+        graph = FunctionGraph(self.program.main)
+        values = [v for layer in self.layers.values() for _, _, v in layer.activations(graph)]
+        missing = [v for v in values if v.name not in self.state.steps]
+        if missing:
+            found = calibrate.activation_steps(self.program, missing, self.samples())
+            self.state.steps.update(found)
             self.measured = True
-        return self._steps
+        return self.state.steps
 
     def error(self, rungs: dict[str, Rung]) -> float:
         """Output error of the program compressed as ``rungs`` say."""

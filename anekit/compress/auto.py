@@ -43,7 +43,9 @@ def compressed_work(
     work: OpWork, layer: Layer, scheme: Scheme, granularity: str, options: Options
 ) -> OpWork:
     """One op's work with the layer's weight stored as ``scheme`` would store it."""
-    saved = max(layer.dense_bytes - scheme.stored_bytes(layer, granularity, options), 0)
+    itemsize = layer.array.dtype.itemsize
+    stored = scheme.stored_bytes(layer.shape, layer.axis, itemsize, granularity, options)
+    saved = max(layer.dense_bytes - stored, 0)
     return dataclasses.replace(
         work,
         compressed=(*work.compressed, (scheme.encoding(granularity), float(saved))),

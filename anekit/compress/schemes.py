@@ -94,19 +94,18 @@ class Scheme:
     def encode(self, layer: Layer, granularity: str, options: Options) -> Encoded:
         return self.encoder(layer, granularity, options)
 
-    def stored_bytes(self, layer: Layer, granularity: str, options: Options) -> int:
-        """Bytes the weight will take stored (predicted without encoding it)."""
-        n, item, channels = math.prod(layer.shape), layer.array.dtype.itemsize, layer.channels
+    def stored_bytes(
+        self, shape: tuple[int, ...], axis: int, itemsize: int, granularity: str, options: Options
+    ) -> int:
+        """Bytes a weight of ``shape`` (output channels on ``axis``) takes stored, predicted."""
+        n, channels = math.prod(shape), shape[axis]
         packed = -(-n * self.bits // 8)
         if self.forms[granularity].encoding == "lut":
-            tables = 1 if granularity == "per_tensor" else channels // _group(layer, options)
-            return packed + tables * (1 << self.bits) * item
+            group = encode.group_of(channels, options.group_size)
+            tables = 1 if granularity == "per_tensor" else channels // group
+            return packed + tables * (1 << self.bits) * itemsize
         scales = {"per_tensor": 1, "per_channel": channels}.get(granularity)
-        return packed + item * (scales if scales is not None else n // options.block_size)
-
-
-def _group(layer: Layer, options: Options) -> int:
-    return encode.group_of(layer.channels, options.group_size)
+        return packed + itemsize * (scales if scales is not None else n // options.block_size)
 
 
 def _at_least(opset: str, needed: str) -> bool:

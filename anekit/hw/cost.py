@@ -16,7 +16,8 @@ The mechanism, fit to the published measurements in ``anekit/bench/data/publishe
   weights small enough to sit on chip come at the on-chip weight rate, larger ones
   at the DRAM bandwidth the ANE reaches; a weight stored compressed (a constexpr op)
   streams its stored bytes on a chip that keeps that encoding compressed, its dense
-  bytes on one that folds it (``anekit.hw.compression``);
+  bytes on one that folds it (``anekit.hw.compression``), at the rate its dense size
+  gives it;
 * an op whose working set (all operands and results) exceeds the on-chip memory
   falls off the "SRAM cliff": part of its work re-streams operands and runs at the
   chip's much lower spill rate, a part that grows with the overflow until all of it does
@@ -335,8 +336,10 @@ def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
         rate = p.peak_flops * (p.int8_speedup if op.int8 else 1.0)
         spilled = spill_fraction(*_sram_load(op, p))
         compute_s = op.flops / rate + spilled * op.flops / p.spill_flops
-        weights = op.streamed_weight_bytes(chip)  # compressed weights stream their stored bytes
-        weight_bw = p.weight_bw if weights <= p.onchip_tensor_bytes else p.dram_bw
+        # where a weight streams from is decided by its dense size (compression changes how
+        # many bytes move, not whether the weight fits on chip); how long, by its stored size
+        weights = op.streamed_weight_bytes(chip)
+        weight_bw = p.weight_bw if op.weight_bytes <= p.onchip_tensor_bytes else p.dram_bw
         memory_s = weights / weight_bw + spill_s
         seconds = max(compute_s, weights / weight_bw) + spill_s
     else:
