@@ -7,10 +7,11 @@
    256-token text against the fp16 model's, and the cost model's predicted decode tokens/s
    on M1, M4 and M5 against fp16 (both the dynamic-weight kernels the uncompressed model
    runs and the same segments with fp16 weights compiled in).
-2. Whole programs through ``anekit.compress`` (what ``anekit compress`` does): the
-   12-layer decoder stack of ``anekit.bench.programs`` and a chain of 1x1 convs, each
-   scheme and ``auto`` within a 2% output-error budget, with the measured output error
-   and the predicted time per chip.
+2. Whole programs through ``anekit.compress`` (what ``anekit compress`` does): a BERT
+   (4 layers, hidden 256, 128 tokens, random init) converted with ``anekit.from_torch``,
+   the decoder stack of ``anekit.bench.programs`` and a chain of 1x1 convs; each scheme
+   and ``auto`` within a 2% output-error budget, with the measured output error and the
+   predicted time per chip.
 
 The model is random-init: its next-token distributions are close to uniform, so its
 perplexity is near the vocabulary size and says little about language; the change
@@ -127,6 +128,27 @@ def program_table(name: str, program, samples: list[dict]) -> None:
               f"({seconds:.0f} s)")  # fmt: skip
 
 
+def converted_bert():  # noqa: ANN201 (a Program and its calibration inputs)
+    """A random-init BERT converted through torch.export, and the token ids it is measured on."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    import anekit
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        vocab_size=8192,
+        max_position_embeddings=128,
+    )
+    model = BertModel(config).eval()
+    ids = torch.randint(0, config.vocab_size, (1, 128))
+    return anekit.from_torch(model, (ids,)), {"input_ids": ids.numpy().astype(np.int32)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -143,6 +165,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 save_model(Path(tmp))
                 llm_table(Path(tmp), ids, text)
+        bert, ids = converted_bert()
+        program_table("BERT, converted (4 layers, hidden 256, 128 tokens)", bert, [ids])
         stack = transformer(TransformerShape(layers=4))
         x = [{"x": rng.standard_normal((1, 1, 256, 64)).astype(np.float16)} for _ in range(2)]
         program_table("decoder stack (4 layers, dim 256, 64 tokens)", stack, x)
