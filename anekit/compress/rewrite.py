@@ -8,8 +8,8 @@ W8A8 layer, each float activation its op reads goes through ``quantize`` to int8
 ``dequantize`` back (one pair per activation, shared by the ops reading it), with the
 scale calibration found; the op reads the dequantized value.
 
-Constants of more than ``INLINE_ELEMENTS`` elements go to weight files of their own
-(one tensor per file, which every chip accepts).
+Constants of more than ``FOLD_INLINE_ELEMENTS`` elements (as ``fold_constants`` writes
+them) go to weight files of their own (one tensor per file, which every chip accepts).
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ from anekit.compress.layers import Layer
 from anekit.mil.graph import FunctionGraph
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import ATTRIBUTES
-from anekit.mil.passes import substitute
+from anekit.mil.passes import FOLD_INLINE_ELEMENTS, substitute
 from anekit.mil.program import Function, Operation, Program
 from anekit.mil.types import DType, TensorType
 from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
 from anekit.mil.verify import check_function, check_op
-
-INLINE_ELEMENTS = 64  # as fold_constants: larger constants go to weight files
 
 
 @dataclass(frozen=True)
@@ -137,7 +135,7 @@ class _Emitter:
 
     def _literal(self, stem: str, array: np.ndarray, dtype: DType) -> Value:
         blob = None
-        if array.size > INLINE_ELEMENTS:
+        if array.size > FOLD_INLINE_ELEMENTS:  # as fold_constants: larger ones go to files
             blob = BlobRef(self._file(stem), 64)
         return Value("", TensorType(dtype, tuple(array.shape)), None, array, blob)
 

@@ -53,7 +53,7 @@ class Scheme:
         forms: granularity -> its form, the finest first.
         accuracy: 0 for the most accurate scheme, larger for coarser ones.
         activations: int8 activations too (W8A8).
-        encoder: ``(weight, axis, granularity, options) -> Encoded``.
+        encoder: ``(layer, granularity, options) -> Encoded``.
     """
 
     name: str
