@@ -172,3 +172,16 @@ def test_stored_forms_declare_their_encoding() -> None:
     assert (encoding.kind, encoding.bits) == ("lut", 6)
     assert stored == 64 * 64 * 6 // 8 + 4 * 64 * 2
     assert set(SCHEMES) == {"int8", "w8a8", "lut6", "lut4"}
+
+
+def test_anekit_compress_is_both_the_function_and_its_package() -> None:
+    import subprocess
+    import sys
+
+    import anekit.compress.schemes  # importing a submodule sets anekit.compress to the package
+
+    program = conv_program(layers=1)
+    assert anekit.compress(program, "int8") == anekit.compress.compress(program, "int8")
+    lazy = "import anekit, sys; print('anekit.compress' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", lazy], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # import anekit loads no compression code
