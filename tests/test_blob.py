@@ -291,7 +291,7 @@ def test_unknown_dtype_code(code: int) -> None:
         assert err.offset == 64 and f"unknown dtype code {code}" in err.message
 
 
-@pytest.mark.parametrize("code", [5, 8, 9, 10, 11, 12, 13, 16, 17])
+@pytest.mark.parametrize("code", [5, 16, 17])  # bf16, fp8: sub-byte codes are read
 def test_recognised_but_unsupported_dtype_code(code: int) -> None:
     f, _ = two_blobs()
     for off in (None, 64):

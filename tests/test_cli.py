@@ -124,6 +124,7 @@ def test_a_read_refused_by_the_os_is_one_line_naming_it(
 REQUIRED = {name: ["x.mil"] for name in ("fmt", "run", "check", "estimate")} | {
     "generate": ["--ckpt", "x"],
     "convert": ["x.pt2", "--out", "x"],
+    "compress": ["x.mil", "out", "--scheme", "int8"],
 }
 
 

@@ -133,3 +133,38 @@ def test_convert_usage_errors_are_one_line_exit_2(tmp_path, capsys, problem: str
     code, stdout, stderr = run(capsys, *argv)
     assert code == 2 and stdout == ""
     assert stderr.startswith("anekit convert: error: ") and len(stderr.strip().splitlines()) == 1
+
+
+class Wide(torch.nn.Module):
+    """Linear layers big enough to compress (128 x 64 weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 128), torch.nn.Linear(128, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_convert_compress(tmp_path, capsys) -> None:
+    torch.manual_seed(0)
+    model, x = Wide(), torch.randn(1, 16, 64)
+    path = save(tmp_path, model, x)
+    out = tmp_path / "out"
+    argv = ("convert", path, "--out", str(out), "--chip", "m4", "--compress", "int8", "--json")
+    code, stdout, stderr = run(capsys, *argv)
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    report = data["compression"]
+    assert [r["scheme"] for r in report["layers"]] == ["int8", "int8"]
+    assert report["ratio"] < 0.6 and report["samples"] == "calibration"
+    assert data["fidelity"]["outputs"][0]["rel_error"] < 2e-2  # the conversion's, uncompressed
+    prog = mil.load(out)
+    assert sum(op.op_type == "constexpr_affine_dequantize" for op in prog.main.ops) == 2
+    with anekit.compile(prog, backend="reference") as k:
+        got = k(x=x.numpy())["output"].astype(np.float32)
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert 1e-4 < np.linalg.norm(got - want) / np.linalg.norm(want) < 3e-2
+    code, _, stderr = run(capsys, "convert", path, "--out", str(out), "--max-error", "0.1")
+    assert code == 2 and "--max-error applies to --compress" in stderr

@@ -129,3 +129,30 @@ def test_estimate_needs_a_program_or_a_model(model_dir, capsys):
     assert main(["estimate", "x.mil", "--model", str(model_dir)]) == 2
     assert main(["estimate", "--model", str(model_dir), "--prompt-tokens", "0"]) == 2
     assert "prompt_tokens must be in [1," in capsys.readouterr().err
+
+
+def test_generate_compressed_decodes_like_the_compressed_model(model_dir, monkeypatch, capsys):
+    out = Recording()
+    monkeypatch.setattr(sys, "stdout", out)
+    argv = ["generate", "--model", str(model_dir), "--prompt", PROMPT, "--tokens", "6",
+            "--temperature", "0", "--backend", "reference", "--compress", "int8"]  # fmt: skip
+    assert main(argv) == 0
+    with llm.load(model_dir, backend="reference", compress="int8") as m:
+        ids = m.tokenizer.encode(PROMPT)
+        new = m.generate(ids, 6)
+        continuation = m.tokenizer.decode(ids + new)[len(m.tokenizer.decode(ids)) :]
+        assert m.compression["head"].weight_bytes_after < m.compression["head"].weight_bytes_before
+    assert out.getvalue() == PROMPT + continuation + "\n"
+
+
+def test_estimate_model_compressed_json(model_dir, capsys):
+    from anekit.llm.cost import estimate_llm
+
+    argv = ["estimate", "--model", str(model_dir), "--chip", "m1", "--compress", "lut4", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = estimate_llm(llm.read_model_config(model_dir), "m1", compress="lut4")
+    assert data["compress"] == "lut4" and data["weight_bytes"] == expected.weight_bytes
+    assert data["decode_tokens_per_s"] == round(expected.decode_tokens_per_s, 2)
+    assert main(["generate", "--model", str(model_dir), "--compress", "auto"]) == 2
+    assert "unknown compression 'auto'" in capsys.readouterr().err

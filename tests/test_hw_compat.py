@@ -113,6 +113,27 @@ def dynamic() -> Program:
     return Program({"main": Function("main", (x,), (op,), (y,))})
 
 
+def compressed(kind: str) -> Program:
+    """A 1x1 conv whose weight is an int8 constexpr (``affine``) or a 2-bit LUT (``lut2``)."""
+    b = mil.Builder(opset="ios16")
+    x = b.input("x", (1, 64, 1, 32), "fp16")
+    if kind == "affine":
+        w = b.constexpr_affine_dequantize(
+            quantized_data=np.ones((64, 64, 1, 1), np.int8),
+            zero_point=np.int8(0),
+            scale=np.full(64, 0.5, np.float16),
+            axis=0,
+        )
+    else:
+        w = b.constexpr_lut_to_dense(
+            indices=np.zeros(64 * 64 // 4, np.uint8),
+            lut=np.arange(4, dtype=np.float16),
+            shape=np.array([64, 64, 1, 1], np.uint32),
+        )
+    b.output(b.conv(x=x, weight=w), "y")
+    return b.build()
+
+
 # rule id -> (chip, a minimal program breaking it); the rule must fire there.
 VIOLATIONS: dict[str, tuple[str, Callable[[], Program]]] = {
     "dynamic-shape": ("m4", dynamic),
@@ -133,6 +154,8 @@ VIOLATIONS: dict[str, tuple[str, Callable[[], Program]]] = {
     "legacy-fp32-cast": ("m1", fp32_edges),
     "legacy-multi-blob": ("m1", shared_weight_file),
     "m3-conv-channels": ("m3-pro", lambda: conv(64, 64)),
+    "compression-folds": ("m1", lambda: compressed("affine")),  # M1 folds int8 (ANEForge)
+    "compression-unverified": ("m4", lambda: compressed("lut2")),  # no source on 2-bit LUTs
 }
 
 

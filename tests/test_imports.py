@@ -24,7 +24,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"hw"}),
     frozenset({"backends"}),
     frozenset({"nn"}),
-    frozenset({"train", "bench", "inspect", "frontends", "llm"}),
+    frozenset({"train", "bench", "inspect", "frontends", "llm", "compress"}),
     frozenset({"doctor", "probe"}),
     frozenset({"cli", "__main__"}),
 )

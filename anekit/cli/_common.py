@@ -104,6 +104,20 @@ def _backends() -> Iterable[str]:
 backend_name = one_of("backend", _backends)
 
 
+def _llm_compressions() -> Iterable[str]:
+    from anekit.llm.compressed import CHOICES
+
+    return CHOICES
+
+
+COMPRESS_HELP = (
+    "store the weights compressed (int8, w8a8, lut6, lut4; fp16: compiled in, uncompressed): "
+    "the layers run as segment programs with their weights compiled in"
+)
+# what a language model can be loaded with (anekit.llm.compressed)
+llm_compression = one_of("compression", _llm_compressions)
+
+
 THREADS_HELP = (
     "BLAS / OpenMP / torch threads while timing (default 1: steady on a shared machine; "
     "needs threadpoolctl)"

@@ -9,8 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from anekit.cli._common import add_chip, progress_bar, resolve_chip
+from anekit.cli._common import add_chip, non_negative, one_of, progress_bar, resolve_chip
 from anekit.errors import UsageError
+
+
+def _schemes() -> list[str]:
+    from anekit.compress import CHOICES
+
+    return list(CHOICES)
+
 
 # conversions with more graph nodes than this get a progress bar (or progress lines)
 PROGRESS_FROM = 300
@@ -30,6 +37,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--passes",
         help="comma-separated rewrite passes to run (default: all; 'none' keeps the fp32 program)",
     )
+    parser.add_argument(
+        "--compress",
+        type=one_of("scheme", _schemes),
+        help="compress the weights for the chip: int8, w8a8, lut6, lut4 or auto (anekit compress)",
+    )
+    parser.add_argument(
+        "--max-error",
+        type=non_negative(float),
+        help="with --compress: budget on the relative output error against the uncompressed "
+        "program (layers fall back until it holds; auto: default 0.02)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -42,12 +60,14 @@ def run(args: argparse.Namespace) -> int:
         from anekit.frontends.torch.compare import TOLERANCE
     except ImportError as e:  # torch is an optional extra; the message says how to get it
         raise UsageError(str(e)) from None
+    if args.max_error is not None and args.compress is None:
+        raise UsageError("--max-error applies to --compress")
     chip = resolve_chip(args.chip)
     passes = _passes(args.passes)
     with _Progress() as progress:
         result = convert_file(
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
-            passes=passes, progress=progress,
+            passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
         )  # fmt: skip
     errors = [d for d in result.diagnostics if d.severity == "error"]
     fidelity_ok = result.fidelity is None or result.fidelity.worst.rel_error <= TOLERANCE
@@ -113,6 +133,7 @@ def _as_json(result: Any, chip: str) -> dict:
         "estimate": None
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
+        "compression": None if result.compression is None else result.compression.record(),
     }
 
 
@@ -127,6 +148,8 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         print("no example inputs saved with the ExportedProgram: fidelity not measured")
     else:
         print(result.fidelity)
+    if result.compression is not None:
+        print("\n".join(result.compression.lines()))
     if args.check:
         model = str(result.out_dir / "model.mil")
         for d in result.diagnostics:

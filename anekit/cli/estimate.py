@@ -11,7 +11,14 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING
 
-from anekit.cli._common import SHAPES_HELP, add_chip, load_program, non_negative, resolve_chip
+from anekit.cli._common import (
+    SHAPES_HELP,
+    add_chip,
+    llm_compression,
+    load_program,
+    non_negative,
+    resolve_chip,
+)
 
 if TYPE_CHECKING:
     from anekit.hw.cost import Estimate
@@ -29,6 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=non_negative(int),
         default=128,
         help="with --model: the prompt length to predict for (default: 128)",
+    )
+    parser.add_argument(
+        "--compress",
+        type=llm_compression,
+        help="with --model: predict the model loaded with this weight compression ("
+        "int8, w8a8, lut6, lut4, fp16)",
     )
     add_chip(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -69,8 +82,9 @@ def _run_model(args: argparse.Namespace) -> int:
     from anekit.llm.run import estimate_report
 
     config = read_model_config(args.model)
+    options = {"prompt_tokens": args.prompt_tokens, "compress": args.compress}
     if args.all_chips:
-        rows = [estimate_llm(config, name, prompt_tokens=args.prompt_tokens) for name in chips()]
+        rows = [estimate_llm(config, name, **options) for name in chips()]
         if args.json:
             print(json.dumps([r.record() for r in rows], indent=1))
             return 0
@@ -78,7 +92,7 @@ def _run_model(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r.chip:10} {r.prefill_tokens_per_s:14.1f} {r.decode_tokens_per_s:13.1f}")
         return 0
-    est, lines = estimate_report(config, resolve_chip(args.chip).name, args.prompt_tokens)
+    est, lines = estimate_report(config, resolve_chip(args.chip).name, **options)
     print(json.dumps(est.record(), indent=1) if args.json else "\n".join(lines))
     return 0
 

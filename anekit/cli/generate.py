@@ -11,7 +11,14 @@ import argparse
 import json
 import sys
 
-from anekit.cli._common import add_backend, add_chip, non_negative, utf8_text
+from anekit.cli._common import (
+    COMPRESS_HELP,
+    add_backend,
+    add_chip,
+    llm_compression,
+    non_negative,
+    utf8_text,
+)
 from anekit.errors import UsageError
 
 
@@ -56,7 +63,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=non_negative(int), default=0, help="sampling seed")
     add_backend(parser)
-    add_chip(parser, "for the head's dimension limit and --stats predictions")
+    parser.add_argument("--compress", type=llm_compression, help=COMPRESS_HELP)
+    add_chip(parser, "for the head's dimension limit, compression and --stats predictions")
     parser.add_argument(
         "--stats",
         action="store_true",
@@ -78,9 +86,16 @@ def run(args: argparse.Namespace) -> int:
 
         override = Llama2cTokenizer(args.tokenizer) if args.tokenizer else None
         config, source, tokenizer = read_training_checkpoint(args.ckpt, override)
-        model = llm.Model(config, source, tokenizer=tokenizer, backend=args.backend, chip=chip)
+        model = llm.Model(
+            config,
+            source,
+            tokenizer=tokenizer,
+            backend=args.backend,
+            chip=chip,
+            compress=args.compress,
+        )
     else:
-        model = llm.load(args.model, backend=args.backend, chip=chip)
+        model = llm.load(args.model, backend=args.backend, chip=chip, compress=args.compress)
     with model:
         needed = len(prompt_ids(model, args.prompt)) + args.tokens
         if needed > model.max_seq:

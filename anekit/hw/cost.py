@@ -14,7 +14,10 @@ The mechanism, fit to the published measurements in ``anekit/bench/data/publishe
 * conv / matmul / attention ops run at the chip's fp16 MAC peak (twice that when the
   activations between layers are int8, W8A8), overlapped with streaming their weights:
   weights small enough to sit on chip come at the on-chip weight rate, larger ones
-  at the DRAM bandwidth the ANE reaches;
+  at the DRAM bandwidth the ANE reaches; a weight stored compressed (a constexpr op)
+  streams its stored bytes on a chip that keeps that encoding compressed, its dense
+  bytes on one that folds it (``anekit.hw.compression``), at the rate its dense size
+  gives it;
 * an op whose working set (all operands and results) exceeds the on-chip memory
   falls off the "SRAM cliff": part of its work re-streams operands and runs at the
   chip's much lower spill rate, a part that grows with the overflow until all of it does
@@ -35,7 +38,9 @@ from typing import TYPE_CHECKING
 
 from anekit.errors import MilTypeError
 from anekit.hw.chips import Chip, CostParams, get_chip
-from anekit.mil.graph import FunctionGraph
+from anekit.hw.compression import streams
+from anekit.mil.graph import FunctionGraph, stored_form
+from anekit.mil.ops.registry import Encoding
 from anekit.mil.ops.traits import (
     ACTIVATION,
     BINARY,
@@ -81,6 +86,9 @@ class OpWork:
         int8: the activation input is int8 (W8A8 chains run on the int8 datapath).
         largest_operand: bytes of its largest single operand or result (the per-operand
             SRAM-cliff test).
+        compressed: each weight stored compressed by a constexpr op: its encoding and the
+            bytes its compression saves (dense minus stored), which count only on a chip
+            that streams that encoding (``anekit.hw.compression``).
     """
 
     op: str
@@ -93,6 +101,12 @@ class OpWork:
     spill_candidates: tuple[float, ...] = ()
     int8: bool = False
     largest_operand: float = 0.0
+    compressed: tuple[tuple[Encoding, float], ...] = ()
+
+    def streamed_weight_bytes(self, chip: Chip) -> float:
+        """The weight bytes the op streams on ``chip``: compressed where the chip keeps it so."""
+        saved = sum(s for encoding, s in self.compressed if streams(encoding, chip))
+        return self.weight_bytes - saved
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +205,11 @@ class _Analysis(FunctionGraph):
         out_bytes = sum(operands[len(acts) : len(acts) + len(op.outputs)])
         weight_bytes = sum(operands[len(acts) + len(op.outputs) :])
         spills = tuple(_padded(v, op) for v in op.outputs if self._materialized(v))
+        compressed = []
+        for v, dense in zip(weights, operands[len(acts) + len(op.outputs) :]):
+            form = stored_form(v)
+            if form is not None:
+                compressed.append((form[0], max(dense - form[1], 0.0)))
         return OpWork(
             op=op.op_type,
             name=op.name,
@@ -202,6 +221,7 @@ class _Analysis(FunctionGraph):
             spill_candidates=spills,
             int8=kind == "mac" and any(_int8_activation(v) for v in acts),
             largest_operand=max(operands, default=0),
+            compressed=tuple(compressed),
         )
 
     def _kind(self, op: Operation) -> str:
@@ -297,6 +317,11 @@ def _sram_load(op: OpWork, p: CostParams) -> tuple[float, float]:
     return op.largest_operand, p.operand_tile_bytes
 
 
+def op_estimate(op: OpWork, chip: str | Chip) -> OpEstimate:
+    """The predicted time of one op's work on ``chip`` (a row of :func:`estimate_work`)."""
+    return _op_row(op, get_chip(chip))
+
+
 def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
     p = chip.cost
     if op.kind == "free":
@@ -311,9 +336,12 @@ def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
         rate = p.peak_flops * (p.int8_speedup if op.int8 else 1.0)
         spilled = spill_fraction(*_sram_load(op, p))
         compute_s = op.flops / rate + spilled * op.flops / p.spill_flops
+        # where a weight streams from is decided by its dense size (compression changes how
+        # many bytes move, not whether the weight fits on chip); how long, by its stored size
+        weights = op.streamed_weight_bytes(chip)
         weight_bw = p.weight_bw if op.weight_bytes <= p.onchip_tensor_bytes else p.dram_bw
-        memory_s = op.weight_bytes / weight_bw + spill_s
-        seconds = max(compute_s, op.weight_bytes / weight_bw) + spill_s
+        memory_s = weights / weight_bw + spill_s
+        seconds = max(compute_s, weights / weight_bw) + spill_s
     else:
         compute_s = op.flops / p.vector_flops
         memory_s = spill_s

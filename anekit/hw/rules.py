@@ -18,8 +18,9 @@ from typing import Any
 
 from anekit.errors import MilTypeError
 from anekit.hw.chips import Chip
+from anekit.hw.compression import support
 from anekit.hw.cost import LAST_AXIS_ALIGN, padded_bytes
-from anekit.mil.graph import FunctionGraph
+from anekit.mil.graph import FunctionGraph, stored_form
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import ATTENTION, CAST, CONST, CONSTEXPR, CONV, MATMUL
 from anekit.mil.program import Operation, Program, Value
@@ -368,6 +369,35 @@ def _legacy_multi_blob(ctx: Context) -> Iterator[Finding]:
             )
 
 
+# -- compressed weights -----------------------------------------------------------------------
+def _compression_findings(ctx: Context, verdict: str | None) -> Iterator[Finding]:
+    """constexpr ops whose encoding the chip's data says ``verdict`` of (None: says nothing)."""
+    for op in ctx.ops_with(CONSTEXPR):
+        form = stored_form(op.outputs[0])
+        if form is None:
+            continue
+        encoding, stored = form
+        fact = support(encoding, ctx.chip)
+        found = None if fact is None else fact.value
+        if found != verdict:
+            continue
+        what = f"{op.op_type} ({encoding.kind}, {encoding.bits}-bit)"
+        if verdict is None:
+            yield Finding(
+                f"{what}: no source says whether {ctx.chip.name} ({ctx.chip.generation}) streams "
+                "this encoding compressed or folds it to dense fp16; the cost model assumes it folds",
+                op,
+            )
+        else:
+            dense = op.outputs[0].type.nbytes or 0
+            yield Finding(
+                f"{what}: {ctx.chip.name} ({ctx.chip.generation}) folds this encoding to dense fp16 "
+                f"when it compiles ({fact.note or 'no bandwidth saving'}): the weight streams "  # type: ignore[union-attr]
+                f"{dense} bytes, not its {stored} stored bytes; use a scheme this chip streams",
+                op,
+            )
+
+
 # -- M3 ---------------------------------------------------------------------------------------------
 def _m3_conv_channels(ctx: Context) -> Iterator[Finding]:
     for op in ctx.ops_with(CONV):
@@ -422,6 +452,11 @@ RULES: tuple[Rule, ...] = (
          legacy_chip, _legacy_fp32_cast),
     Rule("legacy-multi-blob", "warning", "M1/M2 reject multi-blob weight files",
          "ANE_NOTES 2.4 and section 4; maderix/ANE report", legacy_chip, _legacy_multi_blob),
+    Rule("compression-folds", "warning", "the chip folds this weight encoding to dense fp16",
+         "data/compression.json (ANEForge per-family compressed-weight streaming)", every_chip,
+         lambda ctx: _compression_findings(ctx, "folds")),
+    Rule("compression-unverified", "info", "no evidence how the chip treats this weight encoding",
+         "data/compression.json", every_chip, lambda ctx: _compression_findings(ctx, None)),
     Rule("m3-conv-channels", "warning", "only 512-channel convs reported to compile on M3",
          "maderix/ANE cross-generation report (M3 Pro); maderix/ANE issue #42 (M3 Ultra)",
          lambda chip: chip.generation == "H15", _m3_conv_channels),

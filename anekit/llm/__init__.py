@@ -12,6 +12,7 @@ Only NumPy is needed to import this package; ``tokenizers`` is imported when a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from anekit.errors import ModelError
@@ -53,6 +54,8 @@ def load(
     chunk: int | None = None,
     tokenizer: str | Path | None = None,
     hold: str | None = None,
+    compress: str | None = None,
+    calibration: Sequence[int] | None = None,
 ) -> Model:
     """Load a model: a Hugging Face directory, or a llama2.c ``.bin`` checkpoint.
 
@@ -69,6 +72,12 @@ def load(
         tokenizer: a llama2.c ``tokenizer.bin`` (default: ``tokenizer.bin`` beside the
             checkpoint); for a directory its ``tokenizer.json`` is used.
         hold: "fp16" or "fp32" host form of weights and cache (see :class:`Model`).
+        compress: store the weights compressed, "int8", "w8a8", "lut6" or "lut4" (or
+            "fp16": compiled in, uncompressed): the layers run as segment programs with
+            their weights compiled in (``anekit.llm.compressed``). Default: None, the
+            dynamic-weight kernels.
+        calibration: token ids whose activations calibrate W8A8's int8 steps (default:
+            seeded random tokens).
     """
     from anekit.llm.model import DEFAULT_CHUNK
 
@@ -79,6 +88,8 @@ def load(
         "max_seq": max_seq,
         "chunk": chunk or DEFAULT_CHUNK,
         "hold": hold,
+        "compress": compress,
+        "calibration": calibration,
     }
     if p.is_file() and p.suffix == ".bin":
         from anekit.llm import llama2c

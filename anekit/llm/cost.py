@@ -8,6 +8,11 @@ reaches (``ane_dram_bw_gbps`` in ``anekit/hw/data/chips.json``, measured with a
 matrix-vector product over a 1 GB layer), overlapped with the MACs that read them, not
 activations through the slower I/O path. Decode reads every weight once per token, so
 its prediction is bandwidth-bound by construction.
+
+With ``compress=`` the model runs segment programs with its weights compiled in
+(``anekit.llm.compressed``); those programs are costed as built, their weights priced by
+the bytes the chosen scheme stores where the chip streams that encoding compressed
+(``anekit.hw.compression``), by their dense bytes where it folds it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+
+import numpy as np
 
 from anekit.errors import UsageError
 from anekit.hw.chips import Chip, get_chip
@@ -37,11 +44,15 @@ class LlmEstimate:
         prompt_tokens: the prompt length the prediction is for.
         prefill_s: time to run the prompt through every block (in chunks) and the head once.
         decode_step_s: time of one decode step right after the prompt (blocks and head).
-        block_decode_s, head_decode_s: the two kernels of one decode step, each once.
-        block_prefill_s: one prefill chunk through one block.
-        weight_bytes: fp16 bytes streamed per decode step (every block weight and the head).
+        block_decode_s, head_decode_s: the two kernels of one decode step, each once (with
+            ``compress``: every segment together).
+        block_prefill_s: one prefill chunk through one block (with ``compress``: through
+            every segment).
+        weight_bytes: bytes stored, and streamed per decode step, of every block weight and
+            the head (fp16, or as ``compress`` stores them).
         weights_s: those bytes at the chip's measured ANE DRAM bandwidth: the decode floor.
         compiles: programs the model compiles for this prompt and one decode bucket.
+        compress: the weight compression costed, or None for the dynamic-weight kernels.
     """
 
     chip: str
@@ -54,6 +65,7 @@ class LlmEstimate:
     weight_bytes: int
     weights_s: float
     compiles: int
+    compress: str | None = None
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -74,6 +86,7 @@ class LlmEstimate:
             "weights_ms": round(self.weights_s * 1e3, 3),
             "weight_bytes": self.weight_bytes,
             "compiles": self.compiles,
+            "compress": self.compress,
         }
 
 
@@ -84,6 +97,7 @@ def estimate_llm(
     prompt_tokens: int = 128,
     max_seq: int | None = None,
     chunk: int = DEFAULT_CHUNK,
+    compress: str | None = None,
 ) -> LlmEstimate:
     """Predict prefill and decode speed of ``config`` on ``chip`` (see the module docstring)."""
     profile = get_chip(chip)
@@ -93,6 +107,8 @@ def estimate_llm(
     chunk = min(chunk, seq)
     pieces = K.head_pieces(config.vocab_size, profile.max_dim_channel)
     slots = next(s for s in decode_slots(seq) if s >= prompt_tokens)
+    if compress is not None:
+        return _estimate_segments(config, profile, compress, prompt_tokens, seq, chunk, slots)
     weights = set(K.block_weight_shapes(config))
     head_weights = {f"w{j}" for j in range(len(pieces))} | {"norm"}
     block_decode = _seconds(K.block_program(config, K.BlockKey(1, slots)), weights, profile)
@@ -112,6 +128,78 @@ def estimate_llm(
         weights_s=streamed / profile.cost.dram_bw,
         compiles=3,
     )
+
+
+def _estimate_segments(
+    config: LlmConfig, chip: Chip, scheme: str, prompt_tokens: int, seq: int, chunk: int, slots: int
+) -> LlmEstimate:
+    """:func:`estimate_llm` of the segment programs ``load(..., compress=scheme)`` runs."""
+    from anekit.llm.compressed import check_scheme, head_bytes, layer_bytes, plan_segments
+
+    segments = plan_segments(config, check_scheme(scheme), 1 + len(decode_slots(seq)))
+    pieces = K.head_pieces(config.vocab_size, chip.max_dim_channel)
+
+    def segments_s(key: K.BlockKey) -> float:
+        return sum(
+            compressed_seconds(
+                K.segment_program(config, key, _zeros(config, len(seg)), 0), scheme, chip
+            )
+            for seg in segments
+        )
+
+    zeros = [np.broadcast_to(np.zeros((), np.float16), (1, 1, rows, config.dim)) for rows in pieces]
+    norm = np.broadcast_to(np.zeros((), np.float16), (1, 1, config.dim, 1))
+    head_program = K.head_constants_program(config, K.HeadKey(1, pieces), norm, zeros)
+    head = compressed_seconds(head_program, scheme, chip)
+    decode, prefill = segments_s(K.BlockKey(1, slots)), segments_s(K.BlockKey(chunk, seq))
+    stored = config.n_layers * layer_bytes(config, scheme) + head_bytes(config, pieces, scheme)
+    return LlmEstimate(
+        chip=chip.name,
+        prompt_tokens=prompt_tokens,
+        prefill_s=math.ceil(prompt_tokens / chunk) * prefill + head,
+        decode_step_s=decode + head,
+        block_decode_s=decode,
+        head_decode_s=head,
+        block_prefill_s=prefill,
+        weight_bytes=stored,
+        weights_s=stored / chip.cost.dram_bw,
+        compiles=2 * len(segments) + 1,
+        compress=scheme,
+    )
+
+
+def _zeros(config: LlmConfig, layers: int) -> list[dict[str, np.ndarray]]:
+    """Zero-stride stand-ins for the weights of ``layers`` layers: shapes, without the memory."""
+    zero = np.zeros((), np.float16)
+    shapes = K.block_weight_shapes(config)
+    return [{n: np.broadcast_to(zero, s) for n, s in shapes.items()} for _ in range(layers)]
+
+
+def compressed_seconds(program: Program, scheme: str, chip: Chip) -> float:
+    """Predicted seconds of one call of ``program`` with its weights stored as ``scheme`` stores them.
+
+    ``scheme`` "fp16" costs the program as it is. The weights need not hold real values:
+    what they cost depends on their shapes and the scheme's stored form only.
+    """
+    from anekit.compress import SCHEMES, find_layers
+    from anekit.compress.auto import compressed_work
+    from anekit.compress.schemes import Options
+    from anekit.llm.compressed import MIN_ELEMENTS
+
+    work = analyze(program)
+    if scheme not in SCHEMES:
+        return estimate_work(work, chip).seconds
+    s, options = SCHEMES[scheme], Options()
+    granularity = s.granularity(options, program.main.opset)
+    index = {id(op): n for n, op in enumerate(program.main.ops)}
+    ops = list(work.ops)
+    for layer in find_layers(program, min_elements=MIN_ELEMENTS):
+        for op in layer.ops:
+            n = index[id(op)]
+            ops[n] = compressed_work(ops[n], layer, s, granularity, options)
+    return estimate_work(
+        ProgramWork(tuple(ops), work.io_bytes, work.host_cast_elements), chip
+    ).seconds
 
 
 def streamed_params(config: LlmConfig) -> int:

@@ -43,6 +43,7 @@ Outputs: ``y [1, 1, D, T]`` (residual stream out), ``k_new``, ``v_new [1, KV, T,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +105,49 @@ def block_program(cfg: LlmConfig, key: BlockKey) -> Program:
     """One decoder block over ``key.tokens`` tokens reading ``key.cache`` cached positions."""
     b = Builder()
     i = {n: b.input(n, shape, "fp16") for n, shape in block_input_shapes(cfg, key).items()}
+    for value in _block(b, cfg, key, i, "y"):
+        b.output(value)
+    return b.build()
+
+
+def segment_program(
+    cfg: LlmConfig, key: BlockKey, layers: Sequence[Mapping[str, np.ndarray]], first: int
+) -> Program:
+    """Consecutive decoder layers ``first, first + 1, ...`` with their weights compiled in.
+
+    The weights are constants (``l{n}_{name}``, one weight file each) rather than inputs,
+    so a compression pass can store them compressed: the ANE streams a constexpr weight
+    from DRAM in its stored form, where a weight input crosses as fp16. Inputs: ``x``,
+    ``cos``, ``sin``, ``mask`` as the block's, then ``k_cache{j}, v_cache{j}`` for each
+    layer ``j`` of the segment. Outputs: ``y``, then ``k_new{j}, v_new{j}`` per layer.
+    """
+    b = Builder()
+    shapes = block_input_shapes(cfg, key)
+    i = {n: b.input(n, shapes[n], "fp16") for n in ("x", "cos", "sin", "mask")}
+    caches = [
+        {c: b.input(f"{c}{j}", shapes[c], "fp16") for c in ("k_cache", "v_cache")}
+        for j in range(len(layers))
+    ]
+    x, news = i["x"], []
+    for j, weights in enumerate(layers):
+        consts = {n: b.weight(f"l{first + j}_{n}", _fp16(w)) for n, w in weights.items()}
+        x, k_new, v_new = _block(b, cfg, key, {**i, "x": x, **caches[j], **consts}, f"x{j + 1}")
+        news += [(k_new, f"k_new{j}"), (v_new, f"v_new{j}")]
+    b.output(x, "y")
+    for value, name in news:
+        b.output(value, name)
+    return b.build()
+
+
+def _fp16(w: np.ndarray) -> np.ndarray:
+    """A host weight (fp16, or fp16 values held as float32) as fp16, without a copy if it is."""
+    return w if w.dtype == np.float16 else w.astype(np.float16)
+
+
+def _block(
+    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value], out: str
+) -> tuple[Value, Value, Value]:
+    """One decoder block on the values ``i`` (block inputs or constants); (y, k_new, v_new)."""
     o, k_new, v_new = _attention(b, cfg, key, i)
     h = b.add(x=i["x"], y=o, name="h")
     xn, _ = L.rmsnorm(b, h, i["ffn_norm"], cfg.norm_eps, "ffn_xn")
@@ -113,14 +157,11 @@ def block_program(cfg: LlmConfig, key: BlockKey) -> Program:
     up = L.channels(b, h13, f, f, "up")
     u = b.mul(x=b.silu(x=gate, name="silu"), y=up, name="u")
     ffn = L.project(b, i["w2"], u, "ffn", transpose_w=False)
-    b.output(b.add(x=h, y=ffn, name="y"))
-    b.output(k_new)
-    b.output(v_new)
-    return b.build()
+    return b.add(x=h, y=ffn, name=out), k_new, v_new
 
 
 def _attention(
-    b: Builder, cfg: LlmConfig, key: BlockKey, i: dict[str, Value]
+    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value]
 ) -> tuple[Value, Value, Value]:
     """RMSNorm, q/k/v, RoPE, cached grouped-query attention, the output projection; and new K/V."""
     t, s, hd = key.tokens, key.cache, cfg.head_dim
@@ -176,7 +217,7 @@ def _attention(
     return o, k_new, v_new
 
 
-def _rope(b: Builder, x: Value, i: dict[str, Value], name: str) -> Value:
+def _rope(b: Builder, x: Value, i: Mapping[str, Value], name: str) -> Value:
     """Rotate-half RoPE on heads ``[1, n, hd, T]``: ``x * cos + swap_halves(x) * sin``."""
     n, hd, t = x.shape[1], x.shape[2], x.shape[3]
     half = hd // 2
@@ -207,6 +248,23 @@ def head_program(cfg: LlmConfig, key: HeadKey) -> Program:
     x = b.input("x", (1, 1, cfg.dim, key.tokens), "fp16")
     norm = b.input("norm", (1, 1, cfg.dim, 1), "fp16")
     ws = [b.input(f"w{j}", (1, 1, rows, cfg.dim), "fp16") for j, rows in enumerate(key.pieces)]
+    return _head(b, cfg, x, norm, ws)
+
+
+def head_constants_program(
+    cfg: LlmConfig, key: HeadKey, norm: np.ndarray, pieces: Sequence[np.ndarray]
+) -> Program:
+    """The head with its norm and weights (``head_norm``, ``head_w{j}``) compiled in.
+
+    Input: ``x [1, 1, D, T]``; outputs as :func:`head_program`.
+    """
+    b = Builder()
+    x = b.input("x", (1, 1, cfg.dim, key.tokens), "fp16")
+    ws = [b.weight(f"head_w{j}", _fp16(w)) for j, w in enumerate(pieces)]
+    return _head(b, cfg, x, b.weight("head_norm", _fp16(norm)), ws)
+
+
+def _head(b: Builder, cfg: LlmConfig, x: Value, norm: Value, ws: Sequence[Value]) -> Program:
     xn, _ = L.rmsnorm(b, x, norm, cfg.norm_eps, "xn")
     for j, w in enumerate(ws):
         b.output(L.project(b, w, xn, f"logits{j}", transpose_w=False))

@@ -24,6 +24,7 @@ from anekit import backends
 from anekit.backends import Kernel
 from anekit.errors import UsageError
 from anekit.llm import kernels as K
+from anekit.llm.compressed import FP16, MIN_ELEMENTS, check_scheme, plan_segments
 from anekit.llm.config import LlmConfig
 from anekit.llm.sampling import Sampler, Sampling
 
@@ -41,6 +42,14 @@ class TensorSource(Protocol):
     def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
         """Write the tensor (checked to have ``shape``) into the flat ``out`` as fp16 values."""
         ...
+
+
+@dataclass(frozen=True)
+class SegmentKey:
+    """Which segment program: its ``layers``, compiled for the block shape ``block``."""
+
+    layers: range
+    block: K.BlockKey
 
 
 @dataclass
@@ -90,6 +99,10 @@ class Model:
             (fp16 values held as float32, the reference backend's compute form; the
             default there, as it converts nothing per call). Default: "fp16" elsewhere.
         stats: timings of the last generation (:class:`GenerationStats`).
+        compress: the weight compression (``anekit.llm.compressed``: a scheme, or "fp16"
+            for weights compiled in uncompressed), or None for the dynamic-weight kernels.
+        compression: the report of each compressed program (segment or head), by name,
+            as each is first compiled.
     """
 
     def __init__(
@@ -103,6 +116,8 @@ class Model:
         max_seq: int | None = None,
         chunk: int = DEFAULT_CHUNK,
         hold: str | None = None,
+        compress: str | None = None,
+        calibration: Sequence[int] | None = None,
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
@@ -119,8 +134,13 @@ class Model:
         if hold not in HOLD:
             raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
         self._dtype = HOLD[hold]
-        self._kernels: dict[K.BlockKey | K.HeadKey, Kernel] = {}
+        self._kernels: dict[K.BlockKey | K.HeadKey | SegmentKey, Kernel] = {}
         self.stats = GenerationStats()
+        self.compress = None if compress is None else check_scheme(compress)
+        self.compression: dict[str, Any] = {}
+        self._calibration_ids = None if calibration is None else [int(t) for t in calibration]
+        self._states: dict[str, Any] = {}  # program name -> anekit.compress.CompressState
+        self._streams: dict[K.BlockKey, tuple[list[np.ndarray], dict[str, np.ndarray]]] = {}
         self._load(source, limit)
         self.reserve(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
 
@@ -143,6 +163,8 @@ class Model:
         self._k = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
         self._v = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
         self._slots = decode_slots(max_seq)
+        widths = 1 + len(self._slots)  # the prefill chunk and every decode bucket
+        self._segments = plan_segments(c, self.compress, widths) if self.compress else []
 
     # -- weights ------------------------------------------------------------------------------
     def _load(self, src: TensorSource, limit: int) -> None:
@@ -202,18 +224,92 @@ class Model:
         """Programs compiled so far for this model (each once, shared by every layer)."""
         return len(self._kernels)
 
-    def _kernel(self, key: K.BlockKey | K.HeadKey) -> Kernel:
+    def programs(self) -> list[Any]:
+        """The programs compiled so far, in order (with ``compress``: their weights as stored)."""
+        return [kernel.program for kernel in self._kernels.values()]
+
+    def _kernel(self, key: K.BlockKey | K.HeadKey | SegmentKey) -> Kernel:
         kernel = self._kernels.get(key)
         if kernel is None:
             if isinstance(key, K.BlockKey):
                 program = K.block_program(self.config, key)
+            elif isinstance(key, SegmentKey):
+                program = self._segment_program(key)
+            elif self.compress:
+                program = self._head_constants(key)
             else:
                 program = K.head_program(self.config, key)
             kernel = self._kernels[key] = backends.compile(program, backend=self.backend)
         return kernel
 
+    def _segment_program(self, key: SegmentKey) -> Any:
+        layers = [self._layers[i] for i in key.layers]
+        program = K.segment_program(self.config, key.block, layers, key.layers.start)
+        name = f"layers {key.layers.start}-{key.layers.stop - 1}"
+        return self._compressed(name, program, lambda: self._segment_samples(key))
+
+    def _head_constants(self, key: K.HeadKey) -> Any:
+        pieces = [self._head[f"w{j}"] for j in range(len(key.pieces))]
+        program = K.head_constants_program(self.config, key, self._final_norm, pieces)
+        return self._compressed("head", program, lambda: self._head_samples(key))
+
+    def _compressed(self, name: str, program: Any, samples: Any) -> Any:
+        """``program`` compressed by this model's scheme (weights encoded once per program name)."""
+        if self.compress == FP16:
+            return program
+        from anekit.compress import CompressState, compress_with_report
+
+        state = self._states.setdefault(name, CompressState())
+        result = compress_with_report(
+            program,
+            self.compress,
+            chip=self.chip,
+            calibration=samples() if self.compress == "w8a8" and not state.steps else None,
+            min_elements=MIN_ELEMENTS,
+            measure=False,
+            state=state,
+        )
+        self.compression.setdefault(name, result.report)
+        return result.program
+
+    # -- W8A8 calibration: activations of the uncompressed model -------------------------------
+    def _dense_streams(self, key: K.BlockKey) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """The residual stream entering every layer, and after the last, on the calibration ids.
+
+        Runs the dynamic-weight fp16 kernels on a fresh, empty cache (the model's own cache
+        is not touched).
+        """
+        found = self._streams.get(key)
+        if found is None:
+            ids = self._calibration_ids
+            if ids is None:  # no calibration text: seeded random tokens
+                rng = np.random.default_rng(0)
+                ids = rng.integers(0, self.config.vocab_size, key.tokens).tolist()
+            ids = self._check_ids(ids[: key.tokens], 0)
+            x, shared = self._stream_inputs(ids, 0, key)
+            empty = np.zeros((1, self.config.n_kv_heads, key.cache, self.config.head_dim))
+            caches = {"k_cache": empty.astype(self._dtype), "v_cache": empty.astype(self._dtype)}
+            xs = [x]
+            for weights in self._layers:
+                x = self._call(key, {"x": x, **shared, **caches, **weights})["y"]
+                xs.append(x)
+            found = self._streams[key] = (xs, shared)
+        return found
+
+    def _segment_samples(self, key: SegmentKey) -> list[dict[str, np.ndarray]]:
+        xs, shared = self._dense_streams(key.block)
+        c = self.config
+        empty = np.zeros((1, c.n_kv_heads, key.block.cache, c.head_dim), self._dtype)
+        caches = {f"{n}{j}": empty for j in range(len(key.layers)) for n in ("k_cache", "v_cache")}
+        return [{"x": xs[key.layers.start], **shared, **caches}]
+
+    def _head_samples(self, key: K.HeadKey) -> list[dict[str, np.ndarray]]:
+        chunk = min(self.chunk, self.max_seq)
+        xs, _ = self._dense_streams(K.BlockKey(chunk, self.max_seq))
+        return [{"x": xs[-1][..., : key.tokens]}]
+
     def _call(
-        self, key: K.BlockKey | K.HeadKey, inputs: dict[str, np.ndarray]
+        self, key: K.BlockKey | K.HeadKey | SegmentKey, inputs: dict[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         kernel = self._kernel(key)
         if self.backend == "reference":
@@ -227,12 +323,10 @@ class Model:
         return a.astype(np.float16).astype(self._dtype, copy=False)
 
     # -- forward ------------------------------------------------------------------------------
-    def _blocks(self, ids: Sequence[int], start: int, key: K.BlockKey) -> np.ndarray:
-        """Run every block on ``ids`` at positions ``start...`` (padded to the key's width).
-
-        Writes the new keys and values into the cache; returns the last residual stream
-        ``[1, 1, D, T]``.
-        """
+    def _stream_inputs(
+        self, ids: Sequence[int], start: int, key: K.BlockKey
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The embedded tokens ``x`` (padded to the key's width) and the RoPE tables and mask."""
         n, t = len(ids), key.tokens
         padded = np.zeros(t, np.int64)
         padded[:n] = ids
@@ -243,7 +337,19 @@ class Model:
             "sin": self._host(sin),
             "mask": self._host(K.attention_mask(self.config, key, start, n)),
         }
+        return x, shared
+
+    def _blocks(self, ids: Sequence[int], start: int, key: K.BlockKey) -> np.ndarray:
+        """Run every block on ``ids`` at positions ``start...`` (padded to the key's width).
+
+        Writes the new keys and values into the cache; returns the last residual stream
+        ``[1, 1, D, T]``.
+        """
+        n = len(ids)
+        x, shared = self._stream_inputs(ids, start, key)
         s = key.cache
+        if self._segments:
+            return self._segment_blocks(x, shared, key, start, n)
         for i, weights in enumerate(self._layers):
             k_cache, v_cache = self._k[i], self._v[i]
             out = self._call(
@@ -261,11 +367,27 @@ class Model:
             x = out["y"]
         return x
 
+    def _segment_blocks(
+        self, x: np.ndarray, shared: dict[str, np.ndarray], key: K.BlockKey, start: int, n: int
+    ) -> np.ndarray:
+        """:meth:`_blocks` through the segment programs, their weights compiled in."""
+        s = key.cache
+        for layers in self._segments:
+            caches = {}
+            for j, i in enumerate(layers):
+                caches[f"k_cache{j}"] = self._k[i][:, :, :s]
+                caches[f"v_cache{j}"] = self._v[i][:, :, :s]
+            out = self._call(SegmentKey(layers, key), {"x": x, **shared, **caches})
+            for j, i in enumerate(layers):
+                self._k[i][0, :, start : start + n] = out[f"k_new{j}"][0, :, :n]
+                self._v[i][0, :, start : start + n] = out[f"v_new{j}"][0, :, :n]
+            x = out["y"]
+        return x
+
     def _head_logits(self, h: np.ndarray) -> np.ndarray:
         """Logits ``[T, V]`` (float32) of a residual stream ``[1, 1, D, T]``."""
-        out = self._call(
-            K.HeadKey(h.shape[3], self._pieces), {"x": h, "norm": self._final_norm, **self._head}
-        )
+        weights = {} if self.compress else {"norm": self._final_norm, **self._head}
+        out = self._call(K.HeadKey(h.shape[3], self._pieces), {"x": h, **weights})
         rows = [out[f"logits{j}"][0, 0] for j in range(len(self._pieces))]
         return np.concatenate(rows, axis=0).T.astype(np.float32)
 
@@ -386,7 +508,8 @@ class Model:
     def __repr__(self) -> str:
         c = self.config
         params = c.n_params() / 1e6
+        packed = f", compress={self.compress!r}" if self.compress else ""
         return (
             f"<Model {c.architecture} {params:.1f}M params, {c.n_layers} layers, "
-            f"backend={self.backend!r}, max_seq={self.max_seq}, compiles={self.compiles}>"
+            f"backend={self.backend!r}, max_seq={self.max_seq}{packed}, compiles={self.compiles}>"
         )

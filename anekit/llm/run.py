@@ -59,6 +59,7 @@ def stats_report(model: Model, stats: GenerationStats, chip: str | None = None) 
         chip or model.chip,
         prompt_tokens=max(stats.prompt_tokens, 1),
         max_seq=model.max_seq,
+        compress=model.compress,
     )
     return {
         "backend": model.backend,
@@ -86,18 +87,19 @@ def stats_lines(report: dict[str, Any]) -> list[str]:
 
 
 def estimate_report(
-    config: LlmConfig, chip: str, prompt_tokens: int = 128
+    config: LlmConfig, chip: str, prompt_tokens: int = 128, compress: str | None = None
 ) -> tuple[LlmEstimate, list[str]]:
     """The cost model's prediction for a model on a chip, and its explanation as lines."""
-    est = estimate_llm(config, chip, prompt_tokens=prompt_tokens)
+    est = estimate_llm(config, chip, prompt_tokens=prompt_tokens, compress=compress)
     mb = est.weight_bytes / 1e6
+    stored = "fp16 weights" if compress in (None, "fp16") else f"weights stored as {compress}"
     lines = [
         f"{config.architecture}: {config.n_params() / 1e6:.1f}M parameters, {config.n_layers} layers, "
         f"{est.compiles} programs to compile",
         f"chip {est.chip}, prompt of {prompt_tokens} tokens:",
         f"  prefill  {est.prefill_tokens_per_s:10.1f} tok/s  ({est.prefill_s * 1e3:.2f} ms for the prompt)",
         f"  decode   {est.decode_tokens_per_s:10.1f} tok/s  ({est.decode_step_s * 1e3:.3f} ms per token)",
-        f"  a decode step streams {mb:.1f} MB of fp16 weights: {est.weights_s * 1e3:.3f} ms at the "
+        f"  a decode step streams {mb:.1f} MB of {stored}: {est.weights_s * 1e3:.3f} ms at the "
         "ANE's measured DRAM bandwidth (the floor of decode)",
     ]
     return est, lines

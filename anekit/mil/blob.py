@@ -12,6 +12,13 @@ f391218) and StorageReader.cpp / StorageWriter.cpp (commit 85b7305):
 Integers and data are little endian. A MIL ``BLOBFILE`` offset points at the
 record, not at the data. Reserved fields are not checked when reading: before
 iOS 18 coremltools left them uninitialised (StorageFormat.hpp comment).
+
+Sub-byte elements (uint1, uint2, uint3, uint4, uint6, int4) are packed as coremltools
+packs them (mlmodel/src/MILBlob/SubByteTypes.cpp, StorageWriter.cpp, commit 85b7305):
+element i occupies bits ``i * n .. i * n + n - 1`` of the data, least significant bit
+first (an element may straddle two bytes), int4 in two's complement; the size is whole
+bytes and ``padding_size_in_bits`` says how many bits of the last byte are unused. In
+memory such a tensor is one element per byte (uint8, or int8 for int4).
 """
 
 from __future__ import annotations
@@ -29,15 +36,15 @@ ALIGNMENT = 64  # DefaultStorageAlignment in StorageFormat.hpp
 SENTINEL = 0xDEADBEEF  # BlobMetadataSentinel in StorageFormat.hpp
 VERSION = 2
 _HEADER = struct.Struct("<II56x")  # count, version, reserved
-_RECORD = struct.Struct("<IIQQ40x")  # sentinel, dtype code, size, data offset, padding + reserved
+_RECORD = struct.Struct("<IIQQQ32x")  # sentinel, dtype code, size, data offset, padding bits
 
 # BlobDataType in coremltools mlmodel/src/MILBlob/Blob/BlobDataType.hpp (commit f391218).
 # The enum numbers its members 1, 2, 3, ... in this order.
 _STORED_NAMES = ("fp16", "fp32", "uint8", "int8", "bf16", "int16", "uint16", "int4", "uint1")
 _STORED_NAMES += ("uint2", "uint4", "uint3", "uint6", "int32", "uint32", "fp8e4m3fn", "fp8e5m2")
 CODE_NAMES: dict[int, str] = dict(enumerate(_STORED_NAMES, start=1))
-# The codes whose elements NumPy holds natively; the others (bf16, fp8, sub-byte) are
-# recognised by name but not read.
+# The codes whose elements NumPy holds natively; sub-byte codes are read through
+# SUB_BYTE_CODES; the others (bf16, fp8) are recognised by name but not read.
 DTYPE_TO_CODE: dict[np.dtype, int] = {
     np.dtype(np.float16): 1,
     np.dtype(np.float32): 2,
@@ -49,6 +56,16 @@ DTYPE_TO_CODE: dict[np.dtype, int] = {
     np.dtype(np.uint32): 15,
 }
 _CODE_TO_DTYPE = {code: dtype for dtype, code in DTYPE_TO_CODE.items()}
+# (bits, signed) of a sub-byte element -> its code; the array holding it is uint8 (int8 if signed)
+SUB_BYTE_CODES: dict[tuple[int, bool], int] = {
+    (4, True): 8,
+    (1, False): 9,
+    (2, False): 10,
+    (4, False): 11,
+    (3, False): 12,
+    (6, False): 13,
+}
+_SUB_BYTE_OF_CODE = {code: key for key, code in SUB_BYTE_CODES.items()}
 
 
 @dataclass(frozen=True)
@@ -56,13 +73,74 @@ class BlobRecord:
     """One blob's record: where it is, its element type, and where its data lies."""
 
     offset: int  # of the record; what a MIL BLOBFILE offset names
-    dtype: np.dtype
+    dtype: np.dtype  # the NumPy dtype holding one element (uint8/int8 for sub-byte elements)
     data_offset: int
     size: int  # in bytes
+    bits: int | None = None  # bits of a sub-byte element; None for whole-byte elements
+    padding_bits: int = 0  # unused bits of the last byte (sub-byte elements only)
+
+    @property
+    def count(self) -> int:
+        """The number of elements the blob holds."""
+        if self.bits is None:
+            return self.size // self.dtype.itemsize
+        return (8 * self.size - self.padding_bits) // self.bits
+
+
+def packed_size(count: int, bits: int | None, itemsize: int) -> int:
+    """Bytes of ``count`` elements stored ``bits`` wide (whole ``itemsize`` bytes if None)."""
+    return count * itemsize if bits is None else -(-count * bits // 8)
+
+
+def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
+    """``values`` as ``bits``-wide fields, least significant bit first, in ceil(n * bits / 8) bytes.
+
+    Raises ValueError if a value does not fit: unsigned values must lie in [0, 2^bits),
+    signed (int8) ones in [-2^(bits-1), 2^(bits-1)).
+    """
+    flat = values.reshape(-1)
+    signed = flat.dtype.kind == "i"
+    low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if flat.size and (int(flat.min()) < low or int(flat.max()) > high):
+        bad = flat[(flat < low) | (flat > high)][0]
+        kind = f"int{bits}" if signed else f"uint{bits}"
+        raise ValueError(f"value {int(bad)} is outside the {kind} range [{low}, {high}]")
+    fields = flat.astype(np.int64) & ((1 << bits) - 1)  # two's complement low bits for int4
+    planes = (fields[:, None] >> np.arange(bits)) & 1  # one row of bits per element, LSB first
+    return np.packbits(planes.astype(np.uint8).reshape(-1), bitorder="little")
+
+
+def unpack_bits(data: np.ndarray, bits: int, count: int, signed: bool) -> np.ndarray:
+    """The first ``count`` ``bits``-wide fields of ``data`` (see :func:`pack_bits`)."""
+    planes = np.unpackbits(data.astype(np.uint8, copy=False), bitorder="little")[: count * bits]
+    fields = planes.reshape(count, bits).astype(np.int64) @ (1 << np.arange(bits, dtype=np.int64))
+    if signed:
+        fields = np.where(fields >= 1 << (bits - 1), fields - (1 << bits), fields)
+        return fields.astype(np.int8)
+    return fields.astype(np.uint8)
 
 
 def _align(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+def _sub_byte_code(array: np.ndarray, bits: int, i: int) -> int:
+    code = SUB_BYTE_CODES.get((bits, array.dtype.kind == "i"))
+    if code is None or array.dtype.itemsize != 1:
+        names = ", ".join(CODE_NAMES[c] for c in SUB_BYTE_CODES.values())
+        raise TypeError(
+            f"array {i}: {bits}-bit elements held as {array.dtype} cannot be stored; expected "
+            f"one of {names} (held as uint8, int4 as int8)"
+        )
+    return code
+
+
+def _bits_of(arrays: Sequence[np.ndarray], bits: Sequence[int | None] | None) -> list[int | None]:
+    if bits is None:
+        return [None] * len(arrays)
+    if len(bits) != len(arrays):
+        raise ValueError(f"{len(arrays)} arrays but {len(bits)} bit widths")
+    return list(bits)
 
 
 def _checked_dtypes(arrays: Sequence[np.ndarray]) -> list[np.dtype]:
@@ -86,34 +164,60 @@ def _checked_dtypes(arrays: Sequence[np.ndarray]) -> list[np.dtype]:
     return dtypes
 
 
-def _record_offsets(arrays: Sequence[np.ndarray]) -> tuple[list[int], int]:
-    """Record offsets of every array and the file size, for arrays already checked."""
+def _record_offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Record offsets of blobs of ``sizes`` data bytes, and the file size."""
     offsets, cursor = [], _HEADER.size
-    for array in arrays:
+    for size in sizes:
         offsets.append(cursor)
-        cursor = _align(cursor + _RECORD.size + array.nbytes)
-    end = offsets[-1] + _RECORD.size + arrays[-1].nbytes if arrays else _HEADER.size
+        cursor = _align(cursor + _RECORD.size + size)
+    end = offsets[-1] + _RECORD.size + sizes[-1] if sizes else _HEADER.size
     return offsets, end
 
 
-def layout(arrays: Sequence[np.ndarray]) -> list[int]:
-    """Record offsets write_blob_file(arrays) will use, computed without writing."""
+def _sizes(arrays: Sequence[np.ndarray], bits: list[int | None]) -> list[int]:
+    return [packed_size(a.size, n, a.dtype.itemsize) for a, n in zip(arrays, bits, strict=True)]
+
+
+def layout(arrays: Sequence[np.ndarray], bits: Sequence[int | None] | None = None) -> list[int]:
+    """Record offsets write_blob_file(arrays, bits) will use, computed without writing."""
+    widths = _bits_of(arrays, bits)
     _checked_dtypes(arrays)
-    return _record_offsets(arrays)[0]
+    return _record_offsets(_sizes(arrays, widths))[0]
 
 
-def write_blob_file(arrays: Sequence[np.ndarray]) -> bytes:
-    """Return one MILBlob v2 file holding the arrays in order, as C-order little-endian data."""
+def write_blob_file(
+    arrays: Sequence[np.ndarray], bits: Sequence[int | None] | None = None
+) -> bytes:
+    """Return one MILBlob v2 file holding the arrays in order, as C-order little-endian data.
+
+    ``bits[i]``, when given and not None, stores array ``i`` (uint8, or int8 for int4) as
+    packed sub-byte elements of that width (module docstring).
+    """
+    widths = _bits_of(arrays, bits)
     dtypes = _checked_dtypes(arrays)
-    offsets, end = _record_offsets(arrays)
+    codes = [
+        DTYPE_TO_CODE[d] if n is None else _sub_byte_code(a, n, i)
+        for i, (a, d, n) in enumerate(zip(arrays, dtypes, widths, strict=True))
+    ]
+    sizes = _sizes(arrays, widths)
+    offsets, end = _record_offsets(sizes)
     # Like coremltools' writer, the file ends right after the last blob's data.
     out = bytearray(end)
     _HEADER.pack_into(out, 0, len(arrays), VERSION)
-    for array, dtype, offset in zip(arrays, dtypes, offsets, strict=True):
+    for i, (array, dtype, offset) in enumerate(zip(arrays, dtypes, offsets, strict=True)):
         data_offset = offset + _RECORD.size
-        _RECORD.pack_into(out, offset, SENTINEL, DTYPE_TO_CODE[dtype], array.nbytes, data_offset)
-        little = np.ascontiguousarray(array, dtype=dtype.newbyteorder("<"))
-        out[data_offset : data_offset + array.nbytes] = little.tobytes()
+        n = widths[i]
+        if n is None:
+            data = np.ascontiguousarray(array, dtype=dtype.newbyteorder("<")).tobytes()
+            padding = 0
+        else:
+            try:
+                data = pack_bits(array, n).tobytes()
+            except ValueError as e:
+                raise ValueError(f"array {i}: {e}") from None
+            padding = (-array.size * n) % 8
+        _RECORD.pack_into(out, offset, SENTINEL, codes[i], sizes[i], data_offset, padding)
+        out[data_offset : data_offset + sizes[i]] = data
     return bytes(out)
 
 
@@ -147,31 +251,44 @@ def _read_record(data: bytes, offset: int, file: str | None) -> BlobRecord:
         raise fail(
             f"truncated: expected a {_RECORD.size}-byte record, found {len(data) - offset} bytes"
         )
-    sentinel, code, size, data_offset = _RECORD.unpack_from(data, offset)
+    sentinel, code, size, data_offset, padding = _RECORD.unpack_from(data, offset)
     if sentinel != SENTINEL:
         raise fail(f"no blob record: expected sentinel 0x{SENTINEL:08X}, found 0x{sentinel:08X}")
     if code not in CODE_NAMES:
         raise fail(f"unknown dtype code {code}: expected one of 1..{max(CODE_NAMES)}")
-    if code not in _CODE_TO_DTYPE:
-        names = ", ".join(CODE_NAMES[c] for c in _CODE_TO_DTYPE)
+    sub = _SUB_BYTE_OF_CODE.get(code)
+    if code not in _CODE_TO_DTYPE and sub is None:
+        names = ", ".join(CODE_NAMES[c] for c in (*_CODE_TO_DTYPE, *_SUB_BYTE_OF_CODE))
         raise fail(f"unsupported dtype code {code} ({CODE_NAMES[code]}): expected one of {names}")
-    dtype = _CODE_TO_DTYPE[code]
     if data_offset % ALIGNMENT or data_offset < offset + _RECORD.size:
         raise fail(
             f"expected a data offset that is a multiple of {ALIGNMENT} and >= "
             f"{offset + _RECORD.size} (after the record), found {data_offset}"
         )
-    if size == 0 or size % dtype.itemsize:
-        raise fail(
-            f"expected a size that is a positive multiple of {dtype.itemsize} "
-            f"({CODE_NAMES[code]}), found {size} bytes"
-        )
+    bits: int | None = None
+    if sub is None:
+        dtype = _CODE_TO_DTYPE[code]
+        padding = 0  # the field means nothing for whole-byte elements
+        if size == 0 or size % dtype.itemsize:
+            raise fail(
+                f"expected a size that is a positive multiple of {dtype.itemsize} "
+                f"({CODE_NAMES[code]}), found {size} bytes"
+            )
+    else:
+        bits, signed = sub
+        dtype = np.dtype(np.int8 if signed else np.uint8)
+        # the padding bits only ever complete the last byte (coremltools WritePaddingBits)
+        if size == 0 or padding >= 8 or (8 * size - padding) % bits:
+            raise fail(
+                f"{CODE_NAMES[code]} blob of {size} bytes with {padding} padding bits does not hold "
+                f"a whole number of {bits}-bit elements (expected a positive size, padding < 8)"
+            )
     if data_offset + size > len(data):
         raise fail(
             f"truncated: expected {size} data bytes at offset {data_offset}, found "
             f"{max(len(data) - data_offset, 0)} (file size {len(data)})"
         )
-    return BlobRecord(offset=offset, dtype=dtype, data_offset=data_offset, size=size)
+    return BlobRecord(offset, dtype, data_offset, size, bits, padding)
 
 
 def read_records(data: bytes, *, file: str | None = None) -> list[BlobRecord]:
@@ -203,16 +320,24 @@ def read_records(data: bytes, *, file: str | None = None) -> list[BlobRecord]:
 def read_blob(
     data: bytes, offset: int, *, file: str | None = None, copy: bool = True
 ) -> np.ndarray:
-    """Return the 1-D array whose record is at `offset` (native-endian).
+    """Return the 1-D array whose record is at `offset` (native-endian; sub-byte unpacked).
 
     With ``copy=False`` and immutable ``bytes`` on a little-endian machine, the result is a
     read-only view of ``data`` (no copy of large weights); otherwise a writable copy.
     """
+    return _read(data, offset, file, copy)[1]
+
+
+def _read(data: bytes, offset: int, file: str | None, copy: bool) -> tuple[BlobRecord, np.ndarray]:
     if _check_header(data, file) == 0:
         raise WeightFileError(
             "expected a file holding blobs, found header count 0", file=file, offset=offset
         )
     record = _read_record(data, offset, file)
+    if record.bits is not None:
+        raw = np.frombuffer(data, dtype=np.uint8, count=record.size, offset=record.data_offset)
+        signed = record.dtype.kind == "i"
+        return record, unpack_bits(raw, record.bits, record.count, signed=signed)
     stored = np.frombuffer(
         data,
         dtype=record.dtype.newbyteorder("<"),
@@ -220,8 +345,8 @@ def read_blob(
         offset=record.data_offset,
     )
     if not copy and isinstance(data, bytes) and stored.dtype == record.dtype:
-        return stored
-    return stored.astype(record.dtype)
+        return record, stored
+    return record, stored.astype(record.dtype)
 
 
 def read_tensor(
@@ -232,13 +357,19 @@ def read_tensor(
     *,
     file: str | None = None,
     copy: bool = True,
+    bits: int | None = None,
 ) -> np.ndarray:
-    """Read the blob at `offset` as the declared MIL dtype and shape, or say how they differ."""
-    array = read_blob(data, offset, file=file, copy=copy)
+    """Read the blob at `offset` as the declared MIL dtype and shape, or say how they differ.
+
+    ``bits`` declares a sub-byte element of that width held in ``dtype`` (uint8, int8 for
+    int4); the blob must store exactly that sub-byte type.
+    """
+    record, array = _read(data, offset, file, copy)
     declared = np.dtype(dtype)
-    if array.dtype != declared:
+    if array.dtype != declared or record.bits != bits:
         raise WeightFileError(
-            f"expected the declared dtype {_name(declared)}, found {_name(array.dtype)} in the blob",
+            f"expected the declared dtype {_name(declared, bits)}, found "
+            f"{_name(array.dtype, record.bits)} in the blob",
             file=file,
             offset=offset,
         )
@@ -253,6 +384,9 @@ def read_tensor(
     return array.reshape(shape)
 
 
-def _name(dtype: np.dtype) -> str:
-    code = DTYPE_TO_CODE.get(dtype)
+def _name(dtype: np.dtype, bits: int | None = None) -> str:
+    if bits is None:
+        code = DTYPE_TO_CODE.get(dtype)
+    else:
+        code = SUB_BYTE_CODES.get((bits, dtype.kind == "i"))
     return CODE_NAMES[code] if code is not None else str(dtype)

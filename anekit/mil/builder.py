@@ -64,14 +64,25 @@ class Builder:
         return self._const_op(inline, name or "c")
 
     def weight(self, name: str, array: Any, dtype: str | DType | None = None) -> Value:
-        """Add a constant stored in its own weight file (``BLOBFILE``), as the ANE compiler prefers."""
+        """Add a constant stored in its own weight file (``BLOBFILE``), as the ANE compiler prefers.
+
+        A sub-byte ``dtype`` ("uint4", "int4", ...) takes one value per element and packs
+        them in the weight file.
+        """
         arr = _as_array(array, dtype)
         if arr.size == 0:
             raise MilTypeError(
                 f"weight {name!r}: shape {arr.shape} is empty; a weight file cannot hold it"
             )
         file = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "weight"
-        inline = Value("", TensorType(dtype_of(arr), tuple(arr.shape)), None, arr)
+        mil_dtype = dtype_of(arr) if dtype is None else DType(dtype)
+        if mil_dtype.packed_bits is not None:  # held one per byte: check the packed range
+            low, high = mil_dtype.int_range
+            if arr.min() < low or arr.max() > high:
+                raise ValueError(
+                    f"weight {name!r}: values do not fit in {mil_dtype} [{low}, {high}]"
+                )
+        inline = Value("", TensorType(mil_dtype, tuple(arr.shape)), None, arr)
         inline.blob = BlobRef(f"{WEIGHTS_PREFIX}{self._claim_file(file)}.bin", 64)
         return self._const_op(inline, name)
 

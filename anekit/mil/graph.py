@@ -10,11 +10,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from anekit.mil.ops.traits import COMPILE_TIME
+from anekit.mil.ops.registry import Encoding
+from anekit.mil.ops.traits import COMPILE_TIME, CONSTEXPR
 from anekit.mil.values import Value
 
 if TYPE_CHECKING:
     from anekit.mil.program import Function, Operation
+
+
+def stored_form(v: Value) -> tuple[Encoding, int] | None:
+    """How a constexpr op's result is stored: its encoding and stored bytes; None otherwise.
+
+    The stored bytes are those of the op's constant operands as the weight file holds
+    them (sub-byte elements packed), tables and scales included.
+    """
+    producer = v.producer
+    if producer is None or CONSTEXPR not in producer.opdef.traits:
+        return None
+    if producer.opdef.encoding is None:
+        return None
+    stored = sum(
+        x.type.nbytes or 0 for x in producer.input_values() if x.type.shape and x.type.is_static
+    )
+    return producer.opdef.encoding(producer.args()), stored
 
 
 class FunctionGraph:

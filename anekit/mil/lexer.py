@@ -156,7 +156,7 @@ class TokenReader:
             return None
         path, offset = m.group("path"), int(m.group("offset"))
         try:
-            array = self.weights.tensor(path, offset, t.dtype.numpy, t.shape)  # type: ignore[arg-type]
+            array = self.weights.tensor(path, offset, t)
         except WeightFileError:
             return None
         return Value("", t, None, array, BlobRef(path, offset))
@@ -328,7 +328,7 @@ class TokenReader:
         if not t.is_static:
             raise self.error(f"a weight needs a static shape, found {t}", index)
         try:
-            array = self.weights.tensor(path, offset, t.dtype.numpy, t.shape)  # type: ignore[arg-type]
+            array = self.weights.tensor(path, offset, t)
         except WeightFileError as e:
             line = self.where(index)[0]
             where = f"{self.file or '<mil>'}:{line}"

@@ -24,6 +24,13 @@ class DType(str, Enum):
     uint32 = "uint32"
     bool = "bool"
     string = "string"
+    # sub-byte integers (iOS18): one element per byte in NumPy, packed in weight files
+    uint1 = "uint1"
+    uint2 = "uint2"
+    uint3 = "uint3"
+    uint4 = "uint4"
+    uint6 = "uint6"
+    int4 = "int4"
 
     def __str__(self) -> str:
         return self.value
@@ -35,7 +42,31 @@ class DType(str, Enum):
 
     @property
     def itemsize(self) -> int:
+        """Bytes of one element as NumPy holds it (a sub-byte element takes a whole byte)."""
         return self.numpy.itemsize
+
+    @property
+    def bits(self) -> int:
+        """Bits of one element as stored (in a weight file, on the engine)."""
+        return _SUB_BYTE_BITS.get(self, 8 * self.numpy.itemsize)
+
+    @property
+    def packed_bits(self) -> int | None:
+        """Bits of a sub-byte element (packed in weight files), or None for whole bytes."""
+        return _SUB_BYTE_BITS.get(self)
+
+    @property
+    def int_range(self) -> tuple[int, int]:
+        """The smallest and largest value of an integer dtype."""
+        bits = _SUB_BYTE_BITS.get(self)
+        if bits is None:
+            info = np.iinfo(self.numpy)
+            return int(info.min), int(info.max)
+        return (
+            (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+            if self is DType.int4
+            else (0, (1 << bits) - 1)
+        )
 
     @property
     def is_float(self) -> bool:
@@ -57,12 +88,29 @@ _NUMPY: dict[DType, np.dtype] = {
     DType.uint32: np.dtype(np.uint32),
     DType.bool: np.dtype(np.bool_),
     DType.string: np.dtype(object),
+    DType.uint1: np.dtype(np.uint8),
+    DType.uint2: np.dtype(np.uint8),
+    DType.uint3: np.dtype(np.uint8),
+    DType.uint4: np.dtype(np.uint8),
+    DType.uint6: np.dtype(np.uint8),
+    DType.int4: np.dtype(np.int8),
 }
-_FROM_NUMPY = {v: k for k, v in _NUMPY.items() if k is not DType.string}
+_SUB_BYTE_BITS: dict[DType, int] = {
+    DType.uint1: 1,
+    DType.uint2: 2,
+    DType.uint3: 3,
+    DType.uint4: 4,
+    DType.uint6: 6,
+    DType.int4: 4,
+}
+# a NumPy array is never a sub-byte tensor by itself: uint8 stays uint8
+_FROM_NUMPY = {v: k for k, v in _NUMPY.items() if k is not DType.string and k not in _SUB_BYTE_BITS}
 
 FLOATS = frozenset({DType.fp16, DType.fp32})
 INTS = frozenset({DType.int8, DType.uint8, DType.int16, DType.uint16, DType.int32, DType.uint32})
 NUMERIC = FLOATS | INTS
+SUB_BYTE = frozenset(_SUB_BYTE_BITS)
+UNSIGNED_SUB_BYTE = SUB_BYTE - {DType.int4}
 ALL = NUMERIC | {DType.bool}
 
 
@@ -104,7 +152,9 @@ class TensorType:
     @property
     def nbytes(self) -> int | None:
         n = self.numel
-        return None if n is None or self.dtype is DType.string else n * self.dtype.itemsize
+        if n is None or self.dtype is DType.string:
+            return None
+        return -(-n * self.dtype.bits // 8)  # sub-byte elements packed, the last byte padded
 
     def __str__(self) -> str:
         return type_text(self, legacy=False)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from anekit.errors import AnekitError, MilTypeError
 from anekit.mil.ops.registry import Args, OpDef, as_tuple
+from anekit.mil.ops.traits import CONSTEXPR
 from anekit.mil.types import TensorType
 from anekit.mil.values import Value
 
@@ -54,12 +55,17 @@ def _check_value(opdef: OpDef, name: str, dtypes, ranks, const: bool, v: Value) 
             op=opdef.name,
             param=name,
         )
-    if const and v.const is None:
+    if const and v.const is None and not _decompressed(v):
         raise MilTypeError(
             f"must be a compile-time constant, found runtime value {v.name!r}",
             op=opdef.name,
             param=name,
         )
+
+
+def _decompressed(v: Value) -> bool:
+    """The value is a constexpr op's result: known at compile time, stored compressed."""
+    return v.producer is not None and CONSTEXPR in v.producer.opdef.traits
 
 
 def _check_domains(opdef: OpDef, inputs: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from anekit.config import read_limit
 from anekit.errors import WeightFileError
 from anekit.files import open_regular, resolve_inside
 from anekit.mil import blob
+from anekit.mil.types import TensorType
 from anekit.mil.values import WEIGHTS_PREFIX, Value
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def layout(program: Program) -> dict[int, tuple[str, int]]:
         return cached
     result: dict[int, tuple[str, int]] = {}
     for path, values in _by_file(program).items():
-        for v, offset in zip(values, blob.layout([v.const for v in values])):
+        for v, offset in zip(values, blob.layout(*_arrays(values))):
             result[id(v)] = (path, offset)
     program._weight_layout = result  # type: ignore[attr-defined]
     return result
@@ -57,9 +58,13 @@ def layout(program: Program) -> dict[int, tuple[str, int]]:
 def weight_files(program: Program) -> dict[str, bytes]:
     """Return ``"@model_path/weights/<file>"`` -> MILBlob bytes for every weight file."""
     return {
-        path: blob.write_blob_file([v.const for v in values])
-        for path, values in _by_file(program).items()
+        path: blob.write_blob_file(*_arrays(values)) for path, values in _by_file(program).items()
     }
+
+
+def _arrays(values: list[Value]) -> tuple[list, list[int | None]]:
+    """The arrays of ``values`` and the bit width of each sub-byte one (None otherwise)."""
+    return [v.const for v in values], [v.type.dtype.packed_bits for v in values]
 
 
 def _by_file(program: Program) -> dict[str, list[Value]]:
@@ -113,9 +118,13 @@ class WeightSource:
         elif weights is not None:
             self._directory = Path(weights)
 
-    def tensor(self, path: str, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        """The tensor whose MILBlob record is at ``offset`` of the weight file ``path``."""
+    def tensor(self, path: str, offset: int, t: TensorType) -> np.ndarray:
+        """The tensor of type ``t`` whose MILBlob record is at ``offset`` of the weight file ``path``.
+
+        A sub-byte tensor (uint4, ...) is unpacked to one element per byte.
+        """
         check_weight_path(path)
+        dtype, shape = t.dtype.numpy, tuple(int(d) for d in t.shape)
         if self.shapes_only:
             return np.broadcast_to(np.zeros((), dtype), shape)
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
@@ -126,7 +135,8 @@ class WeightSource:
                 file=path,
                 offset=offset,
             )
-        array = blob.read_tensor(self.read(path), offset, dtype, shape, file=path, copy=False)
+        data, bits = self.read(path), t.dtype.packed_bits
+        array = blob.read_tensor(data, offset, dtype, shape, file=path, copy=False, bits=bits)
         self._copied += nbytes
         return array
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,9 @@ from anekit.frontends.torch.compare import (
 )
 from anekit.frontends.torch.lower import ProgressFn, convert_exported
 from anekit.mil import Program
+
+if TYPE_CHECKING:
+    from anekit.compress import CompressReport
 
 
 def from_torch(
@@ -97,6 +100,7 @@ class Conversion:
     fidelity: Fidelity | None = None
     diagnostics: list[hw.Diagnostic] = field(default_factory=list)
     estimate: hw.Estimate | None = None
+    compression: CompressReport | None = None  # what ``compress=`` did, if asked
 
 
 def load_exported(path: str | os.PathLike[str]) -> torch.export.ExportedProgram:
@@ -121,19 +125,37 @@ def convert_file(
     estimate: bool = True,
     passes: Sequence[Pass | str] | None = None,
     progress: ProgressFn | None = None,
+    compress: str | None = None,
+    max_error: float | None = None,
 ) -> Conversion:
     """Convert a saved ExportedProgram: write ``out_dir/model.mil`` + ``weights/``, compare with
-    PyTorch on the example inputs saved with it, check and estimate for ``chip``."""
+    PyTorch on the example inputs saved with it, check and estimate for ``chip``.
+
+    ``compress`` (a scheme of ``anekit.compress``, or "auto") compresses the converted
+    program's weights for ``chip``, within ``max_error`` when given, measured on the saved
+    example inputs (random ones if there are none); the fidelity is the conversion's, before
+    compression, and ``Conversion.compression`` reports what compressing did.
+    """
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     exported = load_exported(path)
     decomposed = decompose(exported)
     program = run_passes(convert_exported(decomposed, progress=progress), passes, chip)
     fidelity = None
+    inputs = None
     example = exported.example_inputs
     if example is not None:
         args, kwargs = example
         want = _exported_outputs(exported, args, kwargs)
-        fidelity = compare_arrays(program, program_inputs(program, args), want, "reference")
+        inputs = program_inputs(program, args)
+        fidelity = compare_arrays(program, inputs, want, "reference")
+    report = None
+    if compress is not None:
+        from anekit.compress import compress_with_report
+
+        packed = compress_with_report(
+            program, compress, chip=chip, calibration=inputs, max_error=max_error
+        )
+        program, report = packed.program, packed.report
     out = program.save(out_dir)
     return Conversion(
         program=program,
@@ -142,6 +164,7 @@ def convert_file(
         fidelity=fidelity,
         diagnostics=hw.check(program, chip=chip) if check else [],
         estimate=hw.estimate(program, chip=chip) if estimate else None,
+        compression=report,
     )
 
 

@@ -12,10 +12,15 @@ iOS18/compression.py. Numerics follow coremltools' constant folding
 
 constexpr ops take only constants and are decompressed when the program is loaded
 (or evaluated); their cost is zero, the consumer counts the bytes it reads. The
-iOS16 versions print every parameter as an attribute (``constexpr_x()[...]``). Our
-dtypes have no sub-byte integers (uint1..uint6, int4), so iOS18
-``constexpr_lut_to_dense`` takes uint8 indices (256-entry tables) only, and the iOS18
-form of ``constexpr_sparse_to_dense`` (a uint1 mask) is not declared.
+iOS16 versions print every parameter as an attribute (``constexpr_x()[...]``). iOS18
+``constexpr_lut_to_dense`` takes indices of the weight's rank in uint1, uint2, uint3,
+uint4, uint6 or uint8 (tables of 2, 4, 8, 16, 64 or 256 entries; sub-byte tensors are
+packed in the weight file, ``anekit.mil.blob``). The iOS18 form of
+``constexpr_sparse_to_dense`` (a uint1 mask) is not declared.
+
+Each op declares its ``encoding`` (:class:`~anekit.mil.ops.registry.Encoding`): which
+storage scheme it decodes and the bits of one stored element, the fact the checker and
+the cost model read to know what a chip streams compressed.
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ import numpy as np
 
 from anekit.mil.ops.common import FP, INT32, axis_index, require
 from anekit.mil.ops.quant import Q8, affine_dequantize, axis_param, per_axis_infer, per_axis_param
-from anekit.mil.ops.registry import Args, Cost, OpDef, const_ints, param, register
+from anekit.mil.ops.registry import Args, Cost, Encoding, OpDef, const_ints, param, register
 from anekit.mil.ops.traits import ATTRIBUTES, CONSTEXPR
-from anekit.mil.types import DType, TensorType
+from anekit.mil.types import UNSIGNED_SUB_BYTE, DType, TensorType
 
 _LUT_VALUES = frozenset({DType.int8, DType.uint8, DType.fp16, DType.fp32})
 _UINT8 = frozenset({DType.uint8})
+_LUT_INDICES = UNSIGNED_SUB_BYTE | _UINT8
 _UINT32 = frozenset({DType.uint32})
 _CONSTEXPR16 = frozenset({CONSTEXPR, ATTRIBUTES})
 _CONSTEXPR18 = frozenset({CONSTEXPR})
@@ -59,6 +65,7 @@ register(
             quantized_data, zero_point, scale, axis
         ),
         cost=_no_cost,
+        encoding=lambda a: Encoding("affine", a.quantized_data.dtype.bits),
         traits=_CONSTEXPR16,
         since="ios16",
         doc="""A constant stored as 8-bit integers: (quantized_data - zero_point) * scale.
@@ -138,6 +145,7 @@ _lut16_op = register(
         infer=_lut16_infer,
         reference=_lut16,
         cost=_no_cost,
+        encoding=lambda a: Encoding("lut", a.lut.shape[0].bit_length() - 1),
         traits=_CONSTEXPR16,
         since="ios16",
         doc="""A constant stored as a look-up table and packed n-bit indices (palettization).
@@ -164,15 +172,16 @@ def _lut18_infer(a: Args) -> TensorType:
         op,
         "lut",
         lambda: (
-            f"expected [groups..., 256, vector size] with groups dividing indices "
+            f"expected [groups..., entries, vector size] with groups dividing indices "
             f"{list(ind.shape)}, found {list(lut.shape)}"
         ),
     )
+    entries = 1 << ind.dtype.bits
     require(
-        lut.shape[-2] == 256,
+        lut.shape[-2] == entries,
         op,
         "lut",
-        lambda: f"uint8 indices address 256 entries, found {lut.shape[-2]}",
+        lambda: f"{ind.dtype} indices address {entries} entries, found {lut.shape[-2]}",
     )
     shape = list(ind.shape)
     vector = lut.shape[-1]
@@ -206,21 +215,23 @@ register(
     _lut16_op.evolve(
         since="ios18",
         params=(
-            param("indices", _UINT8, const=True),
+            param("indices", _LUT_INDICES, const=True),
             param("lut", _LUT_VALUES, const=True),
             param("vector_axis", INT32, ranks=(0,), const=True, optional=True),
         ),
         infer=_lut18_infer,
         reference=_lut18,
+        encoding=lambda a: Encoding("lut", a.indices.dtype.bits),
         traits=_CONSTEXPR18,
         doc="""A constant stored as per-group look-up tables of scalars or vectors.
 
-        Parameters are op inputs (not attributes) from iOS18. Only uint8 indices are
-        supported (anekit has no sub-byte dtypes), so each table has 256 entries.
+        Parameters are op inputs (not attributes) from iOS18. Indices of n bits address
+        tables of 2^n entries; sub-byte indices are packed in the weight file.
 
         Args:
-            indices (const tensor<uint8, [*D]>): an index into its group's table per element.
-            lut (const tensor<T, [*G, 256, V]>): one table per group; G[i] divides D[i]
+            indices (const tensor<IndicesT, [*D]>): an index into its group's table per
+                element (IndicesT: uint1, uint2, uint3, uint4, uint6, uint8).
+            lut (const tensor<T, [*G, 2^n, V]>): one table per group; G[i] divides D[i]
                 and element p uses table p // (D / G) (T: int8, uint8, fp16, fp32).
             vector_axis (const int32): where a table's V-vectors are laid out; required
                 when V > 1.
@@ -289,6 +300,7 @@ register(
         infer=_blockwise_infer,
         reference=_blockwise,
         cost=_no_cost,
+        encoding=lambda a: Encoding("blockwise", a.data.dtype.bits),
         traits=_CONSTEXPR18,
         since="ios18",
         doc="""A constant dequantized per block: (data - offset) * scale, computed in fp32.
@@ -351,6 +363,7 @@ register(
         infer=_sparse_infer,
         reference=_sparse,
         cost=_no_cost,
+        encoding=lambda a: Encoding("sparse", a.nonzero_data.dtype.bits),
         traits=_CONSTEXPR16,
         since="ios16",
         doc="""A constant stored as its non-zero values and a bit mask.

@@ -330,6 +330,7 @@ _conv_ios15 = register(
         cost=mac_cost,
         contraction=_conv_contraction,
         in_channels=_x_channels,
+        output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [C_out, ...]
         traits=frozenset({CONV}),
         doc=_CONV_DOC,
     )

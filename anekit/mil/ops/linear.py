@@ -91,6 +91,15 @@ def _matmul_contraction(a: Args) -> Any:
     return a.x.shape[-2] if bool(a.const("transpose_x")) else a.x.shape[-1]
 
 
+def _matmul_output_axis(a: Args, operand: str) -> int | None:
+    """M of a constant x (its rows; columns when transposed), N of a constant y likewise."""
+    value = getattr(a, operand)
+    if operand not in ("x", "y") or value.rank < 2:
+        return None  # a vector operand has no output channels of its own
+    transposed = bool(a.const(f"transpose_{operand}"))
+    return (-1 if transposed else -2) if operand == "x" else (-2 if transposed else -1)
+
+
 _MATMUL_DOC = """Batched matrix product with NumPy broadcasting of the batch dims.
 
 Args:
@@ -115,6 +124,7 @@ _matmul_ios15 = register(
         reference=_matmul_reference,
         cost=mac_cost,
         contraction=_matmul_contraction,
+        output_axis=_matmul_output_axis,
         traits=frozenset({MATMUL}),
         doc=_MATMUL_DOC,
     )
@@ -200,6 +210,7 @@ _linear_ios15 = register(
         reference=_linear_reference,
         cost=mac_cost,
         contraction=lambda a: a.x.shape[-1],  # D_in
+        output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [D_out, D_in]
         traits=frozenset({MATMUL}),
         doc=_LINEAR_DOC,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -94,6 +94,19 @@ class Cost:
         return self.bytes_read + self.bytes_written
 
 
+class Encoding(NamedTuple):
+    """How a constexpr op stores its constant: the encoding and the bits of a stored element.
+
+    ``kind`` is one of ``affine`` (constexpr_affine_dequantize), ``blockwise``
+    (constexpr_blockwise_shift_scale), ``lut`` (constexpr_lut_to_dense) or ``sparse``
+    (constexpr_sparse_to_dense): the names chip data (``anekit/hw/data/compression.json``)
+    says each chip family streams natively or folds to dense fp16.
+    """
+
+    kind: str
+    bits: int
+
+
 InferFn = Callable[["Args"], "TensorType | tuple[TensorType, ...]"]
 CostFn = Callable[["Args", "tuple[TensorType, ...]"], Cost]
 
@@ -116,6 +129,12 @@ class OpDef:
     # channels (axis 1) of a conv's activation input.
     contraction: Callable[[Args], Dim] | None = None
     in_channels: Callable[[Args], Dim] | None = None
+    # Facts weight compression reads (anekit.compress, the checker, the cost model).
+    # output_axis(args, param): the axis of a constant operand that runs over the op's
+    # output channels (what per-channel compression scales along), or None where the
+    # operand must stay dense. encoding: for a constexpr op, how its constant is stored.
+    output_axis: Callable[[Args, str], int | None] | None = None
+    encoding: Callable[[Args], Encoding] | None = None
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +147,13 @@ class OpDef:
     def inner_dim(self, args: Args) -> int | None:
         """The contraction length for these arguments; None if the op has none or it is symbolic."""
         return _static(self.contraction, args)
+
+    def weight_axis(self, args: Args, param: str) -> int | None:
+        """The output-channel axis of constant operand ``param`` (non-negative), or None."""
+        if self.output_axis is None:
+            return None
+        axis = self.output_axis(args, param)
+        return None if axis is None else axis % getattr(args, param).rank
 
     def input_channels(self, args: Args) -> int | None:
         """The activation input's channel count; None if the op declares none or it is symbolic."""

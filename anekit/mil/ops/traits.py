@@ -33,15 +33,31 @@ def _declare(name: str, readers: tuple[str, ...], meaning: str) -> str:
 _COST = "anekit.hw.cost"
 _RULES = "anekit.hw.rules"
 _REFERENCE = "anekit.backends.reference.planner"
+_COMPRESS = ("anekit.compress.layers", "anekit.compress.auto")  # layers are MAC ops' weights
 
 CONST = _declare(
     "const",
-    ("anekit.mil.builder", "anekit.mil.parser", "anekit.mil.graph", _RULES, _COST, _REFERENCE),
+    (
+        "anekit.mil.builder",
+        "anekit.mil.parser",
+        "anekit.mil.graph",
+        _RULES,
+        _COST,
+        _REFERENCE,
+        "anekit.compress.layers",
+    ),
     "the op is a constant: its one output is the value of its `val` argument",
 )
 CONSTEXPR = _declare(
     "constexpr",
-    ("anekit.mil.ops.conv", "anekit.mil.graph", "anekit.mil.passes", _RULES, _COST),
+    (
+        "anekit.mil.ops.conv",
+        "anekit.mil.graph",
+        "anekit.mil.passes",
+        "anekit.mil.verify",
+        _RULES,
+        _COST,
+    ),
     "computed from constants when the device loads the program (decompression): known at "
     "compile time, and kept compressed in the weight file, so no pass expands it",
 )
@@ -77,17 +93,17 @@ QUANTIZE = _declare(
 )
 CONV = _declare(
     "conv",
-    (_RULES, _COST),
+    (_RULES, _COST, *_COMPRESS),
     "a convolution: multiply-accumulates on the MAC array, channels on axis 1",
 )
 MATMUL = _declare(
     "matmul",
-    (_RULES, _COST),
+    (_RULES, _COST, *_COMPRESS),
     "a matrix product: multiply-accumulates on the MAC array over `OpDef.contraction`",
 )
 ATTENTION = _declare(
     "attention",
-    (_RULES, _COST),
+    (_RULES, _COST, *_COMPRESS),
     "fused scaled-dot-product attention (two matrix products around a softmax)",
 )
 
