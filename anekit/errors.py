@@ -54,9 +54,22 @@ class MilSyntaxError(AnekitError):
         where = f"{self.file or '<mil>'}:{self.line}:{self.column}"
         text = f"{where}: {self.message}"
         if self.source_line:
-            caret = " " * max(self.column - 1, 0) + "^"
-            text += f"\n    {self.source_line}\n    {caret}"
+            line, at = _around(self.source_line, max(self.column - 1, 0))
+            text += f"\n    {line}\n    {' ' * at}^"
         return text
+
+
+_SHOWN_LINE = 160  # characters of a long source line an error shows, around the column
+
+
+def _around(line: str, index: int) -> tuple[str, int]:
+    """The part of ``line`` an error shows around ``index``, and where ``index`` falls in it."""
+    if len(line) <= _SHOWN_LINE:
+        return line, index
+    start = min(max(index - _SHOWN_LINE // 2, 0), len(line) - _SHOWN_LINE)
+    head = "..." if start else ""
+    tail = "..." if start + _SHOWN_LINE < len(line) else ""
+    return head + line[start : start + _SHOWN_LINE] + tail, index - start + len(head)
 
 
 class MilTypeError(AnekitError):

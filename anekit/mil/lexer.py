@@ -3,6 +3,13 @@
 It splits text into tokens line by line (so any token maps back to a line and
 column), and reads types and literals: scalars, tensors, BLOBFILE weights and
 the dicts of buildInfo.
+
+Hostile text costs linear time and bounded memory: tokens are made a batch of lines
+at a time as the parser reaches them (a bad token near the start of 100 MB is reported
+before the rest is read), a long line is cut into tokens a chunk at a time, every token
+pattern matches without backtracking (an unterminated string is one token to the end of
+its line), a NUL byte is an error found before anything is tokenised, nesting is bounded
+(:data:`MAX_NESTING`) and messages quote at most :data:`SHOWN_CHARS` of a token.
 """
 
 from __future__ import annotations
@@ -10,43 +17,73 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 import numpy as np
 
 from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
 from anekit.mil import blob
-from anekit.mil.types import DType, TensorType
+from anekit.mil.types import DType, TensorType, storage_loss
 from anekit.mil.values import BlobRef, Value
 from anekit.mil.weights import WeightSource
 
+# Every alternative is deterministic (one way to match), so no input makes it backtrack
+# more than once over the text; re.ASCII: only ASCII digits and letters make numbers and names.
 TOKEN = re.compile(
     r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
-    r'|"(?:[^"\\\n]|\\.)*"'  # string
+    r'|"(?:[^"\\\n]|\\.)*"?'  # string; unterminated, it runs to the end of the line
     r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # decimal
     r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
     r"|->"
     r"|(?://|#).*"  # comment to end of line
-    r"|\S"  # any other single character (punctuation, or an error)
+    r"|\S",  # any other single character (punctuation, or an error)
+    re.ASCII,
 )
-IDENT = re.compile(r"[A-Za-z_][\w]*\Z")
-_TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>")
-_TYPE_TOKEN = re.compile(r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>\Z")  # as TOKEN emits them
+IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
+_INT = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)\Z", re.ASCII)
+_FLOAT = re.compile(
+    r"[-+]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
+    r"|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\Z",
+    re.ASCII,
+)
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"\Z')
+_DIM = re.compile(r"-?\d+\Z", re.ASCII)
+_TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
+_TYPE_TOKEN = re.compile(r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>\Z", re.ASCII)  # as TOKEN emits
 SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
 SCALAR_NAMES = {d.value for d in DType}
 # The parser remembers the types and small literals it has read, across programs, because real
 # programs repeat a few of them thousands of times; bounded, so the memory is not kept for good.
 CACHE_ENTRIES = 4096
-CACHED_LITERAL_CHARS = 256  # a longer literal is read each time it occurs
+CACHED_LITERAL_CHARS = 256  # a longer literal (or type token) is read each time it occurs
+MAX_NESTING = 64  # brackets in a literal, dicts in a dict type: far beyond any real program
+MAX_DIM = 2**63 - 1  # MIL dimensions are int64
+SHOWN_CHARS = 60  # of a token quoted in a message
+_MAX_DIGITS = 4000  # in an integer token (Python refuses to convert more than 4300)
+_FILL_CHARS = 1 << 16  # text tokenised per batch
+_LONG_LINE = 1 << 16  # a longer line is tokenised a chunk at a time
+_CHUNK_TOKENS = 1 << 14
+_MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
 _BLOB_LITERAL = re.compile(
     r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = string\("(?P<path>[^"\\]*)"\), '
-    r"offset = uint64\((?P<offset>\d+)\)\)\)\Z"
+    r"offset = uint64\((?P<offset>\d+)\)\)\)\Z",
+    re.ASCII,
 )
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
 _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
+_INF = (float("inf"), float("-inf"))
+_COMMENT = ("//", "#")
+
+
+def show(tok: str) -> str:
+    """A token as a message quotes it: repr, at most :data:`SHOWN_CHARS` characters of it."""
+    if len(tok) <= SHOWN_CHARS:
+        return repr(tok)
+    return f"{tok[:SHOWN_CHARS]!r}... ({len(tok)} characters)"
 
 
 class TokenReader:
@@ -56,24 +93,62 @@ class TokenReader:
         self.text = text
         self.weights = weights
         self.file = file
+        nul = text.find("\0")
+        if nul >= 0:  # binary data is not MIL: say so at once, before tokenising any of it
+            line = text.count("\n", 0, nul)
+            start = text.rfind("\n", 0, nul) + 1
+            raise MilSyntaxError(
+                "NUL byte: MIL text holds none (is this a binary file?)",
+                line=line + 1,
+                column=nul - start + 1,
+                source_line=text[start : text.find("\n", nul) % (len(text) + 1)],
+                file=file,
+            )
         self.lines = text.split("\n")
         self.toks: list[str] = []
         self.line_starts: list[int] = []
-        findall = TOKEN.findall
-        for line_no, line in enumerate(self.lines):
-            self.line_starts.append(len(self.toks))
-            if self.take_line(line, line_no):
-                continue
-            found = findall(line)
-            if found and found[-1].startswith(("//", "#")):
-                found.pop()
-            self.toks.extend(found)
-        self.toks.append("")  # end marker
+        self._next_line = 0
+        self._pending: Any = None  # the rest of a long line's tokens
         self.i = 0
+        self._fill()
 
     def take_line(self, line: str, line_no: int) -> bool:
         """Let a subclass read a whole line itself (as one token); the default never does."""
         return False
+
+    def _fill(self) -> None:
+        """Tokenise the next batch of text, after the tokens made so far (see the module doc)."""
+        toks = self.toks
+        if toks and toks[-1] is _MORE:
+            toks.pop()
+        start, budget, findall = len(toks), _FILL_CHARS, TOKEN.findall
+        lines = self.lines
+        while budget > 0 or len(toks) == start:
+            if self._pending is not None:
+                chunk = [
+                    t for t in islice(self._pending, _CHUNK_TOKENS) if not t.startswith(_COMMENT)
+                ]
+                toks.extend(chunk)
+                budget -= sum(map(len, chunk)) + 1
+                if len(chunk) < _CHUNK_TOKENS:
+                    self._pending = None
+                continue
+            line_no = self._next_line
+            if line_no >= len(lines):
+                toks.append("")  # end of input
+                return
+            self._next_line += 1
+            line = lines[line_no]
+            self.line_starts.append(len(toks))
+            budget -= len(line) + 1
+            if len(line) > _LONG_LINE:
+                self._pending = (m.group() for m in TOKEN.finditer(line))
+            elif not self.take_line(line, line_no):
+                found = findall(line)
+                if found and found[-1].startswith(_COMMENT):
+                    found.pop()
+                toks.extend(found)
+        toks.append(_MORE)
 
     def literal_text(self, text: str) -> Value | None:
         """The Value of a whole literal, or None to let the general path read it (and its errors)."""
@@ -86,10 +161,10 @@ class TokenReader:
     def where(self, index: int) -> tuple[int, int]:
         """Return (line, column) of token ``index``, both 1-based."""
         index = min(index, len(self.toks) - 1)
-        line_no = bisect_right(self.line_starts, index) - 1
-        if index == len(self.toks) - 1:  # end of input
-            line_no = len(self.lines) - 1
+        if self.toks[index] == "" or (self.toks[index] is _MORE and index == len(self.toks) - 1):
+            line_no = len(self.lines) - 1  # end of input
             return line_no + 1, len(self.lines[line_no]) + 1
+        line_no = bisect_right(self.line_starts, index) - 1
         k = index - self.line_starts[line_no]
         for n, m in enumerate(TOKEN.finditer(self.lines[line_no])):
             if n == k:
@@ -109,10 +184,23 @@ class TokenReader:
         )
 
     def peek(self) -> str:
-        return self.toks[self.i]
+        tok = self.toks[self.i]
+        if tok is _MORE:
+            self._fill()
+            tok = self.toks[self.i]
+        return tok
+
+    def peek_at(self, k: int) -> str:
+        """The token ``k`` places ahead (0: the next one)."""
+        while self.toks[min(self.i + k, len(self.toks) - 1)] is _MORE:
+            self._fill()
+        return self.toks[min(self.i + k, len(self.toks) - 1)]
 
     def next(self) -> str:
         tok = self.toks[self.i]
+        if tok is _MORE:
+            self._fill()
+            tok = self.toks[self.i]
         if not tok:
             raise self.error("unexpected end of input")
         self.i += 1
@@ -121,32 +209,37 @@ class TokenReader:
     def expect(self, expected: str) -> None:
         tok = self.toks[self.i]
         if tok != expected:
-            raise self.error(f"expected {expected!r}, found {tok or 'end of input'!r}")
+            tok = self.peek()
+            if tok != expected:
+                raise self.error(
+                    f"expected {expected!r}, found {show(tok) if tok else 'end of input'}"
+                )
         self.i += 1
 
     def accept(self, tok: str) -> bool:
-        if self.toks[self.i] == tok:
+        found = self.toks[self.i]
+        if found is _MORE:
+            found = self.peek()
+        if found == tok:
             self.i += 1
             return True
         return False
 
     def ident(self, what: str) -> str:
-        tok = self.toks[self.i]
+        tok = self.peek()
         if not IDENT.match(tok):
-            raise self.error(f"expected {what}, found {tok or 'end of input'!r}")
+            raise self.error(f"expected {what}, found {show(tok) if tok else 'end of input'}")
         self.i += 1
         return tok
 
     def integer(self, what: str) -> int:
-        tok = self.toks[self.i]
-        try:
-            value = int(tok, 16) if tok.lower().startswith(("0x", "-0x")) else int(tok)
-        except ValueError:
+        tok = self.peek()
+        if not _INT.match(tok) or len(tok) > _MAX_DIGITS:
             raise self.error(
-                f"expected {what} (an integer), found {tok or 'end of input'!r}"
-            ) from None
+                f"expected {what} (an integer), found {show(tok) if tok else 'end of input'}"
+            )
         self.i += 1
-        return value
+        return _int(tok)
 
     # -- grammar ---------------------------------------------------------------------------
     def blob_literal(self, text: str) -> Value | None:
@@ -172,7 +265,7 @@ class TokenReader:
         if tok.startswith("tensor<"):
             return self.type_token(tok, index)
         if tok != "tensor":
-            raise self.error(f"expected a type, found {tok!r}", index)
+            raise self.error(f"expected a type, found {show(tok)}", index)
         self.expect("<")
         dtype = self.dtype()
         self.expect(",")
@@ -184,8 +277,8 @@ class TokenReader:
                 dims.append(self.next())
             else:
                 value = self.integer("a dimension")
-                if value < 0:
-                    raise self.error(f"dimension must be >= 0, found {value}", self.i - 1)
+                if not 0 <= value <= MAX_DIM:
+                    raise self.error(_dim_message(value), self.i - 1)
                 dims.append(value)
             if not self.accept(","):
                 break
@@ -196,7 +289,7 @@ class TokenReader:
     def type_token(self, tok: str, index: int) -> TensorType:
         """Parse a whole ``tensor<dtype, [dims]>`` token; errors point inside it."""
         try:
-            return _tensor_type(tok)
+            return _tensor_type(tok) if len(tok) <= CACHED_LITERAL_CHARS else _read_type(tok)
         except _BadTypeToken as e:
             raise self.error_in(index, e.offset, e.message) from None
 
@@ -218,7 +311,8 @@ class TokenReader:
             raise self.error("uint64 is only allowed in BLOBFILE offsets", index)
         if tok not in SCALAR_NAMES:
             raise self.error(
-                f"unknown dtype {tok!r}; expected one of {', '.join(sorted(SCALAR_NAMES))}", index
+                f"unknown dtype {show(tok)}; expected one of {', '.join(sorted(SCALAR_NAMES))}",
+                index,
             )
         return DType(tok)
 
@@ -234,7 +328,7 @@ class TokenReader:
             raise self.error("uint64 literal outside BLOBFILE", index)
         t = self.type()
         self.expect("(")
-        if t.dtype is DType.string and not t.shape and self.toks[self.i + 1 : self.i + 2] == [")"]:
+        if t.dtype is DType.string and not t.shape and self.peek_at(1) == ")":
             value = Value("", t, None, self.element(DType.string))  # names: the common case
         elif self.peek() == "BLOBFILE":
             value = self.blobfile(t, index)
@@ -248,7 +342,7 @@ class TokenReader:
             raise self.error(f"a literal needs a static shape, found {t}", index)
         flat: list[Any] = []
         if self.peek() == "[":
-            self.flat_list(t.dtype, flat)
+            self.flat_list(t.dtype, flat, 1)
         else:
             flat.append(self.element(t.dtype))
         if len(flat) != t.numel:
@@ -260,47 +354,84 @@ class TokenReader:
         return Value("", t, None, const)
 
     def checked_array(self, flat: list[Any], t: TensorType, index: int) -> np.ndarray:
+        """The values as an array of the literal's dtype; a value the dtype cannot hold is an error."""
         if t.dtype.is_int:
             lo, hi = _INT_RANGES[t.dtype]
             if flat and (min(flat) < lo or max(flat) > hi):
                 bad = next(x for x in flat if not lo <= x <= hi)
-                raise self.error(f"value {bad} out of range for {t.dtype}", index)
-        with np.errstate(over="ignore"):
-            arr = np.array(flat, dtype=t.dtype.numpy)
-        if t.dtype is DType.fp16:
-            finite = np.isfinite(np.array(flat, dtype=np.float64))
-            if (finite & ~np.isfinite(arr)).any():
-                raise self.error("value overflows fp16", index)
-        return arr.reshape(t.shape)
+                raise self.error(f"value {bad} out of range for {t.dtype} ({lo}..{hi})", index)
+            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+        if t.dtype is DType.bool:
+            return np.array(flat, dtype=np.bool_).reshape(t.shape)
+        wide = np.array(flat, dtype=np.float64)
+        loss = storage_loss(wide, t.dtype)
+        if loss is not None:
+            raise self.error(loss, index)
+        return wide.astype(t.dtype.numpy).reshape(t.shape)
 
-    def flat_list(self, dtype: DType, out: list[Any]) -> None:
+    def flat_list(self, dtype: DType, out: list[Any], depth: int) -> None:
+        if depth > MAX_NESTING:
+            raise self.error(f"literal nested deeper than {MAX_NESTING} brackets")
         self.expect("[")
+        if self.flat_run(dtype, out):
+            return
         while self.peek() != "]":
             if self.peek() == "[":
-                self.flat_list(dtype, out)
+                self.flat_list(dtype, out, depth + 1)
             else:
                 out.append(self.element(dtype))
             if not self.accept(","):
                 break
         self.expect("]")
 
+    def flat_run(self, dtype: DType, out: list[Any]) -> bool:
+        """Read ``a, b, c]`` of plain numbers in one step; False (nothing read) for anything else.
+
+        Scans for the closing bracket and converts the numbers between with one call per
+        value: the general loop costs a method call per token.
+        """
+        toks, i = self.toks, self.i
+        try:
+            end = toks.index("]", i)
+        except ValueError:
+            return False
+        items, commas = toks[i:end:2], toks[i + 1 : end : 2]
+        if len(commas) != len(items) - 1 or commas.count(",") != len(commas) or not items:
+            return False
+        if dtype.is_float:
+            if not all(map(_FLOAT.match, items)):
+                return False
+            values = [float.fromhex(s) if "x" in s or "X" in s else float(s) for s in items]
+            if _INF[0] in values or _INF[1] in values or 0.0 in values:
+                if any(_beyond_float(v, s) for v, s in zip(values, items)):
+                    return False  # the general loop reports it
+            out.extend(values)
+        elif dtype.is_int:
+            if not all(map(_INT.match, items)) or max(map(len, items)) > _MAX_DIGITS:
+                return False
+            out.extend(map(_int, items))
+        else:
+            return False
+        self.i = end + 1
+        return True
+
     def element(self, dtype: DType) -> Any:
         index = self.i
         tok = self.next()
         if dtype is DType.string:
-            if len(tok) < 2 or tok[0] != '"' or tok[-1] != '"':
-                raise self.error(f"expected a string literal, found {tok!r}", index)
+            if not _STRING.match(tok):
+                what = "an unterminated string" if tok.startswith('"') else show(tok)
+                raise self.error(f"expected a string literal, found {what}", index)
             return _unquote(tok)
         if dtype is DType.bool:
             if tok not in ("true", "false"):
-                raise self.error(f"expected true or false, found {tok!r}", index)
+                raise self.error(f"expected true or false, found {show(tok)}", index)
             return tok == "true"
         if dtype.is_float:
             return self.float_token(tok, index)
-        try:
-            return int(tok, 16) if "x" in tok.lower() else int(tok)
-        except ValueError:
-            raise self.error(f"expected an integer for {dtype}, found {tok!r}", index) from None
+        if not _INT.match(tok) or len(tok) > _MAX_DIGITS:
+            raise self.error(f"expected an integer for {dtype}, found {show(tok)}", index)
+        return _int(tok)
 
     def float_token(self, tok: str, index: int) -> float:
         if tok in ("-", "+") and self.peek() in ("inf", "nan"):
@@ -308,10 +439,19 @@ class TokenReader:
             return sign * float(self.next())
         if tok in ("inf", "nan"):
             return float(tok)
+        if not _FLOAT.match(tok):
+            raise self.error(f"expected a number, found {show(tok)}", index)
         try:
-            return float.fromhex(tok) if "x" in tok.lower() else float(tok)
-        except ValueError:
-            raise self.error(f"expected a number, found {tok!r}", index) from None
+            value = float.fromhex(tok) if "x" in tok or "X" in tok else float(tok)
+        except OverflowError:  # a hex float beyond float64
+            value = _INF[0]
+        if _beyond_float(value, tok):
+            raise self.error(
+                f"value {show(tok)} is beyond every float dtype: fp32 holds 0 and magnitudes "
+                "1.4e-45 to 3.4e38",
+                index,
+            )
+        return value
 
     def blobfile(self, t: TensorType, index: int) -> Value:
         self.expect("BLOBFILE")
@@ -359,22 +499,24 @@ class TokenReader:
         self.expect("<")
         self.type()
         self.expect(",")
-        nested = self.dict_type()
+        nested = self.dict_type(1)
         self.expect(">")
         self.expect("(")
         value = self.dict_entries(nested)
         self.expect(")")
         return value
 
-    def dict_type(self) -> int:
+    def dict_type(self, depth: int) -> int:
         """Skip a dict value type; return how many dict levels it nests."""
+        if depth > MAX_NESTING:
+            raise self.error(f"dict type nested deeper than {MAX_NESTING} levels")
         if self.accept("dict"):
             self.expect("<")
             self.type()
             self.expect(",")
-            depth = self.dict_type()
+            levels = self.dict_type(depth + 1)
             self.expect(">")
-            return depth + 1
+            return levels + 1
         self.type()
         return 0
 
@@ -402,15 +544,39 @@ class _BadTypeToken(Exception):
         self.message = message
 
 
-@lru_cache(maxsize=CACHE_ENTRIES)
-def _tensor_type(tok: str) -> TensorType:
-    """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken (not cached)."""
+def _int(tok: str) -> int:
+    """An integer token (checked by ``_INT``): decimal, or hex with a 0x prefix."""
+    return int(tok, 16) if "x" in tok or "X" in tok else int(tok)
+
+
+def _beyond_float(value: float, tok: str) -> bool:
+    """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
+    if value in _INF:
+        return True
+    if value != 0.0:
+        return False
+    hexa = "x" in tok or "X" in tok
+    digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
+    mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
+    return any(c not in "0.+-" for c in mantissa)
+
+
+def _dim_message(value: int) -> str:
+    if value < 0:
+        return f"dimension must be >= 0, found {value}"
+    return f"dimension {value} is beyond int64 (at most {MAX_DIM})"
+
+
+def _read_type(tok: str) -> TensorType:
+    """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken."""
     m = _TYPE_PARTS.match(tok)
     assert m is not None  # the tokenizer only emits tokens of this shape
     name = m.group("dtype")
     if name not in SCALAR_NAMES:
         known = ", ".join(sorted(SCALAR_NAMES))
-        raise _BadTypeToken(m.start("dtype"), f"unknown dtype {name!r}; expected one of {known}")
+        raise _BadTypeToken(
+            m.start("dtype"), f"unknown dtype {show(name)}; expected one of {known}"
+        )
     dims: list[int | str] = []
     body_start = m.start("dims")
     for d in re.finditer(r"[^\s,]+", m.group("dims")):
@@ -418,22 +584,24 @@ def _tensor_type(tok: str) -> TensorType:
         if IDENT.match(text):
             dims.append(text)
             continue
-        try:
-            value = int(text)
-        except ValueError:
+        if not _DIM.match(text) or len(text) > _MAX_DIGITS:
             raise _BadTypeToken(
-                body_start + d.start(), f"expected a dimension (an integer), found {text!r}"
-            ) from None
-        if value < 0:
-            raise _BadTypeToken(body_start + d.start(), f"dimension must be >= 0, found {value}")
+                body_start + d.start(), f"expected a dimension (an integer), found {show(text)}"
+            )
+        value = int(text)
+        if not 0 <= value <= MAX_DIM:
+            raise _BadTypeToken(body_start + d.start(), _dim_message(value))
         dims.append(value)
     return TensorType(DType(name), tuple(dims))
+
+
+_tensor_type = lru_cache(maxsize=CACHE_ENTRIES)(_read_type)  # for tokens of ordinary length
 
 
 def known_type(tok: str) -> TensorType | None:
     """The type a whole type token spells (``fp16``, ``tensor<fp16, [2]>``), None if it is none."""
     scalar = SCALAR_TYPES.get(tok)
-    if scalar is not None or not _TYPE_TOKEN.match(tok):
+    if scalar is not None or len(tok) > CACHED_LITERAL_CHARS or not _TYPE_TOKEN.match(tok):
         return scalar
     try:
         return _tensor_type(tok)

@@ -119,3 +119,69 @@ def type_text(t: TensorType, *, legacy: bool) -> str:
 def scalar(dtype: DType | str) -> TensorType:
     """Return the rank-0 type of a dtype."""
     return TensorType(DType(dtype), ())
+
+
+# The smallest magnitude that rounds to infinity (half an ulp above the largest finite value)
+# and the smallest nonzero magnitude (a subnormal) of each float dtype.
+_FLOAT_RANGE = {
+    DType.fp16: (65520.0, 2.0**-24),
+    DType.fp32: (2.0**128 * (1 - 2.0**-25), 2.0**-149),
+}
+
+
+def float_range_text(dtype: DType) -> str:
+    """What ``dtype`` represents, for messages: ``fp16 holds 0 and magnitudes 5.96e-08 to 65504``."""
+    finfo = np.finfo(dtype.numpy)
+    return f"{dtype} holds 0 and magnitudes {_FLOAT_RANGE[dtype][1]:.3g} to {float(finfo.max):.6g}"
+
+
+def storage_loss(values: np.ndarray, dtype: DType) -> str | None:
+    """Why storing ``values`` as ``dtype`` would change them, or None if it would not lose them.
+
+    Floats may round (that is what a float literal means), but a finite value must not
+    become inf and a nonzero one must not become 0. Integers must be stored exactly, in
+    an int or a float dtype. The message names the first offending value.
+    """
+    values = np.asarray(values)
+    if dtype is DType.string or dtype is DType.bool or values.size == 0:
+        return None
+    if dtype.is_int:
+        info = np.iinfo(dtype.numpy)
+        if values.dtype.kind == "f":
+            bad = ~np.isfinite(values) | (values != np.trunc(np.nan_to_num(values)))
+            if bad.any():
+                return f"value {values[bad].flat[0].item()!r} is not an integer ({dtype})"
+        with np.errstate(invalid="ignore"):
+            out = (values < info.min) | (values > info.max)
+        if out.any():
+            return f"value {values[out].flat[0].item()!r} is out of range for {dtype} ({info.min}..{info.max})"
+        return None
+    if values.dtype.kind in "iu":
+        wide = values.astype(np.float64)
+        overflow = np.abs(wide) >= _FLOAT_RANGE[dtype][0]
+        if overflow.any():
+            return f"value {values[overflow].flat[0]} overflows {dtype}: {float_range_text(dtype)}"
+        stored = wide.astype(dtype.numpy).astype(np.float64)
+        changed = stored != wide
+        if changed.any():
+            first = np.flatnonzero(changed)[0]
+            return (
+                f"integer {values.flat[first]} is not exactly representable in {dtype} "
+                f"(it would be stored as {stored.flat[first]:g})"
+            )
+        return None
+    if values.dtype.kind != "f":
+        return None
+    wide = values.astype(np.float64)
+    magnitude = np.abs(wide)
+    overflow = np.isfinite(wide) & (magnitude >= _FLOAT_RANGE[dtype][0])
+    if overflow.any():
+        return f"value {wide[overflow].flat[0]:g} overflows {dtype}: {float_range_text(dtype)}"
+    # at or below half the smallest subnormal a value rounds to zero (exactly half: to even, 0)
+    underflow = (magnitude > 0) & (magnitude <= _FLOAT_RANGE[dtype][1] / 2)
+    if underflow.any():
+        return (
+            f"value {wide[underflow].flat[0]:g} would be stored as 0 in {dtype}: "
+            f"{float_range_text(dtype)}"
+        )
+    return None
