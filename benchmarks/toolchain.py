@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -234,8 +235,9 @@ def main(rounds: int = 7) -> None:
         for r in range(rounds):
             for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
                 text, files = texts[label]
-                for stage, fn in (("parse", lambda: mil.parse(text, files)),
-                                  ("print", programs[label].to_text)):  # fmt: skip
+                stages = (("parse", partial(mil.parse, text, files)),
+                          ("print", programs[label].to_text))  # fmt: skip
+                for stage, fn in stages:
                     t0 = time.perf_counter()
                     fn()
                     times.setdefault((label, stage), []).append(time.perf_counter() - t0)
