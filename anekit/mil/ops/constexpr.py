@@ -55,6 +55,7 @@ register(
             axis_param(optional=False),
         ),
         infer=per_axis_infer("quantized_data", axis_required=True),
+        shape_only=frozenset({"quantized_data"}),
         reference=lambda quantized_data, zero_point, scale, axis: affine_dequantize(
             quantized_data, zero_point, scale, axis
         ),
@@ -137,6 +138,7 @@ _lut16_op = register(
         ),
         infer=_lut16_infer,
         reference=_lut16,
+        shape_only=frozenset({"indices"}),
         cost=_no_cost,
         traits=_CONSTEXPR16,
         since="ios16",
@@ -288,6 +290,7 @@ register(
         ),
         infer=_blockwise_infer,
         reference=_blockwise,
+        shape_only=frozenset({"data", "offset"}),
         cost=_no_cost,
         traits=_CONSTEXPR18,
         since="ios18",
@@ -350,6 +353,7 @@ register(
         ),
         infer=_sparse_infer,
         reference=_sparse,
+        shape_only=frozenset({"nonzero_data"}),
         cost=_no_cost,
         traits=_CONSTEXPR16,
         since="ios16",

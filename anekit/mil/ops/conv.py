@@ -331,6 +331,7 @@ _conv_ios15 = register(
         contraction=_conv_contraction,
         in_channels=_x_channels,
         traits=frozenset({CONV}),
+        shape_only=frozenset({"bias"}),
         doc=_CONV_DOC,
     )
 )
@@ -503,6 +504,7 @@ _conv_transpose_ios15 = register(
         cost=flops_cost(lambda a, outs: 2 * numel(a.x.shape) * numel(tuple(a.weight.shape[1:]))),
         in_channels=_x_channels,
         traits=frozenset({CONV}),
+        shape_only=frozenset({"weight", "bias"}),
         doc=_CONV_TRANSPOSE_DOC,
     )
 )

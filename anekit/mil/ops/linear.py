@@ -201,6 +201,7 @@ _linear_ios15 = register(
         cost=mac_cost,
         contraction=lambda a: a.x.shape[-1],  # D_in
         traits=frozenset({MATMUL}),
+        shape_only=frozenset({"weight", "bias"}),
         doc=_LINEAR_DOC,
     )
 )

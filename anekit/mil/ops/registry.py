@@ -116,10 +116,19 @@ class OpDef:
     # channels (axis 1) of a conv's activation input.
     contraction: Callable[[Args], Dim] | None = None
     in_channels: Callable[[Args], Dim] | None = None
+    # Which argument values ``infer`` may read (the verifier hides the others from it and caches
+    # its result by types, constness and the readable values): every const parameter but those
+    # in ``shape_only`` (weights: only their type matters), and the non-const parameters in
+    # ``infer_values`` (gather's indices, for validate_indices).
+    shape_only: frozenset[str] = frozenset()
+    infer_values: frozenset[str] = frozenset()
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
+    readable: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {p.name: p for p in self.params})
+        consts = {p.name for p in self.params if p.const} - self.shape_only
+        object.__setattr__(self, "readable", frozenset(consts | self.infer_values))
 
     def evolve(self, **changes: Any) -> OpDef:
         """Return this declaration with some fields replaced (for a later opset)."""
