@@ -10,8 +10,8 @@ not produced by anekit's printer, so no parser path fitted to our own output hel
   on its own, then concatenated and projected;
 - ``legacy dialect``: a GELU MLP in program(1.0) / ios16 spelling (``tensor<int32, []>(1)``
   scalars, ``name = tensor<string, []>(...)``);
-- ``inline constants``: every op takes its own distinct inline tensor, written inline and
-  as const statements, in hex and decimal floats;
+- ``inline constants``: every op takes its own distinct small inline tensor or scalar,
+  written inline and as const statements, in hex and decimal floats;
 - ``BLOBFILE constants``: a deep stack of linear layers whose weights are BLOBFILE consts.
 
 The candidates run interleaved (the order rotates every round) and each figure is the
@@ -175,21 +175,33 @@ def legacy_mlp(layers: int = 300, dim: int = 64, seq: int = 32) -> tuple[str, di
     return t.finish(f"{act} x", h)
 
 
-def inline_constants(ops: int = 1200, channels: int = 16) -> tuple[str, dict]:
-    """Every op with its own inline constant: no literal repeats, so no literal cache helps."""
+def inline_constants(ops: int = 1500, channels: int = 8) -> tuple[str, dict]:
+    """Every op with its own inline constants: no literal repeats, so no literal cache helps.
+
+    Small vectors and scalars, in hex (as coremltools prints them: ``0x1.8p+1``) and decimal,
+    both as const statements and written inline as arguments.
+    """
     t = Text()
     act = f"tensor<fp16, [1, {channels}, 1, 8]>"
     vec = f"tensor<fp16, [1, {channels}, 1, 1]>"
     h = "x"
     for i in range(ops):
         values = t.rng.standard_normal(channels).astype(np.float16).astype(float)
-        if i % 2:
-            literal = f"{vec}([{', '.join(v.hex() for v in values)}])"
+        if i % 3 == 0:
+            literal = f"{vec}([{', '.join(_hex(v) for v in values)}])"
             h = t.op(act, "mul", {"x": h, "y": literal})
-        else:
+        elif i % 3 == 1:
             literal = f"{vec}([{', '.join(f'{v:.6g}' for v in values)}])"
             h = t.op(act, "add", {"x": h, "y": t.const(vec, literal)})
+        else:
+            h = t.op(act, "sub", {"x": h, "y": t.scalar("fp16", _hex(values[0]))})
     return t.finish(f"{act} x", h)
+
+
+def _hex(x: float) -> str:
+    """A float as coremltools prints it: exact hex, trailing zeros dropped (0x1.8p+1)."""
+    mantissa, exponent = x.hex().split("p")
+    return f"{mantissa.rstrip('0').rstrip('.')}p{exponent}"
 
 
 def blobfile_constants(layers: int = 1500, dim: int = 32) -> tuple[str, dict]:
@@ -216,7 +228,7 @@ SHAPES: dict[str, Callable[[], tuple[str, dict]]] = {
     "conv chain (500 3x3 convs)": conv_chain,
     "wide attention (4 x 16 heads)": wide_attention,
     "legacy dialect (300-layer MLP)": legacy_mlp,
-    "inline constants (1200 ops)": inline_constants,
+    "inline constants (1500 ops)": inline_constants,
     "BLOBFILE constants (1500 layers)": blobfile_constants,
     "ours: 128 chained 1x1 convs": _ours(lambda: chained_convs(128, channels=64, spatial=8)),
     "ours: 12-layer transformer": _ours(lambda: transformer(TransformerShape(layers=12))),

@@ -30,17 +30,28 @@ from anekit.mil.weights import WeightSource
 
 # Every alternative is deterministic (one way to match), so no input makes it backtrack
 # more than once over the text; re.ASCII: only ASCII digits and letters make numbers and names.
+_NUMBER = (  # one spelling per number, so a list of them cannot backtrack more than once
+    r"[-+]?(?:0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
+    r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
+)
+# The whitespace before a token is skipped by the pattern itself (twice as fast as a failed
+# match per blank); a line is stripped of trailing blanks first, so every match succeeds.
 TOKEN = re.compile(
-    r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
+    r"\s*("
+    rf"\[\s*{_NUMBER}(?:\s*,\s*{_NUMBER})*\s*\]"  # a whole list of numbers: one token
+    r"|[(){}\[\],;=<>]"  # punctuation: half of all tokens
+    r"|tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
     r'|"(?:[^"\\\n]|\\.)*"?'  # string; unterminated, it runs to the end of the line
     r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # decimal
     r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
     r"|->"
     r"|(?://|#).*"  # comment to end of line
-    r"|\S",  # any other single character (punctuation, or an error)
+    r"|\S"  # any other single character (punctuation, or an error)
+    r")",
     re.ASCII,
 )
+_BLANKS = " \t\r\f\v"  # what \s matches in a line
 IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 _INT = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)\Z", re.ASCII)
 _FLOAT = re.compile(
@@ -51,7 +62,6 @@ _FLOAT = re.compile(
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"\Z')
 _DIM = re.compile(r"-?\d+\Z", re.ASCII)
 _TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
-_TYPE_TOKEN = re.compile(r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>\Z", re.ASCII)  # as TOKEN emits
 SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
 SCALAR_NAMES = {d.value for d in DType}
 # The parser remembers the types and small literals it has read, across programs, because real
@@ -66,9 +76,9 @@ _FILL_CHARS = 1 << 16  # text tokenised per batch
 _LONG_LINE = 1 << 16  # a longer line is tokenised a chunk at a time
 _CHUNK_TOKENS = 1 << 14
 _MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
-_BLOB_LITERAL = re.compile(
-    r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = string\("(?P<path>[^"\\]*)"\), '
-    r"offset = uint64\((?P<offset>\d+)\)\)\)\Z",
+_BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tensor<uint64, []>)
+    r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
+    r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
     re.ASCII,
 )
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
@@ -76,7 +86,10 @@ _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
 _INF = (float("inf"), float("-inf"))
+# magnitudes below the first and above the second are stored without overflow or underflow
+_FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
 _COMMENT = ("//", "#")
+_LITERALS: dict[str, Value] = {}  # literal text -> its Value, oldest first (remember_literal)
 
 
 def show(tok: str) -> str:
@@ -92,6 +105,7 @@ class TokenReader:
     def __init__(self, text: str, weights: WeightSource, file: str | None) -> None:
         self.text = text
         self.weights = weights
+        self._weight_data: dict[str, bytes] = {}  # by BLOBFILE path, read (and checked) once
         self.file = file
         nul = text.find("\0")
         if nul >= 0:  # binary data is not MIL: say so at once, before tokenising any of it
@@ -142,9 +156,9 @@ class TokenReader:
             self.line_starts.append(len(toks))
             budget -= len(line) + 1
             if len(line) > _LONG_LINE:
-                self._pending = (m.group() for m in TOKEN.finditer(line))
+                self._pending = (m.group(1) for m in TOKEN.finditer(line.rstrip(_BLANKS)))
             elif not self.take_line(line, line_no):
-                found = findall(line)
+                found = findall(line.rstrip(_BLANKS))
                 if found and found[-1].startswith(_COMMENT):
                     found.pop()
                 toks.extend(found)
@@ -154,9 +168,12 @@ class TokenReader:
         """The Value of a whole literal, or None to let the general path read it (and its errors)."""
         if "BLOBFILE" in text:
             return self.blob_literal(text)
-        if len(text) <= CACHED_LITERAL_CHARS:
-            return _cached_literal(text)
-        return _standalone_literal(text)
+        value = _LITERALS.get(text)
+        if value is None and len(text) <= CACHED_LITERAL_CHARS:
+            value = standalone_literal(text)
+            if value is not None:
+                remember_literal(text, value)
+        return value
 
     def where(self, index: int) -> tuple[int, int]:
         """Return (line, column) of token ``index``, both 1-based."""
@@ -166,9 +183,9 @@ class TokenReader:
             return line_no + 1, len(self.lines[line_no]) + 1
         line_no = bisect_right(self.line_starts, index) - 1
         k = index - self.line_starts[line_no]
-        for n, m in enumerate(TOKEN.finditer(self.lines[line_no])):
+        for n, m in enumerate(TOKEN.finditer(self.lines[line_no].rstrip(_BLANKS))):
             if n == k:
-                return line_no + 1, m.start() + 1
+                return line_no + 1, m.start(1) + 1
         return line_no + 1, 1
 
     def error(self, message: str, index: int | None = None) -> MilSyntaxError:
@@ -241,6 +258,13 @@ class TokenReader:
         self.i += 1
         return _int(tok)
 
+    def weight_data(self, path: str) -> bytes:
+        """The bytes of the weight file a BLOBFILE names (read through ``weights`` once per path)."""
+        data = self._weight_data.get(path)
+        if data is None:
+            data = self._weight_data[path] = self.weights.read(path)
+        return data
+
     # -- grammar ---------------------------------------------------------------------------
     def blob_literal(self, text: str) -> Value | None:
         """A ``BLOBFILE`` literal read directly, or None to let the general path report errors."""
@@ -250,7 +274,7 @@ class TokenReader:
             return None
         path, offset = m.group("path"), int(m.group("offset"))
         try:
-            data = self.weights.read(path)
+            data = self.weight_data(path)
             array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
         except WeightFileError:
             return None
@@ -269,8 +293,13 @@ class TokenReader:
         self.expect("<")
         dtype = self.dtype()
         self.expect(",")
+        if _is_list(self.peek()):  # [1, 2] of numbers, one token
+            index = self.i
+            dims = self.number_list(self.next(), DType.int32, index, check=_dim_message)
+            self.expect(">")
+            return TensorType(dtype, tuple(dims))
         self.expect("[")
-        dims: list[int | str] = []
+        dims = []
         while self.peek() != "]":
             tok = self.peek()
             if IDENT.match(tok):
@@ -341,7 +370,7 @@ class TokenReader:
         if not t.is_static:
             raise self.error(f"a literal needs a static shape, found {t}", index)
         flat: list[Any] = []
-        if self.peek() == "[":
+        if self.peek().startswith("["):
             self.flat_list(t.dtype, flat, 1)
         else:
             flat.append(self.element(t.dtype))
@@ -363,6 +392,14 @@ class TokenReader:
             return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
         if t.dtype is DType.bool:
             return np.array(flat, dtype=np.bool_).reshape(t.shape)
+        largest, smallest = _FLOAT_LIMITS[t.dtype]
+        # the common case, decided without NumPy: every magnitude in range (a NaN anywhere
+        # makes a comparison fail, and then the exact check below decides)
+        if not flat or (
+            max(map(abs, flat)) < largest
+            and min(map(abs, filter(None, flat)), default=1) > smallest
+        ):
+            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
@@ -372,11 +409,13 @@ class TokenReader:
     def flat_list(self, dtype: DType, out: list[Any], depth: int) -> None:
         if depth > MAX_NESTING:
             raise self.error(f"literal nested deeper than {MAX_NESTING} brackets")
-        self.expect("[")
-        if self.flat_run(dtype, out):
+        if _is_list(self.peek()):
+            index = self.i
+            out.extend(self.number_list(self.next(), dtype, index))
             return
+        self.expect("[")
         while self.peek() != "]":
-            if self.peek() == "[":
+            if self.peek().startswith("["):
                 self.flat_list(dtype, out, depth + 1)
             else:
                 out.append(self.element(dtype))
@@ -384,36 +423,67 @@ class TokenReader:
                 break
         self.expect("]")
 
-    def flat_run(self, dtype: DType, out: list[Any]) -> bool:
-        """Read ``a, b, c]`` of plain numbers in one step; False (nothing read) for anything else.
+    def number_list(
+        self, tok: str, dtype: DType, index: int, check: Any = None
+    ) -> list[int] | list[float]:
+        """The numbers of a list token ``[a, b, c]`` as ``dtype`` elements; errors point at one.
 
-        Scans for the closing bracket and converts the numbers between with one call per
-        value: the general loop costs a method call per token.
+        ``check(value)``, for integers, returns a message for a value to reject.
         """
-        toks, i = self.toks, self.i
+        parts = tok[1:-1].split(",")
         try:
-            end = toks.index("]", i)
-        except ValueError:
-            return False
-        items, commas = toks[i:end:2], toks[i + 1 : end : 2]
-        if len(commas) != len(items) - 1 or commas.count(",") != len(commas) or not items:
-            return False
-        if dtype.is_float:
-            if not all(map(_FLOAT.match, items)):
-                return False
-            values = [float.fromhex(s) if "x" in s or "X" in s else float(s) for s in items]
-            if _INF[0] in values or _INF[1] in values or 0.0 in values:
-                if any(_beyond_float(v, s) for v, s in zip(values, items)):
-                    return False  # the general loop reports it
-            out.extend(values)
-        elif dtype.is_int:
-            if not all(map(_INT.match, items)) or max(map(len, items)) > _MAX_DIGITS:
-                return False
-            out.extend(map(_int, items))
-        else:
-            return False
-        self.i = end + 1
-        return True
+            if dtype.is_float:
+                values: list[Any] = [
+                    float.fromhex(p) if "x" in p or "X" in p else float(p) for p in parts
+                ]
+                if _INF[0] in values or _INF[1] in values or 0.0 in values:
+                    bad = next(
+                        (
+                            k
+                            for k, (v, p) in enumerate(zip(values, parts))
+                            if _beyond_float(v, p.strip())
+                        ),
+                        None,
+                    )
+                    if bad is not None:
+                        raise _BadElement(bad)
+            elif dtype.is_int:
+                values = []
+                for k, p in enumerate(parts):
+                    hexa = "x" in p or "X" in p
+                    if "." in p or "p" in p or "P" in p or (not hexa and ("e" in p or "E" in p)):
+                        raise _BadElement(k)  # a float
+                    value = int(p, 16) if hexa else int(p)
+                    if check is not None and check(value) is not None:
+                        raise _BadElement(k, check(value))
+                    values.append(value)
+            else:
+                raise _BadElement(0)
+        except OverflowError:
+            bad = next(k for k, p in enumerate(parts) if "x" in p or "X" in p)
+            return self._bad_element(tok, parts, bad, dtype, index, None)
+        except _BadElement as e:
+            return self._bad_element(tok, parts, e.k, dtype, index, e.message)
+        return values
+
+    def _bad_element(
+        self, tok: str, parts: list[str], k: int, dtype: DType, index: int, message: str | None
+    ) -> Any:
+        """Raise the error for element ``k`` of a list token, at its column."""
+        text = parts[k].strip()
+        offset = 1 + sum(len(p) + 1 for p in parts[:k]) + (len(parts[k]) - len(parts[k].lstrip()))
+        if message is None:
+            if dtype.is_float:
+                message = (
+                    f"value {show(text)} is beyond every float dtype: fp32 holds 0 and "
+                    "magnitudes 1.4e-45 to 3.4e38"
+                )
+            elif dtype.is_int:
+                message = f"expected an integer for {dtype}, found {show(text)}"
+            else:
+                what = "true or false" if dtype is DType.bool else "a string literal"
+                message = f"expected {what}, found {show(text)}"
+        raise self.error_in(index, offset, message)
 
     def element(self, dtype: DType) -> Any:
         index = self.i
@@ -470,7 +540,7 @@ class TokenReader:
         if not t.is_static:
             raise self.error(f"a weight needs a static shape, found {t}", index)
         try:
-            data = self.weights.read(path)
+            data = self.weight_data(path)
             array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
         except WeightFileError as e:
             line = self.where(index)[0]
@@ -535,6 +605,20 @@ class TokenReader:
         return result
 
 
+class _BadElement(Exception):
+    """Element ``k`` of a list token is wrong (``message``, or the usual one for its dtype)."""
+
+    def __init__(self, k: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.k = k
+        self.message = message
+
+
+def _is_list(tok: str) -> bool:
+    """A list-of-numbers token (``[1, 2]``), as opposed to the ``[`` punctuation token."""
+    return len(tok) > 1 and tok[0] == "["
+
+
 class _BadTypeToken(Exception):
     """A tensor type token that is not a type: what is wrong, and where inside the token."""
 
@@ -561,7 +645,10 @@ def _beyond_float(value: float, tok: str) -> bool:
     return any(c not in "0.+-" for c in mantissa)
 
 
-def _dim_message(value: int) -> str:
+def _dim_message(value: int) -> str | None:
+    """Why a dimension is wrong, or None if it is a dimension."""
+    if 0 <= value <= MAX_DIM:
+        return None
     if value < 0:
         return f"dimension must be >= 0, found {value}"
     return f"dimension {value} is beyond int64 (at most {MAX_DIM})"
@@ -569,8 +656,9 @@ def _dim_message(value: int) -> str:
 
 def _read_type(tok: str) -> TensorType:
     """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken."""
-    m = _TYPE_PARTS.match(tok)
-    assert m is not None  # the tokenizer only emits tokens of this shape
+    m = _TYPE_PARTS.fullmatch(tok)
+    if m is None:  # not from the tokenizer, which only emits tokens of this shape
+        raise _BadTypeToken(0, f"expected a type, found {show(tok)}")
     name = m.group("dtype")
     if name not in SCALAR_NAMES:
         known = ", ".join(sorted(SCALAR_NAMES))
@@ -601,7 +689,7 @@ _tensor_type = lru_cache(maxsize=CACHE_ENTRIES)(_read_type)  # for tokens of ord
 def known_type(tok: str) -> TensorType | None:
     """The type a whole type token spells (``fp16``, ``tensor<fp16, [2]>``), None if it is none."""
     scalar = SCALAR_TYPES.get(tok)
-    if scalar is not None or len(tok) > CACHED_LITERAL_CHARS or not _TYPE_TOKEN.match(tok):
+    if scalar is not None or len(tok) > CACHED_LITERAL_CHARS or not tok.startswith("tensor<"):
         return scalar
     try:
         return _tensor_type(tok)
@@ -609,23 +697,40 @@ def known_type(tok: str) -> TensorType | None:
         return None
 
 
-@lru_cache(maxsize=CACHE_ENTRIES)
-def _cached_literal(text: str) -> Value | None:
-    """:func:`_standalone_literal`, remembered (read-only) for the lines that repeat it."""
-    value = _standalone_literal(text)
-    if value is not None and isinstance(value.const, np.ndarray):
-        value.const.flags.writeable = False  # shared by every line that repeats it
-    return value
-
-
-def _standalone_literal(text: str) -> Value | None:
-    """A literal (no BLOBFILE) parsed on its own; None if the text is not exactly one literal."""
+def standalone_literal(text: str) -> Value | None:
+    """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
+    sub = TokenReader.__new__(TokenReader)  # one line: no batching, no NUL (the caller's text)
+    sub.text, sub.weights, sub.file, sub.lines = text, WeightSource(None), None, [text]
+    sub.toks, sub.line_starts, sub.i, sub._pending = (
+        TOKEN.findall(text.rstrip(_BLANKS)),
+        [0],
+        0,
+        None,
+    )
+    sub._next_line, sub._weight_data = 1, {}
+    sub.toks.append("")
     try:
-        sub = TokenReader(text, WeightSource(None), None)
         value = sub.literal()
     except (MilSyntaxError, MilTypeError):
         return None
     return None if sub.peek() else value
+
+
+def remember_literal(text: str, value: Value) -> None:
+    """Remember the Value a literal's text spells (read-only: every line repeating it shares it)."""
+    if len(text) > CACHED_LITERAL_CHARS:
+        return
+    if isinstance(value.const, np.ndarray):
+        value.const.flags.writeable = False
+    if len(_LITERALS) >= CACHE_ENTRIES:
+        del _LITERALS[next(iter(_LITERALS))]  # the oldest goes
+    _LITERALS[text] = value
+
+
+def clear_caches() -> None:
+    """Forget the types and literals remembered across programs (benchmarks read text cold)."""
+    _tensor_type.cache_clear()
+    _LITERALS.clear()
 
 
 def _unquote(tok: str) -> str:

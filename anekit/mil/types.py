@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from math import prod
 
@@ -76,12 +75,51 @@ def dtype_of(value: object) -> DType:
 Dim = int | str  # an int, or a symbol for a dynamic dimension
 
 
-@dataclass(frozen=True, slots=True)
 class TensorType:
-    """A tensor type: element dtype and shape; rank 0 is a scalar."""
+    """A tensor type: element dtype and shape; rank 0 is a scalar. Immutable and hashable.
 
+    Attributes:
+        dtype: the element type.
+        shape: the dimensions, ints or symbols (str) for dynamic ones.
+        is_static: every dimension is an int.
+        numel: the element count of a static shape, else None.
+    """
+
+    __slots__ = ("dtype", "shape", "is_static", "numel", "_hash")
     dtype: DType
-    shape: tuple[Dim, ...] = ()
+    shape: tuple[Dim, ...]
+    is_static: bool
+    numel: int | None
+
+    def __init__(self, dtype: DType, shape: tuple[Dim, ...] = ()) -> None:
+        # Types are compared and hashed for every op verified (the inference cache): the
+        # facts are computed once here, not on every use.
+        if type(shape) is not tuple:
+            shape = tuple(shape)
+        static = all(isinstance(d, int) for d in shape)
+        init = object.__setattr__
+        init(self, "dtype", dtype)
+        init(self, "shape", shape)
+        init(self, "is_static", static)
+        init(self, "numel", prod(shape) if static else None)  # type: ignore[arg-type]
+        init(self, "_hash", hash((dtype.value, shape)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"TensorType is immutable: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not TensorType:
+            return NotImplemented
+        return self.dtype is other.dtype and self.shape == other.shape  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return (TensorType, (self.dtype, self.shape))
+
+    def __repr__(self) -> str:
+        return f"TensorType(dtype={self.dtype!r}, shape={self.shape!r})"
 
     @property
     def rank(self) -> int:
@@ -90,14 +128,6 @@ class TensorType:
     @property
     def is_scalar(self) -> bool:
         return not self.shape
-
-    @property
-    def is_static(self) -> bool:
-        return all(isinstance(d, int) for d in self.shape)
-
-    @property
-    def numel(self) -> int | None:
-        return prod(self.shape) if self.is_static else None  # type: ignore[arg-type]
 
     @property
     def nbytes(self) -> int | None:

@@ -27,6 +27,11 @@ DIGESTED_BYTES = 1 << 16
 _INFER_CACHE: dict[tuple, tuple[OpDef, tuple[TensorType, ...]]] = {}
 
 
+def clear_cache() -> None:
+    """Forget every cached inference (benchmarks measure verification cold)."""
+    _INFER_CACHE.clear()
+
+
 def check_op(opdef: OpDef, inputs: dict[str, Any]) -> tuple[TensorType, ...]:
     """Check arguments against the op's parameter spec and return the inferred output types."""
     key = _signature(opdef, inputs)
@@ -116,6 +121,12 @@ def _signature(opdef: OpDef, inputs: dict[str, Any]) -> tuple | None:
     for name, given in inputs.items():
         if name not in by_name:
             return None  # an error: not worth caching
+        if given.__class__ is Value and given.const is None:  # the common case, inline
+            producer = given.producer
+            key.append(name)
+            key.append(given.type)
+            key.append(producer is not None and CONSTEXPR in producer.opdef.traits)
+            continue
         reads = name in readable
         if isinstance(given, tuple):
             parts = tuple(_value_key(v, reads) for v in given)
