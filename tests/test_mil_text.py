@@ -205,14 +205,14 @@ def _const_program(literal: str) -> str:
 
 
 def test_literal_and_type_caches_have_a_bound() -> None:
-    from anekit.mil import lexer
+    from anekit.mil import reader
 
-    for i in range(lexer.CACHE_ENTRIES + 50):  # more distinct literals than the cache holds
+    for i in range(reader.CACHE_ENTRIES + 50):  # more distinct literals than the cache holds
         mil.parse(_const_program(f"tensor<fp16, [2]>([{i}, 1])"))
-    assert len(lexer._LITERALS) == lexer.CACHE_ENTRIES
-    assert "tensor<fp16, [2]>([0, 1])" not in lexer._LITERALS  # the oldest went first
-    assert f"tensor<fp16, [2]>([{lexer.CACHE_ENTRIES + 49}, 1])" in lexer._LITERALS
-    assert lexer._tensor_type.cache_info().maxsize == lexer.CACHE_ENTRIES
+    assert len(reader._LITERALS) == reader.CACHE_ENTRIES
+    assert "tensor<fp16, [2]>([0, 1])" not in reader._LITERALS  # the oldest went first
+    assert f"tensor<fp16, [2]>([{reader.CACHE_ENTRIES + 49}, 1])" in reader._LITERALS
+    assert reader._tensor_type.cache_info().maxsize == reader.CACHE_ENTRIES
     assert not hasattr(lexer, "TYPES")  # the unbounded type-token dict is gone
 
 

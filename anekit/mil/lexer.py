@@ -1,31 +1,24 @@
-"""MIL text tokens and literals: the token reader the parser is built on.
+"""MIL text tokens: the token reader that the literal reader and the parser are built on.
 
 It splits text into tokens line by line (so any token maps back to a line and
-column), and reads types and literals: scalars, tensors, BLOBFILE weights and
-the dicts of buildInfo.
+column) and gives the primitives of a recursive-descent grammar (peek, expect, ...).
 
 Hostile text costs linear time and bounded memory: tokens are made a batch of lines
 at a time as the parser reaches them (a bad token near the start of 100 MB is reported
 before the rest is read), a long line is cut into tokens a chunk at a time, every token
 pattern matches without backtracking (an unterminated string is one token to the end of
-its line), a NUL byte is an error found before anything is tokenised, nesting is bounded
-(:data:`MAX_NESTING`) and messages quote at most :data:`SHOWN_CHARS` of a token.
+its line), a NUL byte is an error found before anything is tokenised, and messages quote
+at most :data:`SHOWN_CHARS` of a token.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from functools import lru_cache
 from itertools import islice
 from typing import Any
 
-import numpy as np
-
-from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
-from anekit.mil import blob
-from anekit.mil.types import DType, TensorType, storage_loss
-from anekit.mil.values import BlobRef, Value
+from anekit.errors import MilSyntaxError, MilTypeError
 from anekit.mil.weights import WeightSource
 
 # Every alternative is deterministic (one way to match), so no input makes it backtrack
@@ -51,45 +44,16 @@ TOKEN = re.compile(
     r")",
     re.ASCII,
 )
-_BLANKS = " \t\r\f\v"  # what \s matches in a line
+BLANKS = " \t\r\f\v"  # what \s matches in a line
 IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
-_INT = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)\Z", re.ASCII)
-_FLOAT = re.compile(
-    r"[-+]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
-    r"|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\Z",
-    re.ASCII,
-)
-_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"\Z')
-_DIM = re.compile(r"-?\d+\Z", re.ASCII)
-_TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
-SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
-SCALAR_NAMES = {d.value for d in DType}
-# The parser remembers the types and small literals it has read, across programs, because real
-# programs repeat a few of them thousands of times; bounded, so the memory is not kept for good.
-CACHE_ENTRIES = 4096
-CACHED_LITERAL_CHARS = 256  # a longer literal (or type token) is read each time it occurs
-MAX_NESTING = 64  # brackets in a literal, dicts in a dict type: far beyond any real program
-MAX_DIM = 2**63 - 1  # MIL dimensions are int64
+INT_TOKEN = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)\Z", re.ASCII)
 SHOWN_CHARS = 60  # of a token quoted in a message
-_MAX_DIGITS = 4000  # in an integer token (Python refuses to convert more than 4300)
+MAX_DIGITS = 4000  # in an integer token (Python refuses to convert more than 4300)
 _FILL_CHARS = 1 << 16  # text tokenised per batch
 _LONG_LINE = 1 << 16  # a longer line is tokenised a chunk at a time
 _CHUNK_TOKENS = 1 << 14
 _MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
-_BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tensor<uint64, []>)
-    r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
-    r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
-    re.ASCII,
-)
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
-_INT_RANGES = {
-    d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
-}
-_INF = (float("inf"), float("-inf"))
-# magnitudes below the first and above the second are stored without overflow or underflow
-_FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
 _COMMENT = ("//", "#")
-_LITERALS: dict[str, Value] = {}  # literal text -> its Value, oldest first (remember_literal)
 
 
 def show(tok: str) -> str:
@@ -156,24 +120,13 @@ class TokenReader:
             self.line_starts.append(len(toks))
             budget -= len(line) + 1
             if len(line) > _LONG_LINE:
-                self._pending = (m.group(1) for m in TOKEN.finditer(line.rstrip(_BLANKS)))
+                self._pending = (m.group(1) for m in TOKEN.finditer(line.rstrip(BLANKS)))
             elif not self.take_line(line, line_no):
-                found = findall(line.rstrip(_BLANKS))
+                found = findall(line.rstrip(BLANKS))
                 if found and found[-1].startswith(_COMMENT):
                     found.pop()
                 toks.extend(found)
         toks.append(_MORE)
-
-    def literal_text(self, text: str) -> Value | None:
-        """The Value of a whole literal, or None to let the general path read it (and its errors)."""
-        if "BLOBFILE" in text:
-            return self.blob_literal(text)
-        value = _LITERALS.get(text)
-        if value is None and len(text) <= CACHED_LITERAL_CHARS:
-            value = standalone_literal(text)
-            if value is not None:
-                remember_literal(text, value)
-        return value
 
     def where(self, index: int) -> tuple[int, int]:
         """Return (line, column) of token ``index``, both 1-based."""
@@ -183,7 +136,7 @@ class TokenReader:
             return line_no + 1, len(self.lines[line_no]) + 1
         line_no = bisect_right(self.line_starts, index) - 1
         k = index - self.line_starts[line_no]
-        for n, m in enumerate(TOKEN.finditer(self.lines[line_no].rstrip(_BLANKS))):
+        for n, m in enumerate(TOKEN.finditer(self.lines[line_no].rstrip(BLANKS))):
             if n == k:
                 return line_no + 1, m.start(1) + 1
         return line_no + 1, 1
@@ -251,76 +204,12 @@ class TokenReader:
 
     def integer(self, what: str) -> int:
         tok = self.peek()
-        if not _INT.match(tok) or len(tok) > _MAX_DIGITS:
+        if not INT_TOKEN.match(tok) or len(tok) > MAX_DIGITS:
             raise self.error(
                 f"expected {what} (an integer), found {show(tok) if tok else 'end of input'}"
             )
         self.i += 1
-        return _int(tok)
-
-    def weight_data(self, path: str) -> bytes:
-        """The bytes of the weight file a BLOBFILE names (read through ``weights`` once per path)."""
-        data = self._weight_data.get(path)
-        if data is None:
-            data = self._weight_data[path] = self.weights.read(path)
-        return data
-
-    # -- grammar ---------------------------------------------------------------------------
-    def blob_literal(self, text: str) -> Value | None:
-        """A ``BLOBFILE`` literal read directly, or None to let the general path report errors."""
-        m = _BLOB_LITERAL.match(text)
-        t = known_type(m.group("type")) if m else None
-        if m is None or t is None or not t.is_static:
-            return None
-        path, offset = m.group("path"), int(m.group("offset"))
-        try:
-            data = self.weight_data(path)
-            array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
-        except WeightFileError:
-            return None
-        return Value("", t, None, array, BlobRef(path, offset))
-
-    def type(self) -> TensorType:
-        index = self.i
-        tok = self.next()
-        cached = SCALAR_TYPES.get(tok)
-        if cached is not None:
-            return cached
-        if tok.startswith("tensor<"):
-            return self.type_token(tok, index)
-        if tok != "tensor":
-            raise self.error(f"expected a type, found {show(tok)}", index)
-        self.expect("<")
-        dtype = self.dtype()
-        self.expect(",")
-        if _is_list(self.peek()):  # [1, 2] of numbers, one token
-            index = self.i
-            dims = self.number_list(self.next(), DType.int32, index, check=_dim_message)
-            self.expect(">")
-            return TensorType(dtype, tuple(dims))
-        self.expect("[")
-        dims = []
-        while self.peek() != "]":
-            tok = self.peek()
-            if IDENT.match(tok):
-                dims.append(self.next())
-            else:
-                value = self.integer("a dimension")
-                if not 0 <= value <= MAX_DIM:
-                    raise self.error(_dim_message(value), self.i - 1)
-                dims.append(value)
-            if not self.accept(","):
-                break
-        self.expect("]")
-        self.expect(">")
-        return TensorType(dtype, tuple(dims))
-
-    def type_token(self, tok: str, index: int) -> TensorType:
-        """Parse a whole ``tensor<dtype, [dims]>`` token; errors point inside it."""
-        try:
-            return _tensor_type(tok) if len(tok) <= CACHED_LITERAL_CHARS else _read_type(tok)
-        except _BadTypeToken as e:
-            raise self.error_in(index, e.offset, e.message) from None
+        return int_token(tok)
 
     def error_in(self, index: int, offset: int, message: str) -> MilSyntaxError:
         """A syntax error ``offset`` characters into token ``index``."""
@@ -333,408 +222,7 @@ class TokenReader:
             file=self.file,
         )
 
-    def dtype(self) -> DType:
-        index = self.i
-        tok = self.next()
-        if tok == "uint64":
-            raise self.error("uint64 is only allowed in BLOBFILE offsets", index)
-        if tok not in SCALAR_NAMES:
-            raise self.error(
-                f"unknown dtype {show(tok)}; expected one of {', '.join(sorted(SCALAR_NAMES))}",
-                index,
-            )
-        return DType(tok)
 
-    def literal_or_dict(self) -> Any:
-        if self.peek() == "dict":
-            return self.dict_literal()
-        return self.literal()
-
-    def literal(self) -> Value:
-        """Parse ``fp16(0x1p-3)``, ``tensor<int32, [2]>([1, 2])`` or a BLOBFILE tensor."""
-        index = self.i
-        if self.peek() == "uint64":
-            raise self.error("uint64 literal outside BLOBFILE", index)
-        t = self.type()
-        self.expect("(")
-        if t.dtype is DType.string and not t.shape and self.peek_at(1) == ")":
-            value = Value("", t, None, self.element(DType.string))  # names: the common case
-        elif self.peek() == "BLOBFILE":
-            value = self.blobfile(t, index)
-        else:
-            value = self.values(t, index)
-        self.expect(")")
-        return value
-
-    def values(self, t: TensorType, index: int) -> Value:
-        if not t.is_static:
-            raise self.error(f"a literal needs a static shape, found {t}", index)
-        flat: list[Any] = []
-        if self.peek().startswith("["):
-            self.flat_list(t.dtype, flat, 1)
-        else:
-            flat.append(self.element(t.dtype))
-        if len(flat) != t.numel:
-            raise self.error(f"{t} needs {t.numel} values, found {len(flat)}", index)
-        if t.dtype is DType.string:
-            const: Any = flat[0] if t.is_scalar else np.array(flat, dtype=object).reshape(t.shape)
-        else:
-            const = self.checked_array(flat, t, index)
-        return Value("", t, None, const)
-
-    def checked_array(self, flat: list[Any], t: TensorType, index: int) -> np.ndarray:
-        """The values as an array of the literal's dtype; a value the dtype cannot hold is an error."""
-        if t.dtype.is_int:
-            lo, hi = _INT_RANGES[t.dtype]
-            if flat and (min(flat) < lo or max(flat) > hi):
-                bad = next(x for x in flat if not lo <= x <= hi)
-                raise self.error(f"value {bad} out of range for {t.dtype} ({lo}..{hi})", index)
-            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
-        if t.dtype is DType.bool:
-            return np.array(flat, dtype=np.bool_).reshape(t.shape)
-        largest, smallest = _FLOAT_LIMITS[t.dtype]
-        # the common case, decided without NumPy: every magnitude in range (a NaN anywhere
-        # makes a comparison fail, and then the exact check below decides)
-        if not flat or (
-            max(map(abs, flat)) < largest
-            and min(map(abs, filter(None, flat)), default=1) > smallest
-        ):
-            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
-        wide = np.array(flat, dtype=np.float64)
-        loss = storage_loss(wide, t.dtype)
-        if loss is not None:
-            raise self.error(loss, index)
-        return wide.astype(t.dtype.numpy).reshape(t.shape)
-
-    def flat_list(self, dtype: DType, out: list[Any], depth: int) -> None:
-        if depth > MAX_NESTING:
-            raise self.error(f"literal nested deeper than {MAX_NESTING} brackets")
-        if _is_list(self.peek()):
-            index = self.i
-            out.extend(self.number_list(self.next(), dtype, index))
-            return
-        self.expect("[")
-        while self.peek() != "]":
-            if self.peek().startswith("["):
-                self.flat_list(dtype, out, depth + 1)
-            else:
-                out.append(self.element(dtype))
-            if not self.accept(","):
-                break
-        self.expect("]")
-
-    def number_list(
-        self, tok: str, dtype: DType, index: int, check: Any = None
-    ) -> list[int] | list[float]:
-        """The numbers of a list token ``[a, b, c]`` as ``dtype`` elements; errors point at one.
-
-        ``check(value)``, for integers, returns a message for a value to reject.
-        """
-        parts = tok[1:-1].split(",")
-        try:
-            if dtype.is_float:
-                values: list[Any] = [
-                    float.fromhex(p) if "x" in p or "X" in p else float(p) for p in parts
-                ]
-                if _INF[0] in values or _INF[1] in values or 0.0 in values:
-                    bad = next(
-                        (
-                            k
-                            for k, (v, p) in enumerate(zip(values, parts))
-                            if _beyond_float(v, p.strip())
-                        ),
-                        None,
-                    )
-                    if bad is not None:
-                        raise _BadElement(bad)
-            elif dtype.is_int:
-                values = []
-                for k, p in enumerate(parts):
-                    hexa = "x" in p or "X" in p
-                    if "." in p or "p" in p or "P" in p or (not hexa and ("e" in p or "E" in p)):
-                        raise _BadElement(k)  # a float
-                    value = int(p, 16) if hexa else int(p)
-                    if check is not None and check(value) is not None:
-                        raise _BadElement(k, check(value))
-                    values.append(value)
-            else:
-                raise _BadElement(0)
-        except OverflowError:
-            bad = next(k for k, p in enumerate(parts) if "x" in p or "X" in p)
-            return self._bad_element(tok, parts, bad, dtype, index, None)
-        except _BadElement as e:
-            return self._bad_element(tok, parts, e.k, dtype, index, e.message)
-        return values
-
-    def _bad_element(
-        self, tok: str, parts: list[str], k: int, dtype: DType, index: int, message: str | None
-    ) -> Any:
-        """Raise the error for element ``k`` of a list token, at its column."""
-        text = parts[k].strip()
-        offset = 1 + sum(len(p) + 1 for p in parts[:k]) + (len(parts[k]) - len(parts[k].lstrip()))
-        if message is None:
-            if dtype.is_float:
-                message = (
-                    f"value {show(text)} is beyond every float dtype: fp32 holds 0 and "
-                    "magnitudes 1.4e-45 to 3.4e38"
-                )
-            elif dtype.is_int:
-                message = f"expected an integer for {dtype}, found {show(text)}"
-            else:
-                what = "true or false" if dtype is DType.bool else "a string literal"
-                message = f"expected {what}, found {show(text)}"
-        raise self.error_in(index, offset, message)
-
-    def element(self, dtype: DType) -> Any:
-        index = self.i
-        tok = self.next()
-        if dtype is DType.string:
-            if not _STRING.match(tok):
-                what = "an unterminated string" if tok.startswith('"') else show(tok)
-                raise self.error(f"expected a string literal, found {what}", index)
-            return _unquote(tok)
-        if dtype is DType.bool:
-            if tok not in ("true", "false"):
-                raise self.error(f"expected true or false, found {show(tok)}", index)
-            return tok == "true"
-        if dtype.is_float:
-            return self.float_token(tok, index)
-        if not _INT.match(tok) or len(tok) > _MAX_DIGITS:
-            raise self.error(f"expected an integer for {dtype}, found {show(tok)}", index)
-        return _int(tok)
-
-    def float_token(self, tok: str, index: int) -> float:
-        if tok in ("-", "+") and self.peek() in ("inf", "nan"):
-            sign = -1.0 if tok == "-" else 1.0
-            return sign * float(self.next())
-        if tok in ("inf", "nan"):
-            return float(tok)
-        if not _FLOAT.match(tok):
-            raise self.error(f"expected a number, found {show(tok)}", index)
-        try:
-            value = float.fromhex(tok) if "x" in tok or "X" in tok else float(tok)
-        except OverflowError:  # a hex float beyond float64
-            value = _INF[0]
-        if _beyond_float(value, tok):
-            raise self.error(
-                f"value {show(tok)} is beyond every float dtype: fp32 holds 0 and magnitudes "
-                "1.4e-45 to 3.4e38",
-                index,
-            )
-        return value
-
-    def blobfile(self, t: TensorType, index: int) -> Value:
-        self.expect("BLOBFILE")
-        self.expect("(")
-        self.expect("path")
-        self.expect("=")
-        path_value = self.literal()
-        if path_value.type != TensorType(DType.string, ()):
-            raise self.error("BLOBFILE path must be a string", index)
-        self.expect(",")
-        self.expect("offset")
-        self.expect("=")
-        offset = self.uint64()
-        self.expect(")")
-        path = str(path_value.const)
-        if not t.is_static:
-            raise self.error(f"a weight needs a static shape, found {t}", index)
-        try:
-            data = self.weight_data(path)
-            array = blob.read_tensor(data, offset, t.dtype.numpy, t.shape, file=path, copy=False)  # type: ignore[arg-type]
-        except WeightFileError as e:
-            line = self.where(index)[0]
-            where = f"{self.file or '<mil>'}:{line}"
-            raise WeightFileError(
-                f"{e.message} (BLOBFILE at {where})", file=path, offset=e.offset
-            ) from None
-        return Value("", t, None, array, BlobRef(path, offset))
-
-    def uint64(self) -> int:
-        index = self.i
-        m = _TYPE_PARTS.match(self.peek())
-        if m and m.group("dtype") == "uint64" and not m.group("dims").strip():
-            self.i += 1  # the legacy spelling tensor<uint64, []>
-        else:
-            self.expect("uint64")
-        self.expect("(")
-        value = self.integer("an offset")
-        self.expect(")")
-        if not 0 <= value < 2**64:
-            raise self.error(f"offset {value} is not a uint64", index)
-        return value
-
-    def dict_literal(self) -> dict[str, Any]:
-        self.expect("dict")
-        self.expect("<")
-        self.type()
-        self.expect(",")
-        nested = self.dict_type(1)
-        self.expect(">")
-        self.expect("(")
-        value = self.dict_entries(nested)
-        self.expect(")")
-        return value
-
-    def dict_type(self, depth: int) -> int:
-        """Skip a dict value type; return how many dict levels it nests."""
-        if depth > MAX_NESTING:
-            raise self.error(f"dict type nested deeper than {MAX_NESTING} levels")
-        if self.accept("dict"):
-            self.expect("<")
-            self.type()
-            self.expect(",")
-            levels = self.dict_type(depth + 1)
-            self.expect(">")
-            return levels + 1
-        self.type()
-        return 0
-
-    def dict_entries(self, depth: int) -> dict[str, Any]:
-        self.expect("{")
-        result: dict[str, Any] = {}
-        while self.peek() != "}":
-            self.expect("{")
-            key = self.element(DType.string)
-            self.expect(",")
-            result[key] = self.dict_entries(depth - 1) if depth else self.element(DType.string)
-            self.expect("}")
-            if not self.accept(","):
-                break
-        self.expect("}")
-        return result
-
-
-class _BadElement(Exception):
-    """Element ``k`` of a list token is wrong (``message``, or the usual one for its dtype)."""
-
-    def __init__(self, k: int, message: str | None = None) -> None:
-        super().__init__(message)
-        self.k = k
-        self.message = message
-
-
-def _is_list(tok: str) -> bool:
-    """A list-of-numbers token (``[1, 2]``), as opposed to the ``[`` punctuation token."""
-    return len(tok) > 1 and tok[0] == "["
-
-
-class _BadTypeToken(Exception):
-    """A tensor type token that is not a type: what is wrong, and where inside the token."""
-
-    def __init__(self, offset: int, message: str) -> None:
-        super().__init__(message)
-        self.offset = offset
-        self.message = message
-
-
-def _int(tok: str) -> int:
+def int_token(tok: str) -> int:
     """An integer token (checked by ``_INT``): decimal, or hex with a 0x prefix."""
     return int(tok, 16) if "x" in tok or "X" in tok else int(tok)
-
-
-def _beyond_float(value: float, tok: str) -> bool:
-    """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
-    if value in _INF:
-        return True
-    if value != 0.0:
-        return False
-    hexa = "x" in tok or "X" in tok
-    digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
-    mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
-    return any(c not in "0.+-" for c in mantissa)
-
-
-def _dim_message(value: int) -> str | None:
-    """Why a dimension is wrong, or None if it is a dimension."""
-    if 0 <= value <= MAX_DIM:
-        return None
-    if value < 0:
-        return f"dimension must be >= 0, found {value}"
-    return f"dimension {value} is beyond int64 (at most {MAX_DIM})"
-
-
-def _read_type(tok: str) -> TensorType:
-    """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken."""
-    m = _TYPE_PARTS.fullmatch(tok)
-    if m is None:  # not from the tokenizer, which only emits tokens of this shape
-        raise _BadTypeToken(0, f"expected a type, found {show(tok)}")
-    name = m.group("dtype")
-    if name not in SCALAR_NAMES:
-        known = ", ".join(sorted(SCALAR_NAMES))
-        raise _BadTypeToken(
-            m.start("dtype"), f"unknown dtype {show(name)}; expected one of {known}"
-        )
-    dims: list[int | str] = []
-    body_start = m.start("dims")
-    for d in re.finditer(r"[^\s,]+", m.group("dims")):
-        text = d.group()
-        if IDENT.match(text):
-            dims.append(text)
-            continue
-        if not _DIM.match(text) or len(text) > _MAX_DIGITS:
-            raise _BadTypeToken(
-                body_start + d.start(), f"expected a dimension (an integer), found {show(text)}"
-            )
-        value = int(text)
-        if not 0 <= value <= MAX_DIM:
-            raise _BadTypeToken(body_start + d.start(), _dim_message(value))
-        dims.append(value)
-    return TensorType(DType(name), tuple(dims))
-
-
-_tensor_type = lru_cache(maxsize=CACHE_ENTRIES)(_read_type)  # for tokens of ordinary length
-
-
-def known_type(tok: str) -> TensorType | None:
-    """The type a whole type token spells (``fp16``, ``tensor<fp16, [2]>``), None if it is none."""
-    scalar = SCALAR_TYPES.get(tok)
-    if scalar is not None or len(tok) > CACHED_LITERAL_CHARS or not tok.startswith("tensor<"):
-        return scalar
-    try:
-        return _tensor_type(tok)
-    except _BadTypeToken:
-        return None
-
-
-def standalone_literal(text: str) -> Value | None:
-    """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
-    sub = TokenReader.__new__(TokenReader)  # one line: no batching, no NUL (the caller's text)
-    sub.text, sub.weights, sub.file, sub.lines = text, WeightSource(None), None, [text]
-    sub.toks, sub.line_starts, sub.i, sub._pending = (
-        TOKEN.findall(text.rstrip(_BLANKS)),
-        [0],
-        0,
-        None,
-    )
-    sub._next_line, sub._weight_data = 1, {}
-    sub.toks.append("")
-    try:
-        value = sub.literal()
-    except (MilSyntaxError, MilTypeError):
-        return None
-    return None if sub.peek() else value
-
-
-def remember_literal(text: str, value: Value) -> None:
-    """Remember the Value a literal's text spells (read-only: every line repeating it shares it)."""
-    if len(text) > CACHED_LITERAL_CHARS:
-        return
-    if isinstance(value.const, np.ndarray):
-        value.const.flags.writeable = False
-    if len(_LITERALS) >= CACHE_ENTRIES:
-        del _LITERALS[next(iter(_LITERALS))]  # the oldest goes
-    _LITERALS[text] = value
-
-
-def clear_caches() -> None:
-    """Forget the types and literals remembered across programs (benchmarks read text cold)."""
-    _tensor_type.cache_clear()
-    _LITERALS.clear()
-
-
-def _unquote(tok: str) -> str:
-    body = tok[1:-1]
-    if "\\" not in body:
-        return body
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)

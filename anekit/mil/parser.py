@@ -9,17 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from anekit.errors import AnekitError, MilTypeError
-from anekit.mil.lexer import (
-    _LITERALS,
-    IDENT,
-    SCALAR_NAMES,
-    TokenReader,
-    known_type,
-    remember_literal,
-)
+from anekit.mil.lexer import IDENT
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
+from anekit.mil.reader import (
+    _LITERALS,
+    SCALAR_NAMES,
+    LiteralReader,
+    known_type,
+    remember_literal,
+)
 from anekit.mil.types import DType, TensorType
 from anekit.mil.verify import check_function, check_op
 from anekit.mil.weights import WeightSource
@@ -56,8 +56,8 @@ def parse(
     return _Parser(text, WeightSource(weights), file).program()
 
 
-class _Parser(TokenReader):
-    """The grammar of programs, functions and statements, over a TokenReader."""
+class _Parser(LiteralReader):
+    """The grammar of programs, functions and statements, over the literal reader."""
 
     def __init__(self, text: str, weights: WeightSource, file: str | None) -> None:
         # token index -> (name, declared type, literal, line number) of a whole-line const
