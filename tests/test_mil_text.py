@@ -213,7 +213,7 @@ def test_literal_and_type_caches_have_a_bound() -> None:
     assert "tensor<fp16, [2]>([0, 1])" not in reader._LITERALS  # the oldest went first
     assert f"tensor<fp16, [2]>([{reader.CACHE_ENTRIES + 49}, 1])" in reader._LITERALS
     assert reader._tensor_type.cache_info().maxsize == reader.CACHE_ENTRIES
-    assert not hasattr(lexer, "TYPES")  # the unbounded type-token dict is gone
+    assert not hasattr(reader, "TYPES")  # the unbounded type-token dict is gone
 
 
 def test_a_long_literal_is_not_kept_after_its_program() -> None:
