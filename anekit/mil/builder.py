@@ -15,7 +15,7 @@ from anekit.mil.ops import registry
 from anekit.mil.ops.registry import Args, OpDef
 from anekit.mil.ops.traits import ATTRIBUTES, CONST
 from anekit.mil.program import Function, Operation, Program
-from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.types import DType, TensorType, dtype_of, storage_loss
 from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
 from anekit.mil.verify import check_function, check_op
 
@@ -260,15 +260,17 @@ def _tuple(v: Any) -> Any:
 def _as_array(value: Any, dtype: str | DType | None) -> np.ndarray:
     arr = np.asarray(value)
     if dtype is not None:
-        target = DType(dtype).numpy
-        with np.errstate(over="ignore", invalid="ignore"):  # both are checked just below
-            converted = arr.astype(target)
-        if arr.dtype.kind in "iuf" and converted.dtype.kind in "iu":
-            if not np.array_equal(converted, arr):
-                raise ValueError(f"values do not fit in {dtype} (out of range or not integers)")
-        elif arr.dtype.kind in "iuf" and (np.isinf(converted) & ~np.isinf(arr)).any():
-            raise ValueError(f"values overflow {dtype} (finite values would become inf)")
-        return converted
+        target = DType(dtype)
+        if arr.dtype.kind in "iuf":
+            loss = storage_loss(arr, target)
+            if loss is not None:
+                how = (
+                    "out of range or not integers"
+                    if target.is_int
+                    else f"pass an array already of {target} to store what it rounds to"
+                )
+                raise ValueError(f"values do not fit in {target} ({how}): {loss}")
+        return arr.astype(target.numpy)
     if arr.dtype == np.float64:
         raise TypeError(
             "float64 arrays have no MIL type: pass dtype='fp16' or 'fp32' (or convert first)"

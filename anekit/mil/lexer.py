@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from itertools import islice
+from operator import methodcaller
 from typing import Any
 
 from anekit.errors import MilSyntaxError, MilTypeError
@@ -23,7 +24,7 @@ from anekit.mil.weights import WeightSource
 
 # Every alternative is deterministic (one way to match), so no input makes it backtrack
 # more than once over the text; re.ASCII: only ASCII digits and letters make numbers and names.
-_NUMBER = (  # one spelling per number, so a list of them cannot backtrack more than once
+NUMBER = (  # one spelling per number, so a list of them cannot backtrack more than once
     r"[-+]?(?:0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
     r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 )
@@ -31,7 +32,7 @@ _NUMBER = (  # one spelling per number, so a list of them cannot backtrack more 
 # match per blank); a line is stripped of trailing blanks first, so every match succeeds.
 TOKEN = re.compile(
     r"\s*("
-    rf"\[\s*{_NUMBER}(?:\s*,\s*{_NUMBER})*\s*\]"  # a whole list of numbers: one token
+    rf"\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]"  # a whole list of numbers: one token
     r"|[(){}\[\],;=<>]"  # punctuation: half of all tokens
     r"|tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
     r'|"(?:[^"\\\n]|\\.)*"?'  # string; unterminated, it runs to the end of the line
@@ -54,6 +55,7 @@ _LONG_LINE = 1 << 16  # a longer line is tokenised a chunk at a time
 _CHUNK_TOKENS = 1 << 14
 _MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
 _COMMENT = ("//", "#")
+_GROUP = methodcaller("group", 1)  # a match's token
 
 
 def show(tok: str) -> str:
@@ -120,7 +122,7 @@ class TokenReader:
             self.line_starts.append(len(toks))
             budget -= len(line) + 1
             if len(line) > _LONG_LINE:
-                self._pending = (m.group(1) for m in TOKEN.finditer(line.rstrip(BLANKS)))
+                self._pending = map(_GROUP, TOKEN.finditer(line.rstrip(BLANKS)))
             elif not self.take_line(line, line_no):
                 found = findall(line.rstrip(BLANKS))
                 if found and found[-1].startswith(_COMMENT):

@@ -21,6 +21,7 @@ from anekit.mil.lexer import (
     IDENT,
     INT_TOKEN,
     MAX_DIGITS,
+    NUMBER,
     TOKEN,
     TokenReader,
     int_token,
@@ -59,6 +60,11 @@ _INF = (float("inf"), float("-inf"))
 # magnitudes below the first and above the second are stored without overflow or underflow
 _FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
 _LITERALS: dict[str, Value] = {}  # literal text -> its Value, oldest first (remember_literal)
+_RUN_ITEMS = 1024  # numbers per chunk of number_run
+_FLOAT_RUN = re.compile(rf"{NUMBER}(?:,{NUMBER})*\Z", re.ASCII)
+_INT_RUN = re.compile(
+    r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)(?:,[-+]?(?:0[xX][0-9a-fA-F]+|\d+))*\Z", re.ASCII
+)
 
 
 class LiteralReader(TokenReader):
@@ -117,6 +123,7 @@ class LiteralReader(TokenReader):
         self.expect("[")
         dims = []
         while self.peek() != "]":
+            self.number_run(DType.int32, dims, check=_dim_message)
             tok = self.peek()
             if IDENT.match(tok):
                 dims.append(self.next())
@@ -220,6 +227,7 @@ class LiteralReader(TokenReader):
             return
         self.expect("[")
         while self.peek() != "]":
+            self.number_run(dtype, out)
             if self.peek().startswith("["):
                 self.flat_list(dtype, out, depth + 1)
             else:
@@ -227,6 +235,28 @@ class LiteralReader(TokenReader):
             if not self.accept(","):
                 break
         self.expect("]")
+
+    def number_run(self, dtype: DType, out: list[Any], check: Any = None) -> None:
+        """Take whole chunks of ``n, n, ... n,`` (numbers the tokenizer split) a chunk at a time.
+
+        A list the one-token pattern did not match (it is unclosed, or mixes in ``inf``)
+        would otherwise cost several method calls per number; a chunk with anything but
+        plain numbers is left to the element loop, which reports it.
+        """
+        toks, i, n = self.toks, self.i, _RUN_ITEMS
+        while i + 2 * n < len(toks) and toks[i + 1] == "," and toks[i + 2 * n - 1] == ",":
+            items, commas = toks[i : i + 2 * n : 2], toks[i + 1 : i + 2 * n : 2]
+            joined = ",".join(items)
+            if commas.count(",") != n or not (_FLOAT_RUN if dtype.is_float else _INT_RUN).match(
+                joined
+            ):
+                return
+            try:
+                values = self.number_list(f"[{joined}]", dtype, i, check)
+            except MilSyntaxError:
+                return  # the element loop reports it at its own token
+            out.extend(values)
+            i = self.i = i + 2 * n
 
     def number_list(
         self, tok: str, dtype: DType, index: int, check: Any = None
