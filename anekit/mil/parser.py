@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -441,10 +441,15 @@ def _const_def(opset: str) -> registry.OpDef:
     return registry.get("const", opset)
 
 
-@lru_cache(maxsize=1024)
+_OPDEFS: dict[tuple[str, str], registry.OpDef] = {}  # registered ops only: bounded
+
+
 def _opdef(name: str, opset: str) -> registry.OpDef | None:
     """The registered op (None if there is none: the general path reports why)."""
-    try:
-        return registry.get(name, opset)
-    except MilTypeError:
-        return None
+    found = _OPDEFS.get((name, opset))
+    if found is None:
+        try:
+            found = _OPDEFS[(name, opset)] = registry.get(name, opset)
+        except MilTypeError:
+            return None
+    return found

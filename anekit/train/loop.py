@@ -59,6 +59,7 @@ class Trainer:
         tokens: np.ndarray,
         backend: str | None = None,
         tokenizer: dict[str, Any] | None = None,
+        chip: str | None = None,
     ) -> None:
         self.model_cfg = model_cfg
         self.cfg = train_cfg
@@ -70,7 +71,7 @@ class Trainer:
         self.scaler = LossScaler(train_cfg.loss_scale, train_cfg.scale_growth_interval)
         self.data = Batches(tokens, model_cfg.seq_len, train_cfg.seed)
         self.step = 0
-        self.model = Model(model_cfg, train_cfg.batch_size, backend)
+        self.model = Model(model_cfg, train_cfg.batch_size, backend, chip=chip)
         self.model.load(self.params)
 
     @property
