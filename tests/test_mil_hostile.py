@@ -61,10 +61,10 @@ FAMILIES = {
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_a_megabyte_of_hostile_text_is_rejected_quickly(name: str) -> None:
     text = FAMILIES[name]
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: other work on the machine is not ours
     with pytest.raises(AnekitError) as info:
         mil.parse(text)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 5.0, f"{name}: {elapsed:.1f} s"
     assert len(str(info.value)) < 2000  # the echoed line is cut around the column
 
@@ -102,20 +102,51 @@ def test_a_nul_byte_is_an_error_at_its_place_before_tokenising() -> None:
 
 
 def test_an_error_on_a_3_mb_line_echoes_a_window_around_the_column() -> None:
-    line = "tensor<fp16, [1, 4]> y = concat(axis = int32(0), values = (" + "x, " * 1_000_000 + "$"
+    name = "a" * 3_000_000
+    line = f'tensor<fp16, [1, 4]> y = relu(x = x)[name = string("{name}")] $'
     with pytest.raises(MilSyntaxError) as info:
         mil.parse(in_body(line))
     err = info.value
     rendered = str(err).splitlines()
-    assert len(str(err)) < 1000  # the line itself is over 3 MB
-    assert rendered[1].strip().startswith("...") and "x, x" in rendered[1]
-    assert rendered[2].index("^") - rendered[1].index("...") >= 0
-    # the caret still points at the offending token inside the window
-    caret = rendered[2].index("^")
-    assert rendered[1][caret] == "$" and err.column > 3_000_000
+    assert len(str(err)) < 1000  # it echoed all 6 MB of the line and the caret's indent before
+    assert err.column == len("        ") + line.index("$") + 1
+    assert rendered[1].strip().startswith("...aaaa") and rendered[1].endswith('")] $')
+    assert rendered[1][rendered[2].index("^")] == "$"  # the caret still points at the token
+    # an error early on the line cuts its tail instead
+    with pytest.raises(MilSyntaxError) as info:
+        mil.parse(in_body(f'tensor<fp16, [1, 4]> y = $ relu(x = x)[name = string("{name}")];'))
+    rendered = str(info.value).splitlines()
+    assert rendered[1].endswith("aaa...") and rendered[1][rendered[2].index("^")] == "$"
 
 
 def test_a_long_token_is_quoted_short() -> None:
     with pytest.raises(MilSyntaxError) as info:
         mil.parse("program(1.3)\n" + "a" * MB)
     assert "(1048576 characters)" in info.value.message and len(info.value.message) < 200
+
+
+def test_control_characters_are_not_echoed_to_the_terminal() -> None:
+    with pytest.raises(MilSyntaxError) as info:
+        mil.parse("program(1.3)\n\x1b[2J\0\0")
+    shown = str(info.value).splitlines()[1]
+    assert "\0" not in str(info.value) and "\x1b" not in str(info.value)
+    assert shown.strip() == "?[2J??"
+
+
+def test_fmt_of_100_mb_of_nuls_fails_at_once(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "nul.mil"
+    path.write_bytes(b"\0" * 100_000_000)
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "from anekit.cli import main; sys.exit(main(['fmt', sys.argv[1]]))"
+    )
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "nul.mil:1:1: NUL byte" in done.stderr
+    assert time.perf_counter() - start < 15  # it took 20 s and 1.7 GB before

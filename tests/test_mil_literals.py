@@ -146,3 +146,11 @@ def test_builder_const_with_a_dtype_rejects_underflow_too() -> None:
     # an array already of the dtype is stored as it is: the caller did the rounding
     kept = mil.Builder().const(np.array([1e-9, 1.0]).astype(np.float16))
     assert kept.const.tolist() == [0.0, 1.0]
+
+
+def test_an_integer_of_thousands_of_digits_is_a_syntax_error() -> None:
+    # Python's int() refuses over 4300 digits with a ValueError: it must not leak
+    for literal in (f"[1, {'9' * 5000}]", f"[{'9' * 5000}, 1]"):
+        text = CONST.format(dtype="int32", value="1").replace("[1, 1]", literal)
+        with pytest.raises(MilSyntaxError, match="5000 digits is out of range|expected"):
+            mil.parse(text)

@@ -28,30 +28,29 @@ NUMBER = (  # one spelling per number, so a list of them cannot backtrack more t
     r"[-+]?(?:0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
     r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 )
-# The whitespace before a token is skipped by the pattern itself (twice as fast as a failed
-# match per blank); a line is stripped of trailing blanks first, so every match succeeds.
-TOKEN = re.compile(
-    r"\s*("
+_ALTERNATIVES = (
     rf"\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]"  # a whole list of numbers: one token
     r"|[(){}\[\],;=<>]"  # punctuation: half of all tokens
     r"|tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
-    r'|"(?:[^"\\\n]|\\.)*"?'  # string; unterminated, it runs to the end of the line
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'  # string; unterminated, it runs to the end of the line
     r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # decimal
     r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
     r"|->"
     r"|(?://|#).*"  # comment to end of line
     r"|\S"  # any other single character (punctuation, or an error)
-    r")",
-    re.ASCII,
 )
+# The whitespace before a token is skipped by the pattern itself (twice as fast as a failed
+# match per blank); a line is stripped of trailing blanks first, so every match succeeds.
+TOKEN = re.compile(rf"\s*({_ALTERNATIVES})", re.ASCII)
+_SPACED = re.compile(rf"(\s*)({_ALTERNATIVES})", re.ASCII)  # the blanks too: for columns
 BLANKS = " \t\r\f\v"  # what \s matches in a line
 IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 INT_TOKEN = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)\Z", re.ASCII)
 SHOWN_CHARS = 60  # of a token quoted in a message
 MAX_DIGITS = 4000  # in an integer token (Python refuses to convert more than 4300)
 _FILL_CHARS = 1 << 16  # text tokenised per batch
-_LONG_LINE = 1 << 16  # a longer line is tokenised a chunk at a time
+_LONG_LINE = 1 << 21  # a longer line is tokenised a chunk at a time (findall is faster)
 _CHUNK_TOKENS = 1 << 14
 _MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
 _COMMENT = ("//", "#")
@@ -88,9 +87,30 @@ class TokenReader:
         self.toks: list[str] = []
         self.line_starts: list[int] = []
         self._next_line = 0
-        self._pending: Any = None  # the rest of a long line's tokens
+        self._pending: Any = None  # the rest of a long line's token matches
+        self._anchors: list[tuple[int, int]] = []  # (token index, column) of each chunk
         self.i = 0
         self._fill()
+
+    @classmethod
+    def of_line(cls, line: str) -> TokenReader:
+        """A reader of one short line the caller knows holds no NUL and no newline (a literal)."""
+        reader = cls.__new__(cls)
+        reader.text, reader.weights, reader.file, reader.lines = (
+            line,
+            WeightSource(None),
+            None,
+            [line],
+        )
+        reader._weight_data, reader._pending, reader._anchors = {}, None, []
+        reader.toks, reader.line_starts, reader._next_line = (
+            TOKEN.findall(line.rstrip(BLANKS)),
+            [0],
+            1,
+        )
+        reader.toks.append("")
+        reader.i = 0
+        return reader
 
     def take_line(self, line: str, line_no: int) -> bool:
         """Let a subclass read a whole line itself (as one token); the default never does."""
@@ -105,9 +125,10 @@ class TokenReader:
         lines = self.lines
         while budget > 0 or len(toks) == start:
             if self._pending is not None:
-                chunk = [
-                    t for t in islice(self._pending, _CHUNK_TOKENS) if not t.startswith(_COMMENT)
-                ]
+                matches = list(islice(self._pending, _CHUNK_TOKENS))
+                if matches:  # where the chunk starts, for where() to count from
+                    self._anchors.append((len(toks), matches[0].start()))
+                chunk = [t for t in map(_GROUP, matches) if not t.startswith(_COMMENT)]
                 toks.extend(chunk)
                 budget -= sum(map(len, chunk)) + 1
                 if len(chunk) < _CHUNK_TOKENS:
@@ -122,7 +143,7 @@ class TokenReader:
             self.line_starts.append(len(toks))
             budget -= len(line) + 1
             if len(line) > _LONG_LINE:
-                self._pending = map(_GROUP, TOKEN.finditer(line.rstrip(BLANKS)))
+                self._pending = TOKEN.finditer(line.rstrip(BLANKS))
             elif not self.take_line(line, line_no):
                 found = findall(line.rstrip(BLANKS))
                 if found and found[-1].startswith(_COMMENT):
@@ -137,11 +158,22 @@ class TokenReader:
             line_no = len(self.lines) - 1  # end of input
             return line_no + 1, len(self.lines[line_no]) + 1
         line_no = bisect_right(self.line_starts, index) - 1
-        k = index - self.line_starts[line_no]
-        for n, m in enumerate(TOKEN.finditer(self.lines[line_no].rstrip(BLANKS))):
-            if n == k:
-                return line_no + 1, m.start(1) + 1
-        return line_no + 1, 1
+        first, pos = self.line_starts[line_no], 0
+        # a long line's chunks are anchored: count from the last chunk start before the token
+        anchor = bisect_right(self._anchors, (index, len(self.text))) - 1
+        if anchor >= 0 and self._anchors[anchor][0] >= first:
+            first, pos = self._anchors[anchor]
+        k = index - first
+        line = self.lines[line_no].rstrip(BLANKS)
+        if pos:  # within a chunk of at most _CHUNK_TOKENS tokens
+            for n, m in enumerate(TOKEN.finditer(line, pos)):
+                if n == k:
+                    return line_no + 1, m.start(1) + 1
+            return line_no + 1, 1
+        spaced = _SPACED.findall(line)[: k + 1]  # (blanks, token) pairs, at C speed
+        if len(spaced) <= k:
+            return line_no + 1, 1
+        return line_no + 1, sum(len(b) + len(t) for b, t in spaced) - len(spaced[-1][1]) + 1
 
     def error(self, message: str, index: int | None = None) -> MilSyntaxError:
         line, col = self.where(self.i if index is None else index)

@@ -17,26 +17,23 @@ import numpy as np
 from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
 from anekit.mil import blob
 from anekit.mil.lexer import (
-    BLANKS,
     IDENT,
     INT_TOKEN,
     MAX_DIGITS,
     NUMBER,
-    TOKEN,
     TokenReader,
     int_token,
     show,
 )
 from anekit.mil.types import DType, TensorType, storage_loss
 from anekit.mil.values import BlobRef, Value
-from anekit.mil.weights import WeightSource
 
 _FLOAT = re.compile(
     r"[-+]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
     r"|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\Z",
     re.ASCII,
 )
-_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"\Z')
+_STRING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"\Z')
 _DIM = re.compile(r"-?\d+\Z", re.ASCII)
 _TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
 SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
@@ -288,6 +285,8 @@ class LiteralReader(TokenReader):
                     hexa = "x" in p or "X" in p
                     if "." in p or "p" in p or "P" in p or (not hexa and ("e" in p or "E" in p)):
                         raise _BadElement(k)  # a float
+                    if len(p) > MAX_DIGITS:  # Python refuses to convert it
+                        raise _BadElement(k, f"integer of {len(p.strip())} digits is out of range")
                     value = int(p, 16) if hexa else int(p)
                     if check is not None and check(value) is not None:
                         raise _BadElement(k, check(value))
@@ -529,16 +528,7 @@ def known_type(tok: str) -> TensorType | None:
 
 def standalone_literal(text: str) -> Value | None:
     """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
-    sub = LiteralReader.__new__(LiteralReader)  # one line: no batching, no NUL (the caller's text)
-    sub.text, sub.weights, sub.file, sub.lines = text, WeightSource(None), None, [text]
-    sub.toks, sub.line_starts, sub.i, sub._pending = (
-        TOKEN.findall(text.rstrip(BLANKS)),
-        [0],
-        0,
-        None,
-    )
-    sub._next_line, sub._weight_data = 1, {}
-    sub.toks.append("")
+    sub = LiteralReader.of_line(text)
     try:
         value = sub.literal()
     except (MilSyntaxError, MilTypeError):
