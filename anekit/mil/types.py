@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from itertools import repeat
 from math import prod
 
 import numpy as np
@@ -96,13 +97,13 @@ class TensorType:
         # facts are computed once here, not on every use.
         if type(shape) is not tuple:
             shape = tuple(shape)
-        static = all(isinstance(d, int) for d in shape)
+        static = all(map(isinstance, shape, repeat(int, len(shape))))
         init = object.__setattr__
         init(self, "dtype", dtype)
         init(self, "shape", shape)
         init(self, "is_static", static)
         init(self, "numel", prod(shape) if static else None)  # type: ignore[arg-type]
-        init(self, "_hash", hash((dtype.value, shape)))
+        init(self, "_hash", hash((str.__hash__(dtype), shape)))  # not Enum's Python-level hash
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"TensorType is immutable: cannot set {name!r}")

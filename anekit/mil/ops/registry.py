@@ -11,6 +11,7 @@ override only what changed, with ``since``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,9 +194,16 @@ class Args:
             raise AttributeError(f"op {self.opdef.name!r} has no parameter {name!r}") from None
         value = None
         if p.has_default:
-            raw = p.default(self) if callable(p.default) else p.default
-            if raw is not None:
-                value = literal_value(raw, p, self)
+            if callable(p.default):
+                raw = p.default(self)
+                value = None if raw is None else literal_value(raw, p, self)
+            elif p.default is not None:
+                try:  # a fixed default in no type domain is the same Value every time
+                    value = _constant_default(p) if p.domain is None else None
+                except TypeError:  # an unhashable default: made each time
+                    value = None
+                if value is None:
+                    value = literal_value(p.default, p, self)
         self._resolved[name] = value
         return value
 
@@ -262,6 +270,18 @@ def as_tuple(result: TensorType | tuple[TensorType, ...]) -> tuple[TensorType, .
     return result if isinstance(result, tuple) else (result,)
 
 
+@functools.lru_cache(maxsize=1024)
+def _constant_default(p: Param) -> Any:
+    """The Value of a default that depends on nothing else (made once; its array read-only)."""
+    value = literal_value(p.default, p)
+    if isinstance(value.const, np.ndarray):
+        value.const.flags.writeable = False
+    return value
+
+
 def const_ints(value: Any) -> list[int]:
     """A const int tensor or scalar as a Python list of ints."""
-    return [int(v) for v in np.atleast_1d(np.asarray(value)).ravel()]
+    flat = np.asarray(value).ravel()
+    if flat.dtype.kind in "iu":
+        return flat.tolist()  # Python ints already, without a call per element
+    return [int(v) for v in flat]
