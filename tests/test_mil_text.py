@@ -315,3 +315,50 @@ def test_programs_compare_weights_by_array_bit_for_bit() -> None:
     assert _weighted([0.0, 2.0]) != _weighted([-0.0, 2.0])  # as the weight files differ
     parsed = mil.parse(_weighted([5.0, 6.0]).to_text(), _weighted([5.0, 6.0]).weight_files())
     assert parsed == _weighted([5.0, 6.0])
+
+
+# -- the verifier's inference cache ---------------------------------------------------------------
+def _reads_x(infer_values: frozenset[str]):
+    from anekit.mil.ops.registry import OpDef, param
+    from anekit.mil.types import DType, TensorType
+
+    return OpDef(
+        name="reads_x",
+        params=(param("x", [DType.int32]),),
+        infer=lambda a: TensorType(DType.fp16, (int(np.asarray(a.x.const)[0]),)),
+        infer_values=infer_values,
+    )
+
+
+def _int_const(values: list[int]) -> mil.Value:
+    from anekit.mil.types import DType, TensorType
+
+    return mil.Value("", TensorType(DType.int32, (len(values),)), None, np.array(values, np.int32))
+
+
+def test_inference_cannot_read_an_undeclared_value() -> None:
+    from anekit.errors import MilTypeError
+    from anekit.mil.verify import check_op
+
+    with pytest.raises(MilTypeError, match="declare"):
+        check_op(_reads_x(frozenset()), {"x": _int_const([2])})
+
+
+def test_inference_cached_by_the_values_it_reads() -> None:
+    from anekit.mil.verify import check_op
+
+    opdef = _reads_x(frozenset({"x"}))
+    assert check_op(opdef, {"x": _int_const([2])})[0].shape == (2,)
+    assert check_op(opdef, {"x": _int_const([3])})[0].shape == (3,)  # not the cached (2,)
+    assert check_op(opdef, {"x": _int_const([2])})[0].shape == (2,)
+
+
+def test_the_inference_cache_has_a_bound() -> None:
+    from anekit.mil import verify
+
+    verify.clear_cache()
+    b = mil.Builder()
+    x = b.input("x", (1, 4096 + 60), "fp16")
+    for n in range(1, verify.INFER_CACHE_ENTRIES + 50):  # a distinct signature each
+        b.slice_by_size(x=x, begin=[0, 0], size=[1, n])
+    assert len(verify._INFER_CACHE) == verify.INFER_CACHE_ENTRIES

@@ -45,7 +45,6 @@ _ALTERNATIVES = (
 TOKEN = re.compile(rf"\s*({_ALTERNATIVES})", re.ASCII)
 _SPACED = re.compile(rf"(\s*)({_ALTERNATIVES})", re.ASCII)  # the blanks too: for columns
 BLANKS = " \t\r\f\v"  # what \s matches in a line
-IDENT = re.compile(r"[A-Za-z_]\w*\Z", re.ASCII)
 INT_TOKEN = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)\Z", re.ASCII)
 SHOWN_CHARS = 60  # of a token quoted in a message
 MAX_DIGITS = 4000  # in an integer token (Python refuses to convert more than 4300)
@@ -55,6 +54,11 @@ _CHUNK_TOKENS = 1 << 14
 _MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
 _COMMENT = ("//", "#")
 _GROUP = methodcaller("group", 1)  # a match's token
+
+
+def is_name(tok: str) -> bool:
+    """A MIL name: an ASCII letter or underscore, then letters, digits, underscores."""
+    return tok.isascii() and tok.isidentifier()  # the same as [A-Za-z_]\w*, without a regex
 
 
 def show(tok: str) -> str:
@@ -231,7 +235,7 @@ class TokenReader:
 
     def ident(self, what: str) -> str:
         tok = self.peek()
-        if not IDENT.match(tok):
+        if not is_name(tok):
             raise self.error(f"expected {what}, found {show(tok) if tok else 'end of input'}")
         self.i += 1
         return tok

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from anekit.errors import AnekitError, MilTypeError
-from anekit.mil.lexer import IDENT
+from anekit.mil.lexer import is_name
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
@@ -212,7 +212,7 @@ class _Parser(LiteralReader):
         while True:
             t = known_type(toks[i])
             name = toks[i + 1]
-            if t is None or not IDENT.match(name) or name in env:
+            if t is None or not is_name(name) or name in env:
                 return None
             declared.append((t, name, i + 1))
             i += 2
@@ -230,7 +230,7 @@ class _Parser(LiteralReader):
         i += 3
         while toks[i] != ")":
             key = toks[i]
-            if toks[i + 1] != "=" or key in inputs or not IDENT.match(key):
+            if toks[i + 1] != "=" or key in inputs or not is_name(key):
                 return None
             positions[key] = i
             known = env.get(toks[i + 2])
@@ -361,7 +361,7 @@ class _Parser(LiteralReader):
         path, which also reports errors with exact positions.
         """
         m = _CONST_LINE.match(line)
-        if m is None or not IDENT.match(m.group("name")):
+        if m is None or not is_name(m.group("name")):
             return False
         declared = known_type(m.group("type"))
         text = m.group("literal")

@@ -9,6 +9,7 @@ error at its place; nesting is bounded (:data:`MAX_NESTING`).
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
@@ -17,12 +18,12 @@ import numpy as np
 from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
 from anekit.mil import blob
 from anekit.mil.lexer import (
-    IDENT,
     INT_TOKEN,
     MAX_DIGITS,
     NUMBER,
     TokenReader,
     int_token,
+    is_name,
     show,
 )
 from anekit.mil.types import DType, TensorType, storage_loss
@@ -56,7 +57,9 @@ _INT_RANGES = {
 _INF = (float("inf"), float("-inf"))
 # magnitudes below the first and above the second are stored without overflow or underflow
 _FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
-_LITERALS: dict[str, Value] = {}  # literal text -> its Value, oldest first (remember_literal)
+# literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
+# deleting a dict's first key is not once many have gone
+_LITERALS: OrderedDict[str, Value] = OrderedDict()
 _RUN_ITEMS = 1024  # numbers per chunk of number_run
 _FLOAT_RUN = re.compile(rf"{NUMBER}(?:,{NUMBER})*\Z", re.ASCII)
 _INT_RUN = re.compile(
@@ -122,7 +125,7 @@ class LiteralReader(TokenReader):
         while self.peek() != "]":
             self.number_run(DType.int32, dims, check=_dim_message)
             tok = self.peek()
-            if IDENT.match(tok):
+            if is_name(tok):
                 dims.append(self.next())
             else:
                 value = self.integer("a dimension")
@@ -162,6 +165,13 @@ class LiteralReader(TokenReader):
     def literal(self) -> Value:
         """Parse ``fp16(0x1p-3)``, ``tensor<int32, [2]>([1, 2])`` or a BLOBFILE tensor."""
         index = self.i
+        toks = self.toks
+        if index + 3 < len(toks) and toks[index + 1] == "(" and toks[index + 3] == ")":
+            t = known_type(toks[index])  # TYPE ( token ): the common literals, read in one step
+            if t is not None and t.is_static and toks[index + 2] not in ("-", "+"):
+                value = self.one_token_literal(t, toks[index + 2], index)
+                self.i = index + 4
+                return value
         if self.peek() == "uint64":
             raise self.error("uint64 literal outside BLOBFILE", index)
         t = self.type()
@@ -174,6 +184,19 @@ class LiteralReader(TokenReader):
             value = self.values(t, index)
         self.expect(")")
         return value
+
+    def one_token_literal(self, t: TensorType, body: str, index: int) -> Value:
+        """The literal ``t(body)``, body one token: a scalar, a string or a list of numbers."""
+        if _is_list(body):
+            flat = self.number_list(body, t.dtype, index + 2)
+        else:
+            flat = [self.element_of(body, t.dtype, index + 2)]
+        if len(flat) != t.numel:
+            raise self.error(f"{t} needs {t.numel} values, found {len(flat)}", index)
+        if t.dtype is DType.string:
+            const: Any = flat[0] if t.is_scalar else np.array(flat, dtype=object).reshape(t.shape)
+            return Value("", t, None, const)
+        return Value("", t, None, self.checked_array(flat, t, index))
 
     def values(self, t: TensorType, index: int) -> Value:
         if not t.is_static:
@@ -321,7 +344,10 @@ class LiteralReader(TokenReader):
 
     def element(self, dtype: DType) -> Any:
         index = self.i
-        tok = self.next()
+        return self.element_of(self.next(), dtype, index)
+
+    def element_of(self, tok: str, dtype: DType, index: int) -> Any:
+        """The value of token ``index``, ``tok``, as an element of ``dtype``."""
         if dtype is DType.string:
             if not _STRING.match(tok):
                 what = "an unterminated string" if tok.startswith('"') else show(tok)
@@ -498,7 +524,7 @@ def _read_type(tok: str) -> TensorType:
     body_start = m.start("dims")
     for d in re.finditer(r"[^\s,]+", m.group("dims")):
         text = d.group()
-        if IDENT.match(text):
+        if is_name(text):
             dims.append(text)
             continue
         if not _DIM.match(text) or len(text) > MAX_DIGITS:
@@ -543,7 +569,7 @@ def remember_literal(text: str, value: Value) -> None:
     if isinstance(value.const, np.ndarray):
         value.const.flags.writeable = False
     if len(_LITERALS) >= CACHE_ENTRIES:
-        del _LITERALS[next(iter(_LITERALS))]  # the oldest goes
+        _LITERALS.popitem(last=False)  # the oldest goes
     _LITERALS[text] = value
 
 

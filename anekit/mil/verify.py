@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 INFER_CACHE_ENTRIES = 4096
 KEYED_BYTES = 256
 DIGESTED_BYTES = 1 << 16
-_INFER_CACHE: dict[tuple, tuple[OpDef, tuple[TensorType, ...]]] = {}
+_INFER_CACHE: OrderedDict[tuple, tuple[OpDef, tuple[TensorType, ...]]] = OrderedDict()
 
 
 def clear_cache() -> None:
@@ -42,7 +43,7 @@ def check_op(opdef: OpDef, inputs: dict[str, Any]) -> tuple[TensorType, ...]:
     types = _check_op(opdef, inputs)
     if key is not None:
         if len(_INFER_CACHE) >= INFER_CACHE_ENTRIES:
-            del _INFER_CACHE[next(iter(_INFER_CACHE))]
+            _INFER_CACHE.popitem(last=False)  # the oldest goes
         _INFER_CACHE[key] = (opdef, types)
     return types
 
