@@ -4,8 +4,8 @@ Each shape is written here as text in the style of coremltools' output (``var_N`
 one weight.bin holding every blob, ``op_N`` op names that differ from the value names),
 not produced by anekit's printer, so no parser path fitted to our own output helps:
 
-- ``conv chain``: 500 small 3x3 convs with bias and relu, each with its own window consts
-  (the 4,505-statement chain of issue 13);
+- ``conv chain``: 500 small convs of four widths: 3x3 ones with bias, relu and their own
+  window consts, alternating with 1x1 ones that leave their parameters to the defaults;
 - ``wide attention``: 4 blocks of 16 heads, every head sliced, multiplied and soft-maxed
   on its own, then concatenated and projected;
 - ``legacy dialect``: a GELU MLP in program(1.0) / ios16 spelling (``tensor<int32, []>(1)``
@@ -102,23 +102,32 @@ class Text:
         return text, files
 
 
-def conv_chain(convs: int = 500, channels: int = 16, spatial: int = 8) -> tuple[str, dict]:
-    """Many small 3x3 convs, each with its own consts (pad_type, strides, pad, dilations, groups)."""
+def conv_chain(convs: int = 500, spatial: int = 8) -> tuple[str, dict]:
+    """Many small convs of varying widths: 3x3 ones with every parameter written out, as
+    coremltools writes them, and 1x1 ones that leave their parameters to the defaults."""
     t = Text()
-    act = f"tensor<fp16, [1, {channels}, {spatial}, {spatial}]>"
-    h = "x"
-    for _ in range(convs):
-        pad_type = t.const("string", t.string("custom"))
-        strides = t.ints([1, 1])
-        pad = t.ints([1, 1, 1, 1])
-        dilations = t.ints([1, 1])
-        groups = t.const("int32", t.scalar("int32", "1"))
-        w = t.weight(t.rng.standard_normal((channels, channels, 3, 3)) * 0.05)
-        bias = t.weight(t.rng.standard_normal(channels) * 0.05)
-        args = {"bias": bias, "dilations": dilations, "groups": groups, "pad": pad,
-                "pad_type": pad_type, "strides": strides, "weight": w, "x": h}  # fmt: skip
-        h = t.op(act, "relu", {"x": t.op(act, "conv", args, "_cast_fp16")}, "_cast_fp16")
-    return t.finish(f"{act} x", h)
+    widths = [16, 24, 32, 24]
+    h, c_in = "x", widths[-1]
+    for i in range(convs):
+        c_out = widths[i % len(widths)]
+        act = f"tensor<fp16, [1, {c_out}, {spatial}, {spatial}]>"
+        bias = t.weight(t.rng.standard_normal(c_out) * 0.05)
+        if i % 2:
+            w = t.weight(t.rng.standard_normal((c_out, c_in, 1, 1)) * 0.05)
+            h = t.op(act, "conv", {"bias": bias, "weight": w, "x": h}, "_cast_fp16")
+        else:
+            pad_type = t.const("string", t.string("custom"))
+            strides = t.ints([1, 1])
+            pad = t.ints([1, 1, 1, 1])
+            dilations = t.ints([1, 1])
+            groups = t.const("int32", t.scalar("int32", "1"))
+            w = t.weight(t.rng.standard_normal((c_out, c_in, 3, 3)) * 0.05)
+            args = {"bias": bias, "dilations": dilations, "groups": groups, "pad": pad,
+                    "pad_type": pad_type, "strides": strides, "weight": w, "x": h}  # fmt: skip
+            h = t.op(act, "relu", {"x": t.op(act, "conv", args, "_cast_fp16")}, "_cast_fp16")
+        c_in = c_out
+    first = f"tensor<fp16, [1, {widths[-1]}, {spatial}, {spatial}]>"
+    return t.finish(f"{first} x", h)
 
 
 def wide_attention(blocks: int = 4, heads: int = 16, head_dim: int = 32, seq: int = 64):
@@ -225,7 +234,7 @@ def _ours(build: Callable[[], mil.Program]) -> Callable[[], tuple[str, dict]]:
 
 
 SHAPES: dict[str, Callable[[], tuple[str, dict]]] = {
-    "conv chain (500 3x3 convs)": conv_chain,
+    "conv chain (500 small convs)": conv_chain,
     "wide attention (4 x 16 heads)": wide_attention,
     "legacy dialect (300-layer MLP)": legacy_mlp,
     "inline constants (1500 ops)": inline_constants,
