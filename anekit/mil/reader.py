@@ -61,6 +61,7 @@ _FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150
 # deleting a dict's first key is not once many have gone
 _LITERALS: OrderedDict[str, Value] = OrderedDict()
 _RUN_ITEMS = 1024  # numbers per chunk of number_run
+_NUMBER_STARTS = frozenset("0123456789+-.")
 _FLOAT_RUN = re.compile(rf"{NUMBER}(?:,{NUMBER})*\Z", re.ASCII)
 _INT_RUN = re.compile(
     r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)(?:,[-+]?(?:0[xX][0-9a-fA-F]+|\d+))*\Z", re.ASCII
@@ -264,7 +265,12 @@ class LiteralReader(TokenReader):
         plain numbers is left to the element loop, which reports it.
         """
         toks, i, n = self.toks, self.i, _RUN_ITEMS
-        while i + 2 * n < len(toks) and toks[i + 1] == "," and toks[i + 2 * n - 1] == ",":
+        while (
+            i + 2 * n < len(toks)
+            and toks[i][:1] in _NUMBER_STARTS  # strings, names, inf, nan: the element loop's
+            and toks[i + 1] == ","
+            and toks[i + 2 * n - 1] == ","
+        ):
             items, commas = toks[i : i + 2 * n : 2], toks[i + 1 : i + 2 * n : 2]
             joined = ",".join(items)
             if commas.count(",") != n or not (_FLOAT_RUN if dtype.is_float else _INT_RUN).match(
