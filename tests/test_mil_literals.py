@@ -154,3 +154,16 @@ def test_an_integer_of_thousands_of_digits_is_a_syntax_error() -> None:
         text = CONST.format(dtype="int32", value="1").replace("[1, 1]", literal)
         with pytest.raises(MilSyntaxError, match="5000 digits is out of range|expected"):
             mil.parse(text)
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+def test_a_type_of_more_than_64_dimensions_is_a_syntax_error(spaced) -> None:
+    # NumPy cannot make such an array: it raised ValueError (found by the fuzzer)
+    dims = ", ".join(["1"] * 65)
+    spelling = f"tensor < fp16, [{dims}] >" if spaced else f"tensor<fp16, [{dims}]>"
+    text = CONST.format(dtype="fp16", value="1").replace("tensor<fp16, [2]> x", f"{spelling} x")
+    with pytest.raises(MilSyntaxError, match="a type of rank 65: at most 64 dimensions"):
+        mil.parse(text)
+    ok = CONST.format(dtype="fp16", value="1").replace("[2]> x", f"[{', '.join(['1'] * 64)}]> x")
+    with pytest.raises(MilTypeError):  # 64 dimensions parse; this program's add does not fit
+        mil.parse(ok)

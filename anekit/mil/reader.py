@@ -45,6 +45,7 @@ CACHE_ENTRIES = 4096
 CACHED_LITERAL_CHARS = 256  # a longer literal (or type token) is read each time it occurs
 MAX_NESTING = 64  # brackets in a literal, dicts in a dict type: far beyond any real program
 MAX_DIM = 2**63 - 1  # MIL dimensions are int64
+MAX_RANK = 64  # NumPy's limit on an array's dimensions (the ANE takes 5: the checker says so)
 _BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tensor<uint64, []>)
     r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
     r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
@@ -119,11 +120,15 @@ class LiteralReader(TokenReader):
         if _is_list(self.peek()):  # [1, 2] of numbers, one token
             index = self.i
             dims = self.number_list(self.next(), DType.int32, index, check=_dim_message)
+            if len(dims) > MAX_RANK:
+                raise self.error(_rank_message(len(dims)), index)
             self.expect(">")
             return TensorType(dtype, tuple(dims))
         self.expect("[")
         dims = []
         while self.peek() != "]":
+            if len(dims) >= MAX_RANK:
+                raise self.error(_rank_message(len(dims) + 1))
             self.number_run(DType.int32, dims, check=_dim_message)
             tok = self.peek()
             if is_name(tok):
@@ -506,6 +511,10 @@ def _beyond_float(value: float, tok: str) -> bool:
     return any(c not in "0.+-" for c in mantissa)
 
 
+def _rank_message(rank: int) -> str:
+    return f"a type of rank {rank}: at most {MAX_RANK} dimensions (NumPy's limit; the ANE takes 5)"
+
+
 def _dim_message(value: int) -> str | None:
     """Why a dimension is wrong, or None if it is a dimension."""
     if 0 <= value <= MAX_DIM:
@@ -541,6 +550,8 @@ def _read_type(tok: str) -> TensorType:
         if not 0 <= value <= MAX_DIM:
             raise _BadTypeToken(body_start + d.start(), _dim_message(value))
         dims.append(value)
+    if len(dims) > MAX_RANK:
+        raise _BadTypeToken(body_start, _rank_message(len(dims)))
     return TensorType(DType(name), tuple(dims))
 
 
