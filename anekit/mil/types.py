@@ -10,7 +10,20 @@ import numpy as np
 
 
 class DType(str, Enum):
-    """A MIL element type, named as it is spelled in MIL text."""
+    """A MIL element type, named as it is spelled in MIL text.
+
+    Attributes:
+        numpy: the NumPy dtype that stores it (object for strings).
+        itemsize: bytes per element.
+        is_float, is_int: the kind of number it holds.
+    """
+
+    # plain attributes of each member, set below: read for every literal and every op
+    # verified, where a property costs several times as much
+    numpy: np.dtype
+    itemsize: int
+    is_float: bool
+    is_int: bool
 
     fp16 = "fp16"
     fp32 = "fp32"
@@ -26,23 +39,6 @@ class DType(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def numpy(self) -> np.dtype:
-        """The NumPy dtype that stores this MIL dtype (object for strings)."""
-        return _NUMPY[self]
-
-    @property
-    def itemsize(self) -> int:
-        return self.numpy.itemsize
-
-    @property
-    def is_float(self) -> bool:
-        return self in (DType.fp16, DType.fp32)
-
-    @property
-    def is_int(self) -> bool:
-        return self.value.startswith(("int", "uint"))
-
 
 _NUMPY: dict[DType, np.dtype] = {
     DType.fp16: np.dtype(np.float16),
@@ -56,6 +52,12 @@ _NUMPY: dict[DType, np.dtype] = {
     DType.bool: np.dtype(np.bool_),
     DType.string: np.dtype(object),
 }
+for _d in DType:
+    _d.numpy = _NUMPY[_d]
+    _d.itemsize = _NUMPY[_d].itemsize
+    _d.is_float = _d in (DType.fp16, DType.fp32)
+    _d.is_int = _d.value.startswith(("int", "uint"))
+del _d
 _FROM_NUMPY = {v: k for k, v in _NUMPY.items() if k is not DType.string}
 
 FLOATS = frozenset({DType.fp16, DType.fp32})
