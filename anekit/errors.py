@@ -62,9 +62,25 @@ class MilSyntaxError(AnekitError, ValueError):
         where = f"{self.file or '<mil>'}:{self.line}:{self.column}"
         text = f"{where}: {self.message}"
         if self.source_line:
-            caret = " " * max(self.column - 1, 0) + "^"
-            text += f"\n    {self.source_line}\n    {caret}"
+            line, at = _around(self.source_line, max(self.column - 1, 0))
+            text += f"\n    {line}\n    {' ' * at}^"
         return text
+
+
+_SHOWN_LINE = 160  # characters of a long source line an error shows, around the column
+# control characters (NUL, escape sequences) would act on the terminal: shown as "?"
+_CONTROLS = {c: "?" for c in (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F)}
+
+
+def _around(line: str, index: int) -> tuple[str, int]:
+    """The part of ``line`` an error shows around ``index``, and where ``index`` falls in it."""
+    if len(line) <= _SHOWN_LINE:
+        return line.translate(_CONTROLS), index
+    start = min(max(index - _SHOWN_LINE // 2, 0), len(line) - _SHOWN_LINE)
+    head = "..." if start else ""
+    tail = "..." if start + _SHOWN_LINE < len(line) else ""
+    shown = line[start : start + _SHOWN_LINE].translate(_CONTROLS)
+    return head + shown + tail, index - start + len(head)
 
 
 class MilTypeError(AnekitError, TypeError, ValueError):

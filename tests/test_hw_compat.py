@@ -140,6 +140,10 @@ VIOLATIONS: dict[str, tuple[str, Callable[[], Program]]] = {
     "op-unsupported": ("m4", lambda: unary("acos")),
     "op-conflicting-evidence": ("m4", lambda: mid_graph("identity")),
     "op-unverified": ("m4", lambda: mid_graph("gelu")),
+    "zero-size": ("m4", lambda: unary("relu", (1, 0, 1, 8))),
+    "rank-limit": ("m4", lambda: unary("relu", (1, 2, 1, 2, 1, 2))),
+    "tensor-bytes": ("m4", lambda: unary("relu", (1, 32768, 1, 65536))),  # 4 GiB each
+    "program-memory": ("m4", lambda: unary("relu", (1, 16384, 1, 65536))),  # 2 + 2 GiB
     "dim-limit": ("m1", lambda: unary("relu", (1, 64, 1, 20000), "ios16")),
     "conv-input-channels": ("m4", lambda: conv(20000, 16)),
     "sdpa-mask": ("m4", lambda: sdpa(mask=True)),

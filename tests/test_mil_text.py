@@ -205,13 +205,15 @@ def _const_program(literal: str) -> str:
 
 
 def test_literal_and_type_caches_have_a_bound() -> None:
-    from anekit.mil import lexer
+    from anekit.mil import reader
 
-    for i in range(lexer.CACHE_ENTRIES + 50):  # more distinct literals than the cache holds
+    for i in range(reader.CACHE_ENTRIES + 50):  # more distinct literals than the cache holds
         mil.parse(_const_program(f"tensor<fp16, [2]>([{i}, 1])"))
-    assert lexer._cached_literal.cache_info().currsize == lexer.CACHE_ENTRIES
-    assert lexer._tensor_type.cache_info().maxsize == lexer.CACHE_ENTRIES
-    assert not hasattr(lexer, "TYPES")  # the unbounded type-token dict is gone
+    assert len(reader._LITERALS) == reader.CACHE_ENTRIES
+    assert "tensor<fp16, [2]>([0, 1])" not in reader._LITERALS  # the oldest went first
+    assert f"tensor<fp16, [2]>([{reader.CACHE_ENTRIES + 49}, 1])" in reader._LITERALS
+    assert reader._tensor_type.cache_info().maxsize == reader.CACHE_ENTRIES
+    assert not hasattr(reader, "TYPES")  # the unbounded type-token dict is gone
 
 
 def test_a_long_literal_is_not_kept_after_its_program() -> None:
@@ -313,3 +315,50 @@ def test_programs_compare_weights_by_array_bit_for_bit() -> None:
     assert _weighted([0.0, 2.0]) != _weighted([-0.0, 2.0])  # as the weight files differ
     parsed = mil.parse(_weighted([5.0, 6.0]).to_text(), _weighted([5.0, 6.0]).weight_files())
     assert parsed == _weighted([5.0, 6.0])
+
+
+# -- the verifier's inference cache ---------------------------------------------------------------
+def _reads_x(infer_values: frozenset[str]):
+    from anekit.mil.ops.registry import OpDef, param
+    from anekit.mil.types import DType, TensorType
+
+    return OpDef(
+        name="reads_x",
+        params=(param("x", [DType.int32]),),
+        infer=lambda a: TensorType(DType.fp16, (int(np.asarray(a.x.const)[0]),)),
+        infer_values=infer_values,
+    )
+
+
+def _int_const(values: list[int]) -> mil.Value:
+    from anekit.mil.types import DType, TensorType
+
+    return mil.Value("", TensorType(DType.int32, (len(values),)), None, np.array(values, np.int32))
+
+
+def test_inference_cannot_read_an_undeclared_value() -> None:
+    from anekit.errors import MilTypeError
+    from anekit.mil.verify import check_op
+
+    with pytest.raises(MilTypeError, match="declare"):
+        check_op(_reads_x(frozenset()), {"x": _int_const([2])})
+
+
+def test_inference_cached_by_the_values_it_reads() -> None:
+    from anekit.mil.verify import check_op
+
+    opdef = _reads_x(frozenset({"x"}))
+    assert check_op(opdef, {"x": _int_const([2])})[0].shape == (2,)
+    assert check_op(opdef, {"x": _int_const([3])})[0].shape == (3,)  # not the cached (2,)
+    assert check_op(opdef, {"x": _int_const([2])})[0].shape == (2,)
+
+
+def test_the_inference_cache_has_a_bound() -> None:
+    from anekit.mil import verify
+
+    verify.clear_cache()
+    b = mil.Builder()
+    x = b.input("x", (1, 4096 + 60), "fp16")
+    for n in range(1, verify.INFER_CACHE_ENTRIES + 50):  # a distinct signature each
+        b.slice_by_size(x=x, begin=[0, 0], size=[1, n])
+    assert len(verify._INFER_CACHE) == verify.INFER_CACHE_ENTRIES

@@ -13,6 +13,7 @@ from anekit import mil
 from anekit.errors import EvaluationError, MilTypeError
 from anekit.mil.blob import write_blob_file
 from anekit.mil.ops import registry
+from anekit.mil.types import DType
 from tests.optest import run_reference
 
 
@@ -173,8 +174,30 @@ def test_cast_refuses_values_the_target_cannot_hold(x, src, dst) -> None:
 
 def test_cast_edges_that_are_exact() -> None:
     assert _run_one("cast", np.array([-128.9], np.float32), "fp32", dtype="int8")[0] == -128
-    big = _run_one("cast", np.array([70000, 2049], np.int32), "int32", dtype="fp16")
-    np.testing.assert_array_equal(big, [np.inf, 2048])  # fp16 overflow; 2049 ties to even
+    big = _run_one("cast", np.array([65519, 2049], np.int32), "int32", dtype="fp16")
+    np.testing.assert_array_equal(big, [65504, 2048])  # round to nearest; 2049 ties to even
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype"),
+    [([70000, 3], "int32"), ([1e5, 0.5], "fp32"), ([65520.0, 1.0], "fp32")],
+)
+def test_cast_to_fp16_rejects_finite_values_beyond_its_range(values, dtype) -> None:
+    with pytest.raises(EvaluationError, match=r"op 'cast'.*1 of 2 values overflow fp16"):
+        _run_one("cast", np.array(values, DType(dtype).numpy), dtype, dtype="fp16")
+
+
+def test_constant_folding_leaves_an_overflowing_cast_to_fail_at_run_time() -> None:
+    from anekit.mil.passes import fold_constants
+
+    b = mil.Builder()
+    x = b.input("x", (2,), "fp16")
+    c = b.cast(x=b.const(np.array([70000, 1], np.int32)), dtype="fp16")
+    b.output(b.add(x=x, y=c), "y")
+    folded = fold_constants(b.build())
+    assert "cast" in [op.op_type for op in folded.ops]  # not folded into an inf constant
+    with pytest.raises(EvaluationError, match="op 'cast'"):
+        run_reference(folded, {"x": np.zeros(2, np.float16)})
 
 
 def test_cast_targets_by_opset() -> None:

@@ -129,7 +129,10 @@ def test_lut_with_uint4_indices_round_trips_and_decodes() -> None:
 def test_builder_weights_of_sub_byte_dtypes_are_range_checked() -> None:
     b = mil.Builder()
     assert b.weight("ok", np.array([0, 15]), dtype="uint4").type == TensorType(DType.uint4, (2,))
-    with pytest.raises(ValueError, match=r"values do not fit in int4 \[-8, 7\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"weight 'bad': values do not fit in int4 .*out of range for int4 \(-8\.\.7\)",
+    ):
         b.weight("bad", np.array([8]), dtype="int4")
 
 

@@ -61,17 +61,42 @@ def run(args: argparse.Namespace) -> int:
     work = analyze(program)
     if args.all_chips:
         estimates = [estimate_work(work, get_chip(name)) for name in chips()]
+        rejected = [_rejections(program, e.chip) for e in estimates]
         if args.json:
-            print(json.dumps([_summary(e) for e in estimates], indent=1))
+            rows = [{**_summary(e), "checker_errors": r} for e, r in zip(estimates, rejected)]
+            print(json.dumps(rows, indent=1))
             return 0
         print(f"{'chip':10} {'ms':>10} {'TFLOPS':>8}  bound by")
-        for e in estimates:
+        for e, r in zip(estimates, rejected):
             s = _summary(e)
-            print(f"{e.chip:10} {e.seconds * 1e3:10.4f} {e.tflops:8.2f}  {s['bound']}")
+            flag = f"  (the checker rejects it: {len(r)} errors)" if r else ""
+            print(f"{e.chip:10} {e.seconds * 1e3:10.4f} {e.tflops:8.2f}  {s['bound']}{flag}")
         return 0
     est = estimate_work(work, resolve_chip(args.chip))
-    print(json.dumps(dataclasses.asdict(est), indent=1) if args.json else estimate_table(est))
+    rejected = _rejections(program, est.chip)
+    if args.json:
+        print(json.dumps({**dataclasses.asdict(est), "checker_errors": rejected}, indent=1))
+        return 0
+    print(estimate_table(est))
+    if rejected:
+        rules = ", ".join(sorted({r["rule"] for r in rejected}))
+        print(
+            f"note: the checker rejects this program on {est.chip} ({len(rejected)} errors: "
+            f"{rules}; see anekit check): it would not compile, so the total above is for a "
+            "program that cannot run"
+        )
     return 0
+
+
+def _rejections(program, chip: str) -> list[dict]:
+    """The checker's errors for the program on ``chip`` (an estimate is only as good as these)."""
+    from anekit.hw.compat import check
+
+    return [
+        {"rule": d.rule, "line": d.line, "message": d.message}
+        for d in check(program, chip)
+        if d.severity == "error"
+    ]
 
 
 def _run_model(args: argparse.Namespace) -> int:

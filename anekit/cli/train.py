@@ -65,7 +65,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=100,
         help="checkpoint every N steps (0: only at the end)",
     )
-    add_chip(parser, "the cost model predicts ANE time for it")
+    add_chip(
+        parser,
+        "the kernels are made for it and checked before compiling; the cost model predicts ANE time for it",
+    )
     parser.add_argument(
         "--sample-tokens",
         type=non_negative(int),
@@ -149,7 +152,7 @@ def _train(
             "pass --resume to continue it or choose another --out"
         )
     chip = resolve_chip(args.chip)
-    trainer = Trainer(model_cfg, train_cfg, tokens, args.backend, tokenizer)
+    trainer = Trainer(model_cfg, train_cfg, tokens, args.backend, tokenizer, chip.name)
     try:
         if args.resume:
             state = trainer.restore(out)
@@ -262,7 +265,9 @@ def _print_sample(trainer, tokenizer, args: argparse.Namespace) -> None:
     from anekit.train.sample import generate
 
     start = time.perf_counter()
-    with Model(trainer.model_cfg, 1, args.backend, training=False) as model:
+    with Model(
+        trainer.model_cfg, 1, args.backend, training=False, chip=trainer.model.chip
+    ) as model:
         model.load(trainer.params)
         text = generate(
             model, trainer.params, tokenizer, args.prompt, args.sample_tokens, trainer.rng

@@ -97,6 +97,9 @@ class Chip:
     max_dim_channel: int
     max_input_channels: int
     weights_ceiling_gb: float
+    max_tensor_gib: float
+    max_program_gib: float
+    max_rank: int
     matmul_k_multiple: int
     fp32_cast: bool
     cost: CostParams

@@ -22,7 +22,7 @@ from anekit.hw.compression import support
 from anekit.hw.cost import LAST_AXIS_ALIGN, padded_bytes
 from anekit.mil.graph import FunctionGraph, stored_form
 from anekit.mil.ops import registry
-from anekit.mil.ops.traits import ATTENTION, CAST, CONST, CONSTEXPR, CONV, MATMUL
+from anekit.mil.ops.traits import ATTENTION, CAST, COMPILE_TIME, CONST, CONSTEXPR, CONV, MATMUL
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.types import DType
 
@@ -218,6 +218,105 @@ def _dim_limits(ctx: Context) -> Iterator[Finding]:
                 )
 
 
+GIB = 2**30
+
+
+def _values(ctx: Context) -> Iterator[tuple[Value, Operation | None]]:
+    """Every value the function defines (inputs, then each op's results, consts included)."""
+    for v in ctx.fn.inputs:
+        yield v, None
+    for op in ctx.fn.ops:
+        for v in op.outputs:
+            yield v, op
+
+
+def _laid_out(v: Value) -> int | None:
+    """Bytes of a tensor as the ANE lays it out (rows padded to 64 bytes); None if unknown."""
+    t = v.type
+    if not t.is_static or t.dtype is DType.string:
+        return None
+    return padded_bytes(t.shape, t.dtype.itemsize)  # type: ignore[arg-type]
+
+
+def _zero_size(ctx: Context) -> Iterator[Finding]:
+    for v, op in _values(ctx):
+        if 0 in v.type.shape:
+            axes = [i for i, d in enumerate(v.type.shape) if d == 0]
+            yield Finding(
+                f"{v.name!r} {list(v.type.shape)} has no elements (axis {axes[0]} is 0): the ANE "
+                "lays a tensor out as rows of its last axis on C x H planes (ANE_NOTES 2.5), and "
+                "MILBlob refuses empty data; no published program runs one. Remove the tensor or "
+                "give every dimension at least 1",
+                op,
+                v.name,
+            )
+
+
+def _rank_limit(ctx: Context) -> Iterator[Finding]:
+    limit = ctx.chip.max_rank
+    for v, op in _values(ctx):
+        if v.type.rank > limit:
+            yield Finding(
+                f"{v.name!r} has rank {v.type.rank} {list(v.type.shape)}; the ANE compiler accepts "
+                f"ranks 0 to {limit}: merge adjacent dimensions with reshape",
+                op,
+                v.name,
+            )
+
+
+def _tensor_bytes(ctx: Context) -> Iterator[Finding]:
+    limit = ctx.chip.max_tensor_gib * GIB
+    for v, op in ctx.tensors():
+        size = _laid_out(v)
+        if size is not None and size >= limit:
+            yield Finding(
+                f"{v.name!r} {list(v.type.shape)} {v.type.dtype} takes {size / GIB:.2f} GiB as laid "
+                f"out; the ANE's DMA addresses one tensor in under {ctx.chip.max_tensor_gib:g} GiB "
+                "(32-bit offsets, an estimate from the register map): split it",
+                op,
+                v.name,
+            )
+
+
+def program_memory(ctx: Context) -> tuple[int, int, int]:
+    """Bytes a program needs at once: its I/O surfaces, its weights, its intermediates at their peak.
+
+    Intermediates (runtime tensors other than inputs and outputs) live from the op that makes
+    them to their last reader, in program order, as laid out (rows padded to 64 bytes).
+    """
+    fn = ctx.fn
+    io = sum(_laid_out(v) or 0 for v in {id(v): v for v in (*fn.inputs, *fn.outputs)}.values())
+    last_use: dict[int, int] = {}
+    for i, op in enumerate(fn.ops):
+        for v in op.input_values():
+            last_use[id(v)] = i
+    live = peak = 0
+    freed: dict[int, int] = {}
+    for i, op in enumerate(fn.ops):
+        if not op.opdef.traits & COMPILE_TIME:
+            for v in op.outputs:
+                size = 0 if ctx.is_boundary(v) else _laid_out(v) or 0
+                live += size
+                end = last_use.get(id(v), i)
+                freed[end] = freed.get(end, 0) + size
+        peak = max(peak, live)
+        live -= freed.pop(i, 0)
+    return io, ctx.weight_bytes(), peak
+
+
+def _program_bytes(ctx: Context) -> Iterator[Finding]:
+    limit = ctx.chip.max_program_gib * GIB
+    io, weights, intermediates = program_memory(ctx)
+    total = io + weights + intermediates
+    if total >= limit:
+        yield Finding(
+            f"the program needs {total / GIB:.2f} GiB at once (inputs and outputs "
+            f"{io / GIB:.2f}, weights {weights / GIB:.2f}, intermediates at their peak "
+            f"{intermediates / GIB:.2f}); the ANE addresses about {ctx.chip.max_program_gib:g} GiB "
+            "per program (an estimate from its 32-bit DMA offsets): split it into several programs"
+        )
+
+
 def _conv_input_channels(ctx: Context) -> Iterator[Finding]:
     limit = ctx.chip.max_input_channels
     for op in ctx.ops_with(CONV):
@@ -247,8 +346,8 @@ def _m1_matmul_k(ctx: Context) -> Iterator[Finding]:
 def _last_axis_padding(ctx: Context) -> Iterator[Finding]:
     for v, op in ctx.tensors():
         t = v.type
-        if not t.is_static or t.rank < 2 or t.dtype is DType.string:
-            continue
+        if not t.is_static or t.rank < 2 or t.dtype is DType.string or not t.numel:
+            continue  # an empty tensor is the zero-size rule's
         row = t.shape[-1] * t.dtype.itemsize  # type: ignore[operator]
         if row * 4 > LAST_AXIS_ALIGN or math.prod(t.shape[:-1]) < 2:  # type: ignore[arg-type]
             continue
@@ -423,6 +522,17 @@ RULES: tuple[Rule, ...] = (
          every_chip, _op_incorrect),
     Rule("op-unverified", "info", "no evidence the op's results are right on the ANE", SWEEP_SOURCE,
          every_chip, _op_unverified),
+    Rule("zero-size", "error", "a tensor has a zero-size dimension",
+         "ANE_NOTES 2.5 (surface layout); coremltools' MILBlob reader refuses empty data; estimate: "
+         "no published run of an empty tensor", every_chip, _zero_size),
+    Rule("rank-limit", "error", "a tensor's rank exceeds the compiler's limit",
+         "ANEForge graph.py: ANECCompile rejects rank 6 and more", every_chip, _rank_limit),
+    Rule("tensor-bytes", "error", "a tensor is too large for the ANE's DMA addressing",
+         "estimate: tinygrad's H13 register map (32-bit DMA offsets and strides)", every_chip,
+         _tensor_bytes),
+    Rule("program-memory", "error", "the program needs more memory at once than the ANE addresses",
+         "estimate: tinygrad's H13 register map (32-bit DMA offsets); ANE_NOTES 2.4 (~2 GB weights)",
+         every_chip, _program_bytes),
     Rule("dim-limit", "error", "a dimension exceeds the chip's limit",
          "ANE_NOTES 2.4 (65536, M4); ANEForge capabilities (16384 spatial through A15)", every_chip, _dim_limits),
     Rule("conv-input-channels", "error", "too many conv input channels",

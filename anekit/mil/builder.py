@@ -15,7 +15,7 @@ from anekit.mil.ops import registry
 from anekit.mil.ops.registry import Args, OpDef
 from anekit.mil.ops.traits import ATTRIBUTES, CONST
 from anekit.mil.program import Function, Operation, Program
-from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.types import DType, TensorType, dtype_of, storage_loss
 from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
 from anekit.mil.verify import check_function, check_op
 
@@ -69,19 +69,16 @@ class Builder:
         A sub-byte ``dtype`` ("uint4", "int4", ...) takes one value per element and packs
         them in the weight file.
         """
-        arr = _as_array(array, dtype)
+        try:
+            arr = _as_array(array, dtype)
+        except MilTypeError as e:
+            raise MilTypeError(f"weight {name!r}: {e.message}") from None
         if arr.size == 0:
             raise MilTypeError(
                 f"weight {name!r}: shape {arr.shape} is empty; a weight file cannot hold it"
             )
         file = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "weight"
         mil_dtype = dtype_of(arr) if dtype is None else DType(dtype)
-        if mil_dtype.packed_bits is not None:  # held one per byte: check the packed range
-            low, high = mil_dtype.int_range
-            if arr.min() < low or arr.max() > high:
-                raise ValueError(
-                    f"weight {name!r}: values do not fit in {mil_dtype} [{low}, {high}]"
-                )
         inline = Value("", TensorType(mil_dtype, tuple(arr.shape)), None, arr)
         inline.blob = BlobRef(f"{WEIGHTS_PREFIX}{self._claim_file(file)}.bin", 64)
         return self._const_op(inline, name)
@@ -273,15 +270,17 @@ def _tuple(v: Any) -> Any:
 def _as_array(value: Any, dtype: str | DType | None) -> np.ndarray:
     arr = np.asarray(value)
     if dtype is not None:
-        target = DType(dtype).numpy
-        with np.errstate(over="ignore", invalid="ignore"):  # both are checked just below
-            converted = arr.astype(target)
-        if arr.dtype.kind in "iuf" and converted.dtype.kind in "iu":
-            if not np.array_equal(converted, arr):
-                raise MilTypeError(f"values do not fit in {dtype} (out of range or not integers)")
-        elif arr.dtype.kind in "iuf" and (np.isinf(converted) & ~np.isinf(arr)).any():
-            raise MilTypeError(f"values overflow {dtype} (finite values would become inf)")
-        return converted
+        target = DType(dtype)
+        if arr.dtype.kind in "iuf":
+            loss = storage_loss(arr, target)
+            if loss is not None:
+                how = (
+                    "out of range or not integers"
+                    if target.is_int
+                    else f"pass an array already of {target} to store what it rounds to"
+                )
+                raise MilTypeError(f"values do not fit in {target} ({how}): {loss}")
+        return arr.astype(target.numpy)
     if arr.dtype == np.float64:
         raise MilTypeError(
             "float64 arrays have no MIL type: pass dtype='fp16' or 'fp32' (or convert first)"

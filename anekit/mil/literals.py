@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.types import DType, TensorType, dtype_of
+from anekit.mil.types import DType, TensorType, dtype_of, storage_loss
 from anekit.mil.values import Value
 
 if TYPE_CHECKING:
@@ -23,7 +23,8 @@ def literal_value(raw: Any, p: Param, args: Args | None = None) -> Value:
 
     Floats take the dtype of the parameter's domain when another argument fixes
     it (``add(x=fp16, y=2.0)`` makes ``y`` fp16); integers become int32; values
-    that would change when stored (1e9 in int8, 0.5 in an int) are rejected.
+    that would change when stored are rejected: 1e9 in int8, 0.5 in an int, 70000.0
+    in fp16 (inf), 1e-9 in fp16 (0), 2049 in fp16 (2048). A float may round.
     """
     if isinstance(raw, Value):
         return raw
@@ -33,12 +34,20 @@ def literal_value(raw: Any, p: Param, args: Args | None = None) -> Value:
     if _is_typed(raw):
         return Value("", TensorType(dtype_of(arr.dtype), tuple(arr.shape)), None, arr)
     dtype = _choose_dtype(arr, p, args)
-    converted = arr.astype(dtype.numpy)
-    if arr.dtype.kind in "iub" and dtype.is_int and not np.array_equal(converted, arr):
-        raise MilTypeError(f"value {raw!r} does not fit in {dtype}", param=p.name)
     if arr.dtype.kind == "f" and dtype.is_int:
         raise MilTypeError(f"expected an integer value, found {raw!r}", param=p.name)
+    if arr.dtype.kind in "iuf":
+        loss = storage_loss(arr, dtype)
+        if loss is not None:
+            raise MilTypeError(f"{_shown(raw)} does not fit in {dtype}: {loss}", param=p.name)
+    converted = arr.astype(dtype.numpy)
     return Value("", TensorType(dtype, tuple(arr.shape)), None, converted)
+
+
+def _shown(raw: Any) -> str:
+    """A Python value as a message quotes it: whole if short, else its shape."""
+    text = repr(raw)
+    return text if len(text) <= 60 else f"a {type(raw).__name__} of shape {np.shape(raw)}"
 
 
 def _is_typed(raw: Any) -> bool:

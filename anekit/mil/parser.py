@@ -8,20 +8,35 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import MilTypeError
-from anekit.mil.lexer import IDENT, SCALAR_NAMES, TokenReader, known_type
+from anekit.errors import AnekitError, MilTypeError
+from anekit.mil.lexer import is_name
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
+from anekit.mil.reader import (
+    _LITERALS,
+    SCALAR_NAMES,
+    LiteralReader,
+    known_type,
+    remember_literal,
+)
 from anekit.mil.types import DType, TensorType
 from anekit.mil.verify import check_function, check_op
 from anekit.mil.weights import WeightSource
 
-# A whole-line const statement: `TYPE name = const()[name = string("op"), val = LITERAL];`
+# A whole-line const statement: `TYPE name = const()[name = string("op"), val = LITERAL];`,
+# the name also spelt as the legacy dialect does, tensor<string, []>("op").
 _CONST_LINE = re.compile(
     r"\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)"
-    r'\[name = string\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z'
+    r'\[name = (?:string|tensor<string, \[\]>)\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z',
+    re.ASCII,
 )
+_PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
+# what a statement read is: declared (type, name, token) per output, the op, its inputs and
+# where each was given, its attributes, and where the op's name is
+_Read = tuple[
+    list[tuple[TensorType, str, int]], registry.OpDef, dict[str, Any], dict[str, int], dict, int
+]
 
 
 def parse(
@@ -43,12 +58,12 @@ def parse(
     return _Parser(text, source, file).program()
 
 
-class _Parser(TokenReader):
-    """The grammar of programs, functions and statements, over a TokenReader."""
+class _Parser(LiteralReader):
+    """The grammar of programs, functions and statements, over the literal reader."""
 
     def __init__(self, text: str, weights: WeightSource, file: str | None) -> None:
         # token index -> (name, declared type, literal, line number) of a whole-line const
-        self.fast: dict[int, tuple[str, TensorType, Value, int]] = {}
+        self.fast: dict[int, tuple[str, TensorType, Value, int, str]] = {}
         self.env: dict[str, Value] = {}
         super().__init__(text, weights, file)
 
@@ -137,9 +152,150 @@ class _Parser(TokenReader):
 
     def statement(self, opset: str) -> Operation:
         start = self.i
-        fast = self.const_line(start, opset)
-        if fast is not None:
-            return fast
+        if start in self.fast:
+            return self.const_line(start, opset)
+        read = self.plain_statement(start, opset)
+        if read is None:
+            self.i = start
+            read = self.any_statement(opset)
+        declared, opdef, inputs, positions, attrs, op_index = read
+        try:
+            types = check_op(opdef, inputs)
+        except MilTypeError as e:
+            raise self.type_error(e, positions.get(e.param or "", op_index)) from None
+        if len(types) != len(declared):
+            raise self.type_error(
+                MilTypeError(
+                    f"declares {len(declared)} outputs, the op produces {len(types)}",
+                    op=opdef.name,
+                ),
+                start,
+            )
+        line = bisect_right(self.line_starts, start)
+        outs = []
+        for (declared_type, name, _), inferred in zip(declared, types):
+            if declared_type is not inferred and declared_type != inferred:
+                raise self.type_error(
+                    MilTypeError(
+                        f"declared type {declared_type} of {name!r} differs from inferred {inferred}",
+                        op=opdef.name,
+                    ),
+                    start,
+                )
+            outs.append(Value(name, inferred))
+        op = Operation(opdef, inputs, tuple(outs), attrs, line)
+        env = self.env
+        for v, (_, _, index) in zip(outs, declared):
+            v.producer = op
+            if v.name in env:
+                self.define(v, index)  # raises
+            env[v.name] = v
+        if CONST in opdef.traits:
+            outs[0].const = inputs["val"].const
+        return op
+
+    def plain_statement(self, start: int, opset: str) -> _Read | None:
+        """Read a statement made of plain tokens only, or None (nothing consumed) for anything else.
+
+        This is the grammar of :meth:`any_statement` for the tokens most statements are made
+        of (known types, names, ``name = string("...")``), read by indexing the token list
+        instead of a method call per token; a literal argument is read by the general
+        reader. Any surprise, an error included, returns None so that the general path
+        reads the statement again and reports the error at its exact place.
+        """
+        toks = self.toks
+        try:
+            end = toks.index(";", start)
+        except ValueError:
+            return None  # not tokenised yet (or missing): the general path fills and reports
+        env = self.env
+        declared: list[tuple[TensorType, str, int]] = []
+        i = start
+        while True:
+            t = known_type(toks[i])
+            name = toks[i + 1]
+            if t is None or not is_name(name) or name in env:
+                return None
+            declared.append((t, name, i + 1))
+            i += 2
+            if toks[i] != ",":
+                break
+            i += 1
+        if toks[i] != "=" or toks[i + 2] != "(":
+            return None
+        op_index = i + 1
+        opdef = _opdef(toks[op_index], opset)
+        if opdef is None:
+            return None
+        inputs: dict[str, Any] = {}
+        positions: dict[str, int] = {}
+        i += 3
+        while toks[i] != ")":
+            key = toks[i]
+            if toks[i + 1] != "=" or key in inputs or not is_name(key):
+                return None
+            positions[key] = i
+            known = env.get(toks[i + 2])
+            if known is not None:
+                inputs[key] = known
+                i += 3
+            elif toks[i + 3] == "(" and toks[i + 4] != "BLOBFILE" and toks[i + 2] != "dict":
+                # an inline literal: remembered by its tokens, like a whole-line const's
+                close = toks.index(")", i + 3)  # strings are one token: the first ")" ends it
+                if close > end:
+                    return None
+                text = " ".join(toks[i + 2 : close + 1])
+                literal = _LITERALS.get(text)
+                if literal is None:
+                    self.i = i + 2
+                    try:
+                        literal = self.literal()
+                    except AnekitError:
+                        return None
+                    if self.i != close + 1:
+                        return None
+                    remember_literal(text, literal)
+                inputs[key] = literal
+                i = close + 1
+            else:
+                self.i = i + 2
+                try:
+                    inputs[key] = self.argument()
+                except AnekitError:
+                    return None
+                i = self.i
+                if i > end:
+                    return None
+            if toks[i] != ",":
+                break
+            i += 1
+        if toks[i] != ")":
+            return None
+        attrs: dict[str, Any] = {}
+        i += 1
+        if toks[i] == "[":
+            name = toks[i + 5]
+            if (
+                toks[i + 1 : i + 5] == ["name", "=", "string", "("]
+                and toks[i + 6 : i + 8] == [")", "]"]
+                and _PLAIN_STRING.match(name)
+            ):
+                attrs["name"] = name[1:-1]
+                i += 8
+            else:
+                self.i = i + 1
+                try:
+                    self.attributes(opdef, inputs, positions, attrs)
+                except AnekitError:
+                    return None
+                i = self.i
+        if i != end:
+            return None
+        self.i = end + 1
+        return declared, opdef, inputs, positions, attrs, op_index
+
+    def any_statement(self, opset: str) -> _Read:
+        """Read any statement, token by token, raising the error at its exact place."""
         declared: list[tuple[TensorType, str, int]] = []
         while True:
             t = self.type()
@@ -170,56 +326,33 @@ class _Parser(TokenReader):
         self.expect(")")
         attrs: dict[str, Any] = {}
         if self.accept("["):
-            while self.peek() != "]":
-                key_index = self.i
-                key = self.ident("an attribute name")
-                self.expect("=")
-                value = self.literal_or_dict()
-                if key in opdef.by_name and isinstance(value, Value):
-                    if key in inputs:
-                        raise self.error(f"parameter {key!r} is given twice", key_index)
-                    inputs[key] = value
-                    positions[key] = key_index
-                elif key == "name":
-                    if not (isinstance(value, Value) and value.type.dtype is DType.string):
-                        raise self.error("attribute 'name' must be a string", key_index)
-                    attrs["name"] = value.const
-                else:
-                    attrs[key] = value
-                if not self.accept(","):
-                    break
-            self.expect("]")
+            self.attributes(opdef, inputs, positions, attrs)
         self.expect(";")
-        try:
-            types = check_op(opdef, inputs)
-        except MilTypeError as e:
-            raise self.type_error(e, positions.get(e.param or "", op_index)) from None
-        if len(types) != len(declared):
-            raise self.type_error(
-                MilTypeError(
-                    f"declares {len(declared)} outputs, the op produces {len(types)}", op=op_type
-                ),
-                start,
-            )
-        line = bisect_right(self.line_starts, start)
-        outs = []
-        for (declared_type, name, _), inferred in zip(declared, types):
-            if declared_type != inferred:
-                raise self.type_error(
-                    MilTypeError(
-                        f"declared type {declared_type} of {name!r} differs from inferred {inferred}",
-                        op=op_type,
-                    ),
-                    start,
-                )
-            outs.append(Value(name, inferred))
-        op = Operation(opdef, inputs, tuple(outs), attrs, line)
-        for v, (_, _, index) in zip(outs, declared):
-            v.producer = op
-            self.define(v, index)
-        if CONST in opdef.traits:
-            outs[0].const = inputs["val"].const
-        return op
+        return declared, opdef, inputs, positions, attrs, op_index
+
+    def attributes(
+        self, opdef: registry.OpDef, inputs: dict, positions: dict[str, int], attrs: dict
+    ) -> None:
+        """Read ``key = literal, ...]`` (after the ``[``): parameters into inputs, the rest into attrs."""
+        while self.peek() != "]":
+            key_index = self.i
+            key = self.ident("an attribute name")
+            self.expect("=")
+            value = self.literal_or_dict()
+            if key in opdef.by_name and isinstance(value, Value):
+                if key in inputs:
+                    raise self.error(f"parameter {key!r} is given twice", key_index)
+                inputs[key] = value
+                positions[key] = key_index
+            elif key == "name":
+                if not (isinstance(value, Value) and value.type.dtype is DType.string):
+                    raise self.error("attribute 'name' must be a string", key_index)
+                attrs["name"] = value.const
+            else:
+                attrs[key] = value
+            if not self.accept(","):
+                break
+        self.expect("]")
 
     def fast_const(self, line: str, line_no: int) -> bool:
         """Take a whole-line ``const`` statement as one token if its literal is known.
@@ -230,23 +363,26 @@ class _Parser(TokenReader):
         path, which also reports errors with exact positions.
         """
         m = _CONST_LINE.match(line)
-        if m is None or not IDENT.match(m.group("name")):
+        if m is None or not is_name(m.group("name")):
             return False
         declared = known_type(m.group("type"))
         text = m.group("literal")
         literal = self.literal_text(text)
         if declared is None or literal is None or literal.type != declared:
             return False
-        self.fast[len(self.toks)] = (m.group("name"), declared, literal, line_no)
+        self.fast[len(self.toks)] = (
+            m.group("name"),
+            declared,
+            literal,
+            line_no,
+            m.group("op_name"),
+        )
         self.toks.append(line.strip())  # readable if an error message ever shows it
         return True
 
-    def const_line(self, start: int, opset: str) -> Operation | None:
-        """The const op of a line ``fast_const`` took, or None for an ordinary statement."""
-        fast = self.fast.get(start)
-        if fast is None:
-            return None
-        name, declared, literal, line_no = fast
+    def const_line(self, start: int, opset: str) -> Operation:
+        """The const op of a line ``fast_const`` took (the statement at token ``start``)."""
+        name, declared, literal, line_no, op_name = self.fast[start]
         if name in self.env:
             line = self.lines[line_no]
             raise MilTypeError(
@@ -256,7 +392,6 @@ class _Parser(TokenReader):
                 file=self.file,
             )
         out = Value(name, declared, None, literal.const)
-        op_name = _CONST_LINE.match(self.lines[line_no]).group("op_name")  # type: ignore[union-attr]
         opdef = _const_def(opset)
         op = Operation(opdef, {"val": literal}, (out,), {"name": op_name}, line_no + 1)
         out.producer = op
@@ -306,3 +441,17 @@ class _Parser(TokenReader):
 @cache
 def _const_def(opset: str) -> registry.OpDef:
     return registry.get("const", opset)
+
+
+_OPDEFS: dict[tuple[str, str], registry.OpDef] = {}  # registered ops only: bounded
+
+
+def _opdef(name: str, opset: str) -> registry.OpDef | None:
+    """The registered op (None if there is none: the general path reports why)."""
+    found = _OPDEFS.get((name, opset))
+    if found is None:
+        try:
+            found = _OPDEFS[(name, opset)] = registry.get(name, opset)
+        except MilTypeError:
+            return None
+    return found

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from anekit.errors import AnekitError, MilTypeError
 from anekit.mil.ops.registry import Args, OpDef, as_tuple
@@ -14,8 +18,37 @@ if TYPE_CHECKING:
     from anekit.mil.program import Function
 
 
+# Type inference is cached per (op, argument types, constness, the values it may read): a
+# program repeats a few op signatures thousands of times. Bounded: the oldest entry goes, a
+# value of up to KEYED_BYTES is keyed by its bytes, one up to DIGESTED_BYTES by a 128-bit
+# BLAKE2b digest of them, and an op reading a larger value is not cached.
+INFER_CACHE_ENTRIES = 4096
+KEYED_BYTES = 256
+DIGESTED_BYTES = 1 << 16
+_INFER_CACHE: OrderedDict[tuple, tuple[OpDef, tuple[TensorType, ...]]] = OrderedDict()
+
+
+def clear_cache() -> None:
+    """Forget every cached inference (benchmarks measure verification cold)."""
+    _INFER_CACHE.clear()
+
+
 def check_op(opdef: OpDef, inputs: dict[str, Any]) -> tuple[TensorType, ...]:
     """Check arguments against the op's parameter spec and return the inferred output types."""
+    key = _signature(opdef, inputs)
+    if key is not None:
+        hit = _INFER_CACHE.get(key)
+        if hit is not None and hit[0] is opdef:
+            return hit[1]
+    types = _check_op(opdef, inputs)
+    if key is not None:
+        if len(_INFER_CACHE) >= INFER_CACHE_ENTRIES:
+            _INFER_CACHE.popitem(last=False)  # the oldest goes
+        _INFER_CACHE[key] = (opdef, types)
+    return types
+
+
+def _check_op(opdef: OpDef, inputs: dict[str, Any]) -> tuple[TensorType, ...]:
     for name, given in inputs.items():
         p = opdef.by_name.get(name)
         if p is None:
@@ -33,11 +66,104 @@ def check_op(opdef: OpDef, inputs: dict[str, Any]) -> tuple[TensorType, ...]:
             raise MilTypeError("required parameter is missing", op=opdef.name, param=p.name)
     _check_domains(opdef, inputs)
     try:
-        return as_tuple(opdef.infer(Args(opdef, inputs)))
+        return as_tuple(opdef.infer(Args(opdef, _hide_values(opdef, inputs))))
     except AnekitError:
         raise
     except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
         raise MilTypeError(f"arguments rejected by type inference: {e}", op=opdef.name) from e
+
+
+class HiddenValue:
+    """What ``infer`` sees as a constant's value it may not read (``OpDef.readable``).
+
+    Type inference depends on such a value only through its type and being constant
+    (``v.const is not None``); using the value raises, so an op that does read it must
+    declare so (``OpDef.infer_values``, or not ``shape_only``), or the cache would be wrong.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "type inference read a constant's value its OpDef does not declare readable "
+            "(see OpDef.shape_only and OpDef.infer_values)"
+        )
+
+    __array__ = __bool__ = __int__ = __float__ = __index__ = __len__ = __iter__ = _refuse
+    __getitem__ = __eq__ = __lt__ = __gt__ = _refuse
+    __hash__ = None  # type: ignore[assignment]
+
+
+HIDDEN = HiddenValue()
+
+
+def _hide_values(opdef: OpDef, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs with the constant values ``infer`` may not read hidden (see HiddenValue)."""
+    hidden = None
+    readable = opdef.readable
+    for name, given in inputs.items():
+        if name in readable:
+            continue
+        values = given if isinstance(given, tuple) else (given,)
+        if any(v.const is not None for v in values):
+            masked = tuple(
+                v if v.const is None else Value(v.name, v.type, v.producer, HIDDEN, v.blob)
+                for v in values
+            )
+            hidden = hidden or dict(inputs)
+            hidden[name] = masked if isinstance(given, tuple) else masked[0]
+    return inputs if hidden is None else hidden
+
+
+def _signature(opdef: OpDef, inputs: dict[str, Any]) -> tuple | None:
+    """What inference depends on (see _hide_values), or None if a const is too large to key."""
+    key: list[Any] = [id(opdef)]
+    by_name, readable = opdef.by_name, opdef.readable
+    for name, given in inputs.items():
+        if name not in by_name:
+            return None  # an error: not worth caching
+        if given.__class__ is Value and given.const is None:  # the common case, inline
+            producer = given.producer
+            key.append(name)
+            key.append(given.type)
+            key.append(producer is not None and CONSTEXPR in producer.opdef.traits)
+            continue
+        reads = name in readable
+        if isinstance(given, tuple):
+            parts = tuple(_value_key(v, reads) for v in given)
+            if None in parts:
+                return None
+            key.append((name, parts))
+        else:
+            part = _value_key(given, reads)
+            if part is None:
+                return None
+            key.append(name)
+            key.append(part)
+    return tuple(key)
+
+
+def _value_key(v: Any, reads: bool) -> Any:
+    if not isinstance(v, Value):
+        return None
+    c = v.const
+    if c is None:
+        producer = v.producer
+        return (v.type, producer is not None and CONSTEXPR in producer.opdef.traits)
+    if not reads:
+        return (v.type, True)
+    if isinstance(c, np.ndarray):
+        if c.dtype.kind == "O" or c.nbytes > DIGESTED_BYTES:
+            return None
+        data = c.tobytes()
+        if len(data) > KEYED_BYTES:
+            data = hashlib.blake2b(data, digest_size=16).digest()
+        return (v.type, c.dtype.str, c.shape, data)
+    if isinstance(c, (str, bool, int, float)):
+        return (v.type, type(c), c)
+    if isinstance(c, np.generic):
+        return (v.type, c.dtype.str, c.tobytes())
+    return None
 
 
 def _check_value(opdef: OpDef, name: str, dtypes, ranks, const: bool, v: Value) -> None:

@@ -40,6 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anekit.errors import UsageError
+from anekit.hw.chips import Chip, get_chip
+from anekit.hw.compat import check
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program
 from anekit.nn import layers as L
@@ -104,7 +107,7 @@ def ffn_backward_packing(s: BlockShape) -> Packing:
     return Packing(s.dim, [("dy", s.dim, s.tokens), *_ffn_weights(s), *taps])
 
 
-def attention_forward(s: BlockShape) -> KernelDef:
+def attention_forward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     """RMSNorm, Q/K/V projections, RoPE, causal grouped-query attention and the output projection.
 
     Input: :func:`attention_forward_packing` (``x`` is the block input, the residual stream).
@@ -114,6 +117,9 @@ def attention_forward(s: BlockShape) -> KernelDef:
     scale, :func:`~anekit.nn.layers.query_rows` order), ``k_cols``, ``v_cols [KV*hd]``
     (keys after RoPE, values; :func:`~anekit.nn.layers.kv_columns` order), ``a_rows
     [H*hd]`` (attention output before ``wo``, query-rows order), ``rstd [1]``.
+
+    ``k_multiple``: the contractions over head_dim are zero-padded to a multiple of it inside
+    the kernel (the chip's inner-dimension rule); the layouts do not change.
     """
     pk = attention_forward_packing(s)
     out = Layout(
@@ -125,7 +131,8 @@ def attention_forward(s: BlockShape) -> KernelDef:
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["x", "gain", "wo"])
     w_qkv = pk.span(b, x_in, QKV_WEIGHTS)
-    parts = L.attention(b, s, f["x"], f["gain"], w_qkv, f["wo"], L.attention_tables(b, s))
+    tables = L.attention_tables(b, s)
+    parts = L.attention(b, s, f["x"], f["gain"], w_qkv, f["wo"], tables, k_multiple=k_multiple)
     for n in ATTENTION_TAPS:
         shape = [1, 1, out.channels_of(n), s.tokens]
         parts[n] = b.reshape(x=parts[n], shape=shape, name=f"{n}_flat")
@@ -133,7 +140,7 @@ def attention_forward(s: BlockShape) -> KernelDef:
     return KernelDef("attention_forward", s, b.build(), pk, out)
 
 
-def attention_backward(s: BlockShape) -> KernelDef:
+def attention_backward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     """Input gradients of :func:`attention_forward`, with the attention probabilities recomputed.
 
     Input: :func:`attention_backward_packing`; ``dy`` is the gradient of the block output
@@ -143,6 +150,8 @@ def attention_backward(s: BlockShape) -> KernelDef:
     ``[2 H*hd + 3 KV*hd]``, the gradients of the stacked projection outputs in weight
     order ``wq, wk, wv, wq_s, wk_s``: ``xn @ dproj^T`` is the gradient of the stacked
     weights, and ``dwq = dW[wq] + dW[wq_s][:, swap]`` (likewise ``dwk``) folds RoPE back.
+
+    ``k_multiple``: as for :func:`attention_forward`.
     """
     pk = attention_backward_packing(s)
     out = Layout(s.tokens, [("dxn", s.dim), ("dproj", stacked_columns(s)["wk_s"].stop)])
@@ -158,11 +167,15 @@ def attention_backward(s: BlockShape) -> KernelDef:
     v_cols = pk.unpack_as(b, x_in, "v_cols", cols)
     a_rows = pk.unpack_as(b, x_in, "a_rows", rows)
     tables = L.attention_tables(b, s)
-    probs = L.attention_probs(b, q_rows, k_cols, tables.mask, "probs")
+    probs = L.attention_probs(b, q_rows, k_cols, tables.mask, "probs", k_multiple)
 
     da_rows = L.query_rows(b, L.project(b, f["wo"], f["dy"], "da", transpose_w=True), s, "da_rows")
     dv_cols = b.matmul(x=da_rows, y=probs, transpose_x=True, name="dv_cols")
-    dprobs = b.matmul(x=da_rows, y=v_cols, name="dprobs")
+    dprobs = b.matmul(
+        x=L.pad_axis(b, da_rows, 3, k_multiple, "da_rows_padded"),
+        y=L.pad_axis(b, v_cols, 2, k_multiple, "v_cols_padded"),
+        name="dprobs",
+    )
     # softmax backward dS = P * (dP - sum_keys(P * dP)), where sum_keys(P * dP) = sum_hd(dA * A)
     # (A = P V): a reduction over head_dim instead of over the S x S scores
     row_dot = b.reduce_sum(
@@ -185,13 +198,14 @@ def attention_backward(s: BlockShape) -> KernelDef:
     return KernelDef("attention_backward", s, b.build(), pk, out)
 
 
-def ffn_forward(s: BlockShape) -> KernelDef:
+def ffn_forward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     """RMSNorm and the SwiGLU feed-forward ``w2 @ (silu(w1^T xn) * (w3^T xn))``.
 
     Input: :func:`ffn_forward_packing`.
 
     Output channels: ``f [D]`` (block output before the residual add), ``xn [D]``,
     ``h1 [F]``, ``h3 [F]`` (the two projections), ``u [F]`` (``silu(h1) * h3``), ``rstd [1]``.
+    Its contractions are the model's widths (D, F): ``k_multiple`` pads none of them.
     """
     pk = ffn_forward_packing(s)
     out = Layout(
@@ -208,13 +222,14 @@ def ffn_forward(s: BlockShape) -> KernelDef:
     return KernelDef("ffn_forward", s, b.build(), pk, out)
 
 
-def ffn_backward(s: BlockShape) -> KernelDef:
+def ffn_backward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     """Input gradients of :func:`ffn_forward`.
 
     Input: :func:`ffn_backward_packing`; ``dy`` is the gradient of the block output ``f``,
     ``h1`` and ``h3`` the forward taps.
 
-    Output channels: ``dxn [D]``, ``dh1 [F]``, ``dh3 [F]``.
+    Output channels: ``dxn [D]``, ``dh1 [F]``, ``dh3 [F]``. ``k_multiple``: as for
+    :func:`ffn_forward`.
     """
     pk = ffn_backward_packing(s)
     out = Layout(s.tokens, [("dxn", s.dim), ("dh1", s.hidden), ("dh3", s.hidden)])
@@ -248,20 +263,53 @@ GENERATORS = {
 
 
 def block_kernels(
-    s: BlockShape, names: tuple[str, ...] = tuple(GENERATORS)
+    s: BlockShape, names: tuple[str, ...] = tuple(GENERATORS), chip: str | Chip | None = None
 ) -> dict[str, KernelDef]:
-    """Generate the named kernels (all four by default) for one block shape."""
+    """Generate the named kernels (all four by default) for one block shape.
+
+    With ``chip``, the kernels are made for it and must pass its checker: a contraction over
+    head_dim is zero-padded to the chip's inner-dimension multiple (M1: 32), and a kernel the
+    checker still finds errors in (a model width the rule rejects, a dimension over the
+    chip's limit) is refused with a UsageError that lists them, before anything is compiled.
+    """
     unknown = sorted(set(names) - set(GENERATORS))
     if unknown:
         raise ValueError(f"unknown kernels {unknown}; known: {list(GENERATORS)}")
-    return {name: GENERATORS[name](s) for name in names}
+    profile = None if chip is None else get_chip(chip)
+    k_multiple = 1 if profile is None else profile.matmul_k_multiple
+    kernels = {name: GENERATORS[name](s, k_multiple) for name in names}
+    if profile is not None:
+        for kd in kernels.values():
+            _refuse_if_rejected(kd, profile)
+    return kernels
+
+
+def _refuse_if_rejected(kd: KernelDef, chip: Chip) -> None:
+    """Raise UsageError if the checker finds errors in the kernel for ``chip``."""
+    found = [d for d in check(kd.program, chip) if d.severity == "error"]
+    if not found:
+        return
+    listed = "; ".join(f"[{d.rule}] {d.message}" for d in found[:3])
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    raise UsageError(
+        f"kernel {kd.name} for {_describe(kd.shape)} cannot run on {chip.name}: the checker "
+        f"finds {len(found)} error(s): {listed}{more}; choose a model shape that passes "
+        f"`anekit check` on {chip.name}, or another --chip"
+    )
+
+
+def _describe(s: BlockShape) -> str:
+    return (
+        f"dim {s.dim}, heads {s.heads}/{s.kv_heads}, head_dim {s.head_dim}, hidden {s.hidden}, "
+        f"{s.batch} x {s.seq} tokens"
+    )
 
 
 # -- the CPU half of the contract ---------------------------------------------------------------
 Arrays = Mapping[str, np.ndarray]
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)  # bounded: a process may make kernels for many shapes
 def _rope_swaps(s: BlockShape) -> tuple[np.ndarray, np.ndarray]:
     """The column swaps of ``wq_s`` and ``wk_s`` (:func:`~anekit.nn.layers.rope_swap`), read-only."""
     swaps = L.rope_swap(s.heads, s.head_dim), L.rope_swap(s.kv_heads, s.head_dim)

@@ -165,12 +165,33 @@ def causal_mask(shape: BlockShape) -> np.ndarray:
     return np.tile(mask, (shape.group, 1))[None, None]
 
 
-def attention_probs(b: Builder, q_rows: Value, k_cols: Value, mask: Value, name: str) -> Value:
+def pad_axis(b: Builder, x: Value, axis: int, multiple: int, name: str) -> Value:
+    """``x`` with zeros appended on ``axis`` up to a multiple of ``multiple`` (x itself if it is one).
+
+    Zeros on a contracted axis leave a matrix product unchanged: this is how a kernel meets a
+    chip's rule on the inner dimension (M1: a multiple of 32, ANE_NOTES section 2.4).
+    """
+    size = x.shape[axis]
+    extra = -size % multiple
+    if not extra:
+        return x
+    shape = list(x.shape)
+    shape[axis] = extra
+    zeros = b.weight(f"{name}_zeros", np.zeros(shape, x.dtype.numpy))
+    return b.concat(values=(x, zeros), axis=axis, interleave=False, name=name)
+
+
+def attention_probs(
+    b: Builder, q_rows: Value, k_cols: Value, mask: Value, name: str, k_multiple: int = 1
+) -> Value:
     """``softmax(q k^T + mask)`` over keys, for queries already scaled by ``1/sqrt(head_dim)``.
 
     The mask is added explicitly: ``scaled_dot_product_attention`` ignores ``attn_mask``
-    on the ANE (ANE_NOTES section 2.4).
+    on the ANE (ANE_NOTES section 2.4). ``k_multiple``: head_dim, the contracted axis, is
+    zero-padded to a multiple of it (:func:`pad_axis`).
     """
+    q_rows = pad_axis(b, q_rows, 3, k_multiple, f"{name}_q_padded")
+    k_cols = pad_axis(b, k_cols, 2, k_multiple, f"{name}_k_padded")
     scores = b.matmul(x=q_rows, y=k_cols, name=f"{name}_scores")
     masked = b.add(x=scores, y=mask, name=f"{name}_masked")
     return b.softmax(x=masked, axis=-1, name=name)
@@ -213,6 +234,7 @@ def attention(
     wo: Value,
     tables: AttentionTables,
     prefix: str = "",
+    k_multiple: int = 1,
 ) -> dict[str, Value]:
     """RMSNorm, Q/K/V projections, RoPE, causal grouped-query attention and the output projection.
 
@@ -224,6 +246,8 @@ def attention(
         wo (Value): ``[1, 1, D, H*hd]``.
         tables (AttentionTables): the program's :func:`attention_tables`.
         prefix (str): prepended to every value name (one per layer of a stack). Default: "".
+        k_multiple (int): the scores' contraction (head_dim) is zero-padded to a multiple of
+            it, for chips with an inner-dimension rule. Default: 1.
 
     Returns:
         dict: ``o`` (before the residual add), ``xn``, ``rstd``, and the taps in the head
@@ -247,7 +271,7 @@ def attention(
     k_cols = kv_columns(b, k, s, prefix + "k_cols")
     v = channels(b, proj, col["wv"].start, s.kv_dim, prefix + "v")
     v_cols = kv_columns(b, v, s, prefix + "v_cols")
-    probs = attention_probs(b, q_rows, k_cols, tables.mask, prefix + "probs")
+    probs = attention_probs(b, q_rows, k_cols, tables.mask, prefix + "probs", k_multiple)
     a_rows = b.matmul(x=probs, y=v_cols, transpose_y=True, name=prefix + "a_rows")
     a = merge_query_rows(b, a_rows, s, prefix + "a")
     o = project(b, wo, a, prefix + "o", transpose_w=False)

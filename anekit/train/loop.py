@@ -67,6 +67,7 @@ class Trainer:
         tokens: np.ndarray,
         backend: str | None = None,
         tokenizer: Tokenizer | None = None,
+        chip: str | None = None,
     ) -> None:
         check_memory(model_cfg, train_cfg.batch_size)  # before the first allocation
         self.model_cfg = model_cfg
@@ -79,7 +80,7 @@ class Trainer:
         self.scaler = LossScaler(train_cfg.loss_scale, train_cfg.scale_growth_interval)
         self.data = Batches(tokens, model_cfg.seq_len, train_cfg.seed)
         self.step = 0
-        self.model = Model(model_cfg, train_cfg.batch_size, backend)
+        self.model = Model(model_cfg, train_cfg.batch_size, backend, chip=chip)
         self.model.load(self.params)
 
     @property

@@ -59,11 +59,20 @@ class Model:
     """A Llama-style decoder running its blocks on ``backend`` (compiled once, here)."""
 
     def __init__(
-        self, cfg: ModelConfig, batch: int, backend: str | None = None, *, training: bool = True
+        self,
+        cfg: ModelConfig,
+        batch: int,
+        backend: str | None = None,
+        *,
+        training: bool = True,
+        chip: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.chip = chip
         self.shape = cfg.block(batch)
-        self.defs = block_kernels(self.shape, TRAIN_KERNELS if training else FORWARD_KERNELS)
+        # with a chip, the kernels are made for it and checked before anything is compiled
+        names = TRAIN_KERNELS if training else FORWARD_KERNELS
+        self.defs = block_kernels(self.shape, names, chip=chip)
         start = time.perf_counter()
         self.kernels: dict[str, Kernel] = {}
         try:

@@ -61,6 +61,7 @@ register(
             axis_param(optional=False),
         ),
         infer=per_axis_infer("quantized_data", axis_required=True),
+        shape_only=frozenset({"quantized_data"}),
         reference=lambda quantized_data, zero_point, scale, axis: affine_dequantize(
             quantized_data, zero_point, scale, axis
         ),
@@ -144,6 +145,7 @@ _lut16_op = register(
         ),
         infer=_lut16_infer,
         reference=_lut16,
+        shape_only=frozenset({"indices"}),
         cost=_no_cost,
         encoding=lambda a: Encoding("lut", a.lut.shape[0].bit_length() - 1),
         traits=_CONSTEXPR16,
@@ -299,6 +301,7 @@ register(
         ),
         infer=_blockwise_infer,
         reference=_blockwise,
+        shape_only=frozenset({"data", "offset"}),
         cost=_no_cost,
         encoding=lambda a: Encoding("blockwise", a.data.dtype.bits),
         traits=_CONSTEXPR18,
@@ -362,6 +365,7 @@ register(
         ),
         infer=_sparse_infer,
         reference=_sparse,
+        shape_only=frozenset({"nonzero_data"}),
         cost=_no_cost,
         encoding=lambda a: Encoding("sparse", a.nonzero_data.dtype.bits),
         traits=_CONSTEXPR16,

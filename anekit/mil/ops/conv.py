@@ -332,6 +332,7 @@ _conv_ios15 = register(
         in_channels=_x_channels,
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [C_out, ...]
         traits=frozenset({CONV}),
+        shape_only=frozenset({"bias"}),
         doc=_CONV_DOC,
     )
 )
@@ -504,6 +505,7 @@ _conv_transpose_ios15 = register(
         cost=flops_cost(lambda a, outs: 2 * numel(a.x.shape) * numel(tuple(a.weight.shape[1:]))),
         in_channels=_x_channels,
         traits=frozenset({CONV}),
+        shape_only=frozenset({"weight", "bias"}),
         doc=_CONV_TRANSPOSE_DOC,
     )
 )

@@ -15,6 +15,7 @@ register(
         reference=lambda val: val,
         cost=lambda a, outs: Cost(0.0, 0.0, 0.0),
         traits=frozenset({CONST, ATTRIBUTES}),
+        shape_only=frozenset({"val"}),
         doc="""A compile-time constant.
 
         Args:

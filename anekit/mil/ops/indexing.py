@@ -226,6 +226,7 @@ _slice_size15 = declare(
     _slice_by_size_infer,
     _slice_by_size,
     cost=reads_what_it_writes,
+    infer_values=frozenset({"begin"}),  # a const begin fixes the window
     doc="""Take the window of x that starts at ``begin`` and spans ``size``.
 
     Args:
@@ -342,7 +343,11 @@ def _gather_versions(base: OpDef, gather_fn: Any) -> None:
     v16 = with_dtypes(base.evolve(params=base.params + extra16), "ios16", indices=_I16)
     register(v16)
     validate = param("validate_indices", BOOL, ranks=(0,), const=True, default=False)
-    v17 = v16.evolve(params=v16.params + (validate,), reference=gather_fn(False))
+    v17 = v16.evolve(
+        params=v16.params + (validate,),
+        reference=gather_fn(False),
+        infer_values=frozenset({"indices"}),  # validate_indices checks const indices
+    )
     register(with_dtypes(v17, "ios17", x=_G17, indices=_I17))
 
 

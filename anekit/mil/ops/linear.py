@@ -212,6 +212,7 @@ _linear_ios15 = register(
         contraction=lambda a: a.x.shape[-1],  # D_in
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [D_out, D_in]
         traits=frozenset({MATMUL}),
+        shape_only=frozenset({"weight", "bias"}),
         doc=_LINEAR_DOC,
     )
 )

@@ -158,6 +158,7 @@ _register_with_ios17_domain(
             _epsilon(1e-5),
         ),
         infer=_infer_layer_norm,
+        shape_only=frozenset({"gamma", "beta"}),
         reference=_layer_norm,
         # mean, subtract, square, sum, scale by 1/std, gamma, beta
         cost=per_output_element(7),
@@ -206,6 +207,7 @@ _register_with_ios17_domain(
             _epsilon(1e-5),
         ),
         infer=_infer_channel_params(("mean", "variance", "gamma", "beta")),
+        shape_only=frozenset({"mean", "variance", "gamma", "beta"}),
         reference=_batch_norm,
         # the statistics are constants: subtract, scale, shift
         cost=per_output_element(3),
@@ -248,6 +250,7 @@ _register_with_ios17_domain(
             _epsilon(1e-5),
         ),
         infer=_infer_channel_params(("gamma", "beta")),
+        shape_only=frozenset({"gamma", "beta"}),
         reference=_instance_norm,
         # as layer_norm: mean, subtract, square, sum, scale, gamma, beta
         cost=per_output_element(7),

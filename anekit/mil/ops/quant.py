@@ -10,9 +10,10 @@ share the per-axis parameters and ``affine_dequantize`` defined here, are in con
 Exact conversions, and what we refuse to guess:
 
 - ``cast`` float -> int rounds toward zero (NumPy ``astype``, what coremltools folds);
-  float -> float rounds to nearest even (fp16 overflow gives inf); any -> bool is x != 0.
-  A value with no representation in the target (NaN, +-inf, out of range; a narrowing
-  int cast that would wrap) has no documented result (Metal's conversions are
+  to a float rounds to nearest even; any -> bool is x != 0. A value with no
+  representation in the target (NaN, +-inf, out of range; a narrowing int cast that
+  would wrap; a finite value beyond fp16's range, which would become inf) has no
+  documented result (Metal's conversions are
   non-saturating and leave it undefined), so the reference backend raises
   EvaluationError instead of inventing one.
 - ``quantize`` computes ``round_half_even(x / scale) + zero_point`` in fp32, then
@@ -34,6 +35,7 @@ from anekit.mil.ops.registry import Args, Cost, OpDef, Param, param, register
 from anekit.mil.ops.traits import CAST, ELEMENTWISE, QUANTIZE, UNARY
 from anekit.mil.types import DType, TensorType
 
+FP16_OVERFLOW = 65520.0  # the smallest magnitude that rounds to fp16 inf
 _CAST15 = frozenset({DType.fp16, DType.fp32, DType.int32, DType.bool})
 _CAST17 = _CAST15 | {DType.int8, DType.uint8, DType.int16, DType.uint16}
 Q8 = frozenset({DType.int8, DType.uint8})
@@ -55,6 +57,13 @@ def cast_values(x: np.ndarray, dtype: str) -> np.ndarray:
     if target is DType.bool:
         return x != 0
     if target.is_float:
+        if target is DType.fp16 and x.dtype != np.float16:
+            # a finite value at or beyond 65520 rounds to inf: not a value the target holds
+            wide = np.abs(x.astype(np.float64))
+            with np.errstate(invalid="ignore"):
+                over = np.isfinite(wide) & (wide >= FP16_OVERFLOW)
+            if over.any():
+                raise _reject("cast", "overflow fp16 (largest 65504)", x[over], x.size)
         return x.astype(np.float32)  # the executor rounds to fp16 where declared
     # float64 holds every int32 bound exactly, so the range test below is exact
     whole = np.trunc(x.astype(np.float64)) if x.dtype.kind == "f" else x.astype(np.int64)
@@ -84,8 +93,8 @@ _cast15 = register(
         doc="""Convert x to another dtype, elementwise.
 
         Float to int rounds toward zero; float to float rounds to nearest even; to bool is
-        x != 0. Values the target cannot hold (NaN, inf, out of range) are rejected by the
-        reference backend: their result is undefined.
+        x != 0. Values the target cannot hold (NaN or inf into an int, out of range, a finite
+        value beyond fp16) are rejected by the reference backend: their result is undefined.
 
         Args:
             x (tensor<T, [*]>): the tensor (T: fp16, fp32, int32, bool; iOS17 adds int8,

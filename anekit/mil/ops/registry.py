@@ -11,6 +11,7 @@ override only what changed, with ``since``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -135,10 +136,19 @@ class OpDef:
     # operand must stay dense. encoding: for a constexpr op, how its constant is stored.
     output_axis: Callable[[Args, str], int | None] | None = None
     encoding: Callable[[Args], Encoding] | None = None
+    # Which argument values ``infer`` may read (the verifier hides the others from it and caches
+    # its result by types, constness and the readable values): every const parameter but those
+    # in ``shape_only`` (weights: only their type matters), and the non-const parameters in
+    # ``infer_values`` (gather's indices, for validate_indices).
+    shape_only: frozenset[str] = frozenset()
+    infer_values: frozenset[str] = frozenset()
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
+    readable: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {p.name: p for p in self.params})
+        consts = {p.name for p in self.params if p.const} - self.shape_only
+        object.__setattr__(self, "readable", frozenset(consts | self.infer_values))
 
     def evolve(self, **changes: Any) -> OpDef:
         """Return this declaration with some fields replaced (for a later opset)."""
@@ -210,9 +220,16 @@ class Args:
             raise AttributeError(f"op {self.opdef.name!r} has no parameter {name!r}") from None
         value = None
         if p.has_default:
-            raw = p.default(self) if callable(p.default) else p.default
-            if raw is not None:
-                value = literal_value(raw, p, self)
+            if callable(p.default):
+                raw = p.default(self)
+                value = None if raw is None else literal_value(raw, p, self)
+            elif p.default is not None:
+                try:  # a fixed default in no type domain is the same Value every time
+                    value = _constant_default(p) if p.domain is None else None
+                except TypeError:  # an unhashable default: made each time
+                    value = None
+                if value is None:
+                    value = literal_value(p.default, p, self)
         self._resolved[name] = value
         return value
 
@@ -279,6 +296,18 @@ def as_tuple(result: TensorType | tuple[TensorType, ...]) -> tuple[TensorType, .
     return result if isinstance(result, tuple) else (result,)
 
 
+@functools.lru_cache(maxsize=1024)
+def _constant_default(p: Param) -> Any:
+    """The Value of a default that depends on nothing else (made once; its array read-only)."""
+    value = literal_value(p.default, p)
+    if isinstance(value.const, np.ndarray):
+        value.const.flags.writeable = False
+    return value
+
+
 def const_ints(value: Any) -> list[int]:
     """A const int tensor or scalar as a Python list of ints."""
-    return [int(v) for v in np.atleast_1d(np.asarray(value)).ravel()]
+    flat = np.asarray(value).ravel()
+    if flat.dtype.kind in "iu":
+        return flat.tolist()  # Python ints already, without a call per element
+    return [int(v) for v in flat]

@@ -101,6 +101,7 @@ def declare(
     since: str = "ios15",
     cost: Callable[[Args, tuple[TensorType, ...]], Cost] = moves,
     traits: frozenset[str] = frozenset({EXACT}),
+    infer_values: frozenset[str] = frozenset(),
 ) -> OpDef:
     """Register a data-movement op (by default "exact": every output element is an input's)."""
     return register(
@@ -113,6 +114,7 @@ def declare(
             traits=traits,
             since=since,
             doc=doc,
+            infer_values=infer_values,
         )
     )
 

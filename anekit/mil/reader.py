@@ -1,0 +1,593 @@
+"""Types and literals read from MIL tokens: scalars, tensors, BLOBFILE weights, buildInfo dicts.
+
+:class:`LiteralReader` adds to the token reader (:mod:`anekit.mil.lexer`) the grammar of
+types and literals that the parser and the literal cache share. A value a literal's dtype
+cannot hold (overflow to inf, a nonzero value flushed to 0, an integer out of range) is an
+error at its place; nesting is bounded (:data:`MAX_NESTING`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
+from anekit.mil.lexer import (
+    INT_TOKEN,
+    MAX_DIGITS,
+    NUMBER,
+    TokenReader,
+    int_token,
+    is_name,
+    show,
+)
+from anekit.mil.types import DType, TensorType, storage_loss
+from anekit.mil.values import BlobRef, Value
+
+_FLOAT = re.compile(
+    r"[-+]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
+    r"|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\Z",
+    re.ASCII,
+)
+_STRING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"\Z')
+_DIM = re.compile(r"-?\d+\Z", re.ASCII)
+_TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
+SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
+SCALAR_NAMES = {d.value for d in DType}
+# The parser remembers the types and small literals it has read, across programs, because real
+# programs repeat a few of them thousands of times; bounded, so the memory is not kept for good.
+CACHE_ENTRIES = 4096
+CACHED_LITERAL_CHARS = 256  # a longer literal (or type token) is read each time it occurs
+MAX_NESTING = 64  # brackets in a literal, dicts in a dict type: far beyond any real program
+MAX_DIM = 2**63 - 1  # MIL dimensions are int64
+MAX_RANK = 64  # NumPy's limit on an array's dimensions (the ANE takes 5: the checker says so)
+_BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tensor<uint64, []>)
+    r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
+    r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
+    re.ASCII,
+)
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
+_INT_RANGES = {
+    d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
+}
+_INF = (float("inf"), float("-inf"))
+# magnitudes below the first and above the second are stored without overflow or underflow
+_FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
+# literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
+# deleting a dict's first key is not once many have gone
+_LITERALS: OrderedDict[str, Value] = OrderedDict()
+_RUN_ITEMS = 1024  # numbers per chunk of number_run
+_NUMBER_STARTS = frozenset("0123456789+-.")
+_FLOAT_RUN = re.compile(rf"{NUMBER}(?:,{NUMBER})*\Z", re.ASCII)
+_INT_RUN = re.compile(
+    r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+)(?:,[-+]?(?:0[xX][0-9a-fA-F]+|\d+))*\Z", re.ASCII
+)
+
+
+class LiteralReader(TokenReader):
+    """A token reader that also reads types and literals."""
+
+    def literal_text(self, text: str) -> Value | None:
+        """The Value of a whole literal, or None to let the general path read it (and its errors)."""
+        if "BLOBFILE" in text:
+            return self.blob_literal(text)
+        value = _LITERALS.get(text)
+        if value is None and len(text) <= CACHED_LITERAL_CHARS:
+            value = standalone_literal(text)
+            if value is not None:
+                remember_literal(text, value)
+        return value
+
+    def blob_literal(self, text: str) -> Value | None:
+        """A ``BLOBFILE`` literal read directly, or None to let the general path report errors."""
+        m = _BLOB_LITERAL.match(text)
+        t = known_type(m.group("type")) if m else None
+        if m is None or t is None or not t.is_static:
+            return None
+        path, offset = m.group("path"), int(m.group("offset"))
+        try:
+            array = self.weights.tensor(path, offset, t)
+        except WeightFileError:
+            return None
+        return Value("", t, None, array, BlobRef(path, offset))
+
+    def type(self) -> TensorType:
+        index = self.i
+        tok = self.next()
+        cached = SCALAR_TYPES.get(tok)
+        if cached is not None:
+            return cached
+        if tok.startswith("tensor<"):
+            return self.type_token(tok, index)
+        if tok != "tensor":
+            raise self.error(f"expected a type, found {show(tok)}", index)
+        self.expect("<")
+        dtype = self.dtype()
+        self.expect(",")
+        if _is_list(self.peek()):  # [1, 2] of numbers, one token
+            index = self.i
+            dims = self.number_list(self.next(), DType.int32, index, check=_dim_message)
+            if len(dims) > MAX_RANK:
+                raise self.error(_rank_message(len(dims)), index)
+            self.expect(">")
+            return TensorType(dtype, tuple(dims))
+        self.expect("[")
+        dims = []
+        while self.peek() != "]":
+            if len(dims) >= MAX_RANK:
+                raise self.error(_rank_message(len(dims) + 1))
+            self.number_run(DType.int32, dims, check=_dim_message)
+            tok = self.peek()
+            if is_name(tok):
+                dims.append(self.next())
+            else:
+                value = self.integer("a dimension")
+                if not 0 <= value <= MAX_DIM:
+                    raise self.error(_dim_message(value), self.i - 1)
+                dims.append(value)
+            if not self.accept(","):
+                break
+        self.expect("]")
+        self.expect(">")
+        return TensorType(dtype, tuple(dims))
+
+    def type_token(self, tok: str, index: int) -> TensorType:
+        """Parse a whole ``tensor<dtype, [dims]>`` token; errors point inside it."""
+        try:
+            return _tensor_type(tok) if len(tok) <= CACHED_LITERAL_CHARS else _read_type(tok)
+        except _BadTypeToken as e:
+            raise self.error_in(index, e.offset, e.message) from None
+
+    def dtype(self) -> DType:
+        index = self.i
+        tok = self.next()
+        if tok == "uint64":
+            raise self.error("uint64 is only allowed in BLOBFILE offsets", index)
+        if tok not in SCALAR_NAMES:
+            raise self.error(
+                f"unknown dtype {show(tok)}; expected one of {', '.join(sorted(SCALAR_NAMES))}",
+                index,
+            )
+        return DType(tok)
+
+    def literal_or_dict(self) -> Any:
+        if self.peek() == "dict":
+            return self.dict_literal()
+        return self.literal()
+
+    def literal(self) -> Value:
+        """Parse ``fp16(0x1p-3)``, ``tensor<int32, [2]>([1, 2])`` or a BLOBFILE tensor."""
+        index = self.i
+        toks = self.toks
+        if index + 3 < len(toks) and toks[index + 1] == "(" and toks[index + 3] == ")":
+            t = known_type(toks[index])  # TYPE ( token ): the common literals, read in one step
+            if t is not None and t.is_static and toks[index + 2] not in ("-", "+"):
+                value = self.one_token_literal(t, toks[index + 2], index)
+                self.i = index + 4
+                return value
+        if self.peek() == "uint64":
+            raise self.error("uint64 literal outside BLOBFILE", index)
+        t = self.type()
+        self.expect("(")
+        if t.dtype is DType.string and not t.shape and self.peek_at(1) == ")":
+            value = Value("", t, None, self.element(DType.string))  # names: the common case
+        elif self.peek() == "BLOBFILE":
+            value = self.blobfile(t, index)
+        else:
+            value = self.values(t, index)
+        self.expect(")")
+        return value
+
+    def one_token_literal(self, t: TensorType, body: str, index: int) -> Value:
+        """The literal ``t(body)``, body one token: a scalar, a string or a list of numbers."""
+        if _is_list(body):
+            flat = self.number_list(body, t.dtype, index + 2)
+        else:
+            flat = [self.element_of(body, t.dtype, index + 2)]
+        if len(flat) != t.numel:
+            raise self.error(f"{t} needs {t.numel} values, found {len(flat)}", index)
+        if t.dtype is DType.string:
+            const: Any = flat[0] if t.is_scalar else np.array(flat, dtype=object).reshape(t.shape)
+            return Value("", t, None, const)
+        return Value("", t, None, self.checked_array(flat, t, index))
+
+    def values(self, t: TensorType, index: int) -> Value:
+        if not t.is_static:
+            raise self.error(f"a literal needs a static shape, found {t}", index)
+        flat: list[Any] = []
+        if self.peek().startswith("["):
+            self.flat_list(t.dtype, flat, 1)
+        else:
+            flat.append(self.element(t.dtype))
+        if len(flat) != t.numel:
+            raise self.error(f"{t} needs {t.numel} values, found {len(flat)}", index)
+        if t.dtype is DType.string:
+            const: Any = flat[0] if t.is_scalar else np.array(flat, dtype=object).reshape(t.shape)
+        else:
+            const = self.checked_array(flat, t, index)
+        return Value("", t, None, const)
+
+    def checked_array(self, flat: list[Any], t: TensorType, index: int) -> np.ndarray:
+        """The values as an array of the literal's dtype; a value the dtype cannot hold is an error."""
+        if t.dtype.is_int:
+            lo, hi = _INT_RANGES[t.dtype]
+            if flat and (min(flat) < lo or max(flat) > hi):
+                bad = next(x for x in flat if not lo <= x <= hi)
+                raise self.error(f"value {bad} out of range for {t.dtype} ({lo}..{hi})", index)
+            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+        if t.dtype is DType.bool:
+            return np.array(flat, dtype=np.bool_).reshape(t.shape)
+        largest, smallest = _FLOAT_LIMITS[t.dtype]
+        # the common case, decided without NumPy: every magnitude in range (a NaN anywhere
+        # makes a comparison fail, and then the exact check below decides)
+        if not flat or (
+            max(map(abs, flat)) < largest
+            and min(map(abs, filter(None, flat)), default=1) > smallest
+        ):
+            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+        wide = np.array(flat, dtype=np.float64)
+        loss = storage_loss(wide, t.dtype)
+        if loss is not None:
+            raise self.error(loss, index)
+        return wide.astype(t.dtype.numpy).reshape(t.shape)
+
+    def flat_list(self, dtype: DType, out: list[Any], depth: int) -> None:
+        if depth > MAX_NESTING:
+            raise self.error(f"literal nested deeper than {MAX_NESTING} brackets")
+        if _is_list(self.peek()):
+            index = self.i
+            out.extend(self.number_list(self.next(), dtype, index))
+            return
+        self.expect("[")
+        while self.peek() != "]":
+            self.number_run(dtype, out)
+            if self.peek().startswith("["):
+                self.flat_list(dtype, out, depth + 1)
+            else:
+                out.append(self.element(dtype))
+            if not self.accept(","):
+                break
+        self.expect("]")
+
+    def number_run(self, dtype: DType, out: list[Any], check: Any = None) -> None:
+        """Take whole chunks of ``n, n, ... n,`` (numbers the tokenizer split) a chunk at a time.
+
+        A list the one-token pattern did not match (it is unclosed, or mixes in ``inf``)
+        would otherwise cost several method calls per number; a chunk with anything but
+        plain numbers is left to the element loop, which reports it.
+        """
+        toks, i, n = self.toks, self.i, _RUN_ITEMS
+        while (
+            i + 2 * n < len(toks)
+            and toks[i][:1] in _NUMBER_STARTS  # strings, names, inf, nan: the element loop's
+            and toks[i + 1] == ","
+            and toks[i + 2 * n - 1] == ","
+        ):
+            items, commas = toks[i : i + 2 * n : 2], toks[i + 1 : i + 2 * n : 2]
+            joined = ",".join(items)
+            if commas.count(",") != n or not (_FLOAT_RUN if dtype.is_float else _INT_RUN).match(
+                joined
+            ):
+                return
+            try:
+                values = self.number_list(f"[{joined}]", dtype, i, check)
+            except MilSyntaxError:
+                return  # the element loop reports it at its own token
+            out.extend(values)
+            i = self.i = i + 2 * n
+
+    def number_list(
+        self, tok: str, dtype: DType, index: int, check: Any = None
+    ) -> list[int] | list[float]:
+        """The numbers of a list token ``[a, b, c]`` as ``dtype`` elements; errors point at one.
+
+        ``check(value)``, for integers, returns a message for a value to reject.
+        """
+        parts = tok[1:-1].split(",")
+        try:
+            if dtype.is_float:
+                values: list[Any] = [
+                    float.fromhex(p) if "x" in p or "X" in p else float(p) for p in parts
+                ]
+                if _INF[0] in values or _INF[1] in values or 0.0 in values:
+                    bad = next(
+                        (
+                            k
+                            for k, (v, p) in enumerate(zip(values, parts))
+                            if _beyond_float(v, p.strip())
+                        ),
+                        None,
+                    )
+                    if bad is not None:
+                        raise _BadElement(bad)
+            elif dtype.is_int:
+                values = []
+                for k, p in enumerate(parts):
+                    hexa = "x" in p or "X" in p
+                    if "." in p or "p" in p or "P" in p or (not hexa and ("e" in p or "E" in p)):
+                        raise _BadElement(k)  # a float
+                    if len(p) > MAX_DIGITS:  # Python refuses to convert it
+                        raise _BadElement(k, f"integer of {len(p.strip())} digits is out of range")
+                    value = int(p, 16) if hexa else int(p)
+                    if check is not None and check(value) is not None:
+                        raise _BadElement(k, check(value))
+                    values.append(value)
+            else:
+                raise _BadElement(0)
+        except OverflowError:
+            bad = next(k for k, p in enumerate(parts) if "x" in p or "X" in p)
+            return self._bad_element(tok, parts, bad, dtype, index, None)
+        except _BadElement as e:
+            return self._bad_element(tok, parts, e.k, dtype, index, e.message)
+        return values
+
+    def _bad_element(
+        self, tok: str, parts: list[str], k: int, dtype: DType, index: int, message: str | None
+    ) -> Any:
+        """Raise the error for element ``k`` of a list token, at its column."""
+        text = parts[k].strip()
+        offset = 1 + sum(len(p) + 1 for p in parts[:k]) + (len(parts[k]) - len(parts[k].lstrip()))
+        if message is None:
+            if dtype.is_float:
+                message = (
+                    f"value {show(text)} is beyond every float dtype: fp32 holds 0 and "
+                    "magnitudes 1.4e-45 to 3.4e38"
+                )
+            elif dtype.is_int:
+                message = f"expected an integer for {dtype}, found {show(text)}"
+            else:
+                what = "true or false" if dtype is DType.bool else "a string literal"
+                message = f"expected {what}, found {show(text)}"
+        raise self.error_in(index, offset, message)
+
+    def element(self, dtype: DType) -> Any:
+        index = self.i
+        return self.element_of(self.next(), dtype, index)
+
+    def element_of(self, tok: str, dtype: DType, index: int) -> Any:
+        """The value of token ``index``, ``tok``, as an element of ``dtype``."""
+        if dtype is DType.string:
+            if not _STRING.match(tok):
+                what = "an unterminated string" if tok.startswith('"') else show(tok)
+                raise self.error(f"expected a string literal, found {what}", index)
+            return _unquote(tok)
+        if dtype is DType.bool:
+            if tok not in ("true", "false"):
+                raise self.error(f"expected true or false, found {show(tok)}", index)
+            return tok == "true"
+        if dtype.is_float:
+            return self.float_token(tok, index)
+        if not INT_TOKEN.match(tok) or len(tok) > MAX_DIGITS:
+            raise self.error(f"expected an integer for {dtype}, found {show(tok)}", index)
+        return int_token(tok)
+
+    def float_token(self, tok: str, index: int) -> float:
+        if tok in ("-", "+") and self.peek() in ("inf", "nan"):
+            sign = -1.0 if tok == "-" else 1.0
+            return sign * float(self.next())
+        if tok in ("inf", "nan"):
+            return float(tok)
+        if not _FLOAT.match(tok):
+            raise self.error(f"expected a number, found {show(tok)}", index)
+        try:
+            value = float.fromhex(tok) if "x" in tok or "X" in tok else float(tok)
+        except OverflowError:  # a hex float beyond float64
+            value = _INF[0]
+        if _beyond_float(value, tok):
+            raise self.error(
+                f"value {show(tok)} is beyond every float dtype: fp32 holds 0 and magnitudes "
+                "1.4e-45 to 3.4e38",
+                index,
+            )
+        return value
+
+    def blobfile(self, t: TensorType, index: int) -> Value:
+        self.expect("BLOBFILE")
+        self.expect("(")
+        self.expect("path")
+        self.expect("=")
+        path_value = self.literal()
+        if path_value.type != TensorType(DType.string, ()):
+            raise self.error("BLOBFILE path must be a string", index)
+        self.expect(",")
+        self.expect("offset")
+        self.expect("=")
+        offset = self.uint64()
+        self.expect(")")
+        path = str(path_value.const)
+        if not t.is_static:
+            raise self.error(f"a weight needs a static shape, found {t}", index)
+        try:
+            array = self.weights.tensor(path, offset, t)
+        except WeightFileError as e:
+            line = self.where(index)[0]
+            where = f"{self.file or '<mil>'}:{line}"
+            raise WeightFileError(
+                f"{e.message} (BLOBFILE at {where})", file=path, offset=e.offset
+            ) from None
+        return Value("", t, None, array, BlobRef(path, offset))
+
+    def uint64(self) -> int:
+        index = self.i
+        m = _TYPE_PARTS.match(self.peek())
+        if m and m.group("dtype") == "uint64" and not m.group("dims").strip():
+            self.i += 1  # the legacy spelling tensor<uint64, []>
+        else:
+            self.expect("uint64")
+        self.expect("(")
+        value = self.integer("an offset")
+        self.expect(")")
+        if not 0 <= value < 2**64:
+            raise self.error(f"offset {value} is not a uint64", index)
+        return value
+
+    def dict_literal(self) -> dict[str, Any]:
+        self.expect("dict")
+        self.expect("<")
+        self.type()
+        self.expect(",")
+        nested = self.dict_type(1)
+        self.expect(">")
+        self.expect("(")
+        value = self.dict_entries(nested)
+        self.expect(")")
+        return value
+
+    def dict_type(self, depth: int) -> int:
+        """Skip a dict value type; return how many dict levels it nests."""
+        if depth > MAX_NESTING:
+            raise self.error(f"dict type nested deeper than {MAX_NESTING} levels")
+        if self.accept("dict"):
+            self.expect("<")
+            self.type()
+            self.expect(",")
+            levels = self.dict_type(depth + 1)
+            self.expect(">")
+            return levels + 1
+        self.type()
+        return 0
+
+    def dict_entries(self, depth: int) -> dict[str, Any]:
+        self.expect("{")
+        result: dict[str, Any] = {}
+        while self.peek() != "}":
+            self.expect("{")
+            key = self.element(DType.string)
+            self.expect(",")
+            result[key] = self.dict_entries(depth - 1) if depth else self.element(DType.string)
+            self.expect("}")
+            if not self.accept(","):
+                break
+        self.expect("}")
+        return result
+
+
+class _BadElement(Exception):
+    """Element ``k`` of a list token is wrong (``message``, or the usual one for its dtype)."""
+
+    def __init__(self, k: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.k = k
+        self.message = message
+
+
+def _is_list(tok: str) -> bool:
+    """A list-of-numbers token (``[1, 2]``), as opposed to the ``[`` punctuation token."""
+    return len(tok) > 1 and tok[0] == "["
+
+
+class _BadTypeToken(Exception):
+    """A tensor type token that is not a type: what is wrong, and where inside the token."""
+
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.message = message
+
+
+def _beyond_float(value: float, tok: str) -> bool:
+    """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
+    if value in _INF:
+        return True
+    if value != 0.0:
+        return False
+    hexa = "x" in tok or "X" in tok
+    digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
+    mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
+    return any(c not in "0.+-" for c in mantissa)
+
+
+def _rank_message(rank: int) -> str:
+    return f"a type of rank {rank}: at most {MAX_RANK} dimensions (NumPy's limit; the ANE takes 5)"
+
+
+def _dim_message(value: int) -> str | None:
+    """Why a dimension is wrong, or None if it is a dimension."""
+    if 0 <= value <= MAX_DIM:
+        return None
+    if value < 0:
+        return f"dimension must be >= 0, found {value}"
+    return f"dimension {value} is beyond int64 (at most {MAX_DIM})"
+
+
+def _read_type(tok: str) -> TensorType:
+    """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken."""
+    m = _TYPE_PARTS.fullmatch(tok)
+    if m is None:  # not from the tokenizer, which only emits tokens of this shape
+        raise _BadTypeToken(0, f"expected a type, found {show(tok)}")
+    name = m.group("dtype")
+    if name not in SCALAR_NAMES:
+        known = ", ".join(sorted(SCALAR_NAMES))
+        raise _BadTypeToken(
+            m.start("dtype"), f"unknown dtype {show(name)}; expected one of {known}"
+        )
+    dims: list[int | str] = []
+    body_start = m.start("dims")
+    for d in re.finditer(r"[^\s,]+", m.group("dims")):
+        text = d.group()
+        if is_name(text):
+            dims.append(text)
+            continue
+        if not _DIM.match(text) or len(text) > MAX_DIGITS:
+            raise _BadTypeToken(
+                body_start + d.start(), f"expected a dimension (an integer), found {show(text)}"
+            )
+        value = int(text)
+        if not 0 <= value <= MAX_DIM:
+            raise _BadTypeToken(body_start + d.start(), _dim_message(value))
+        dims.append(value)
+    if len(dims) > MAX_RANK:
+        raise _BadTypeToken(body_start, _rank_message(len(dims)))
+    return TensorType(DType(name), tuple(dims))
+
+
+_tensor_type = lru_cache(maxsize=CACHE_ENTRIES)(_read_type)  # for tokens of ordinary length
+
+
+def known_type(tok: str) -> TensorType | None:
+    """The type a whole type token spells (``fp16``, ``tensor<fp16, [2]>``), None if it is none."""
+    scalar = SCALAR_TYPES.get(tok)
+    if scalar is not None or len(tok) > CACHED_LITERAL_CHARS or not tok.startswith("tensor<"):
+        return scalar
+    try:
+        return _tensor_type(tok)
+    except _BadTypeToken:
+        return None
+
+
+def standalone_literal(text: str) -> Value | None:
+    """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
+    sub = LiteralReader.of_line(text)
+    try:
+        value = sub.literal()
+    except (MilSyntaxError, MilTypeError):
+        return None
+    return None if sub.peek() else value
+
+
+def remember_literal(text: str, value: Value) -> None:
+    """Remember the Value a literal's text spells (read-only: every line repeating it shares it)."""
+    if len(text) > CACHED_LITERAL_CHARS:
+        return
+    if isinstance(value.const, np.ndarray):
+        value.const.flags.writeable = False
+    if len(_LITERALS) >= CACHE_ENTRIES:
+        _LITERALS.popitem(last=False)  # the oldest goes
+    _LITERALS[text] = value
+
+
+def clear_caches() -> None:
+    """Forget the types and literals remembered across programs (benchmarks read text cold)."""
+    _tensor_type.cache_clear()
+    _LITERALS.clear()
+
+
+def _unquote(tok: str) -> str:
+    body = tok[1:-1]
+    if "\\" not in body:
+        return body
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
