@@ -8,11 +8,14 @@ immutable empty options dictionary per model, reused.
 A *slot* is one request's worth of surfaces: an input surface per device input,
 an output surface per output, laid out as :func:`~anekit.backends.ane.layout.plan`
 says, the ``_ANERequest`` built once over them with the planned indices, and the
-strided NumPy views the host uses. The primary slot backs ``input_buffer``/
-``output_buffer`` and ``run()``; ``evaluate()`` (and so ``__call__`` and ``submit``)
-takes a slot from a pool that grows to the ANE's queue depth, one request object per
-evaluation in flight. A kernel that is never closed is unloaded when it is garbage
-collected (``weakref.finalize``).
+strided NumPy views the host uses. Every buffer set (``kernel.buffers()``) is a slot
+of its own, made once; a set may bind surfaces of other sets for some inputs
+(``share=``: the same IOSurface in several requests, when its geometry is the one
+this model reads), so weights are held once and read by several programs. The
+primary set backs ``input_buffer``/``output_buffer`` and ``run()``; ``evaluate()``
+(and so ``__call__`` and ``submit(**inputs)``) takes a slot from a pool that grows to
+the ANE's queue depth, one request object per evaluation in flight. A kernel that is
+never closed is unloaded when it is garbage collected (``weakref.finalize``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -32,10 +35,18 @@ import numpy as np
 from anekit.backends.ane.device import DeviceProgram
 from anekit.backends.ane.framework import describe_error, mil_line, plain
 from anekit.backends.ane.iosurface import Surface
-from anekit.backends.ane.layout import IOPlan, plan
+from anekit.backends.ane.layout import IOPlan, TensorLayout, plan
 from anekit.backends.ane.stats import hardware_seconds, make_stats
-from anekit.backends.base import QUEUE_DEPTH, BufferLayout, Kernel, KernelLayout, TensorSpec
-from anekit.errors import CompileError, EvaluationError
+from anekit.backends.base import (
+    QUEUE_DEPTH,
+    Buffer,
+    BufferLayout,
+    BufferSet,
+    Kernel,
+    KernelLayout,
+    TensorSpec,
+)
+from anekit.errors import CompileError, EvaluationError, UsageError
 from anekit.mil.program import Program
 
 MAX_QOS = 2**32 - 1  # the selectors take an unsigned int
@@ -117,13 +128,28 @@ class Loaded(ABC):
 
 
 class Slot:
-    """Surfaces, views and the request for one evaluation in flight."""
+    """Surfaces, views and the request for one evaluation in flight (or one buffer set).
 
-    def __init__(self, loaded: Loaded, kernel_plan: IOPlan, device: DeviceProgram, stats: bool):
+    ``shared`` gives surfaces of other slots to bind for some device inputs (by index);
+    every other surface is made here. Each surface is held while the slot lives.
+    """
+
+    def __init__(
+        self,
+        loaded: Loaded,
+        kernel_plan: IOPlan,
+        device: DeviceProgram,
+        stats: bool,
+        shared: Mapping[int, Surface] | None = None,
+    ) -> None:
         fw = loaded.fw
         fn = device.program.main
+        shared = shared or {}
         with loaded.pool():
-            self.inputs = [Surface.create(fw, lay) for lay in kernel_plan.inputs]
+            self.inputs = [
+                shared[i] if i in shared else Surface.create(fw, lay)
+                for i, lay in enumerate(kernel_plan.inputs)
+            ]
             self.outputs = [Surface.create(fw, lay) for lay in kernel_plan.outputs]
             self.in_views: dict[str, np.ndarray] = {}
             for v, surface in zip(fn.inputs, self.inputs):
@@ -139,15 +165,28 @@ class Slot:
             }
             self.stats = make_stats(fw) if stats else None
             self.request = _request(fw, self, kernel_plan)
+        for s in self.surfaces:
+            s.hold()
 
     @property
     def surfaces(self) -> list[Surface]:
         return self.inputs + self.outputs
 
     def release(self) -> None:
-        """Unlock every surface; views keep their memory alive for as long as they exist."""
-        for s in self.surfaces:
-            s.unlock()
+        """Let go of every surface (the last holder unlocks it); views keep the memory alive."""
+        run_all([s.drop for s in self.surfaces])
+
+
+def run_all(steps: list[Callable[[], Any]]) -> None:
+    """Call every step even when one fails; then raise the first failure."""
+    errors: list[Exception] = []
+    for step in steps:
+        try:
+            step()
+        except Exception as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
 
 
 def _shape(v: Any) -> tuple[int, ...]:
@@ -177,19 +216,8 @@ def _request(fw: Any, slot: Slot, kernel_plan: IOPlan) -> Any:
 
 
 def _release_all(loaded: Loaded, slots: list[Slot]) -> None:
-    """Unlock every slot's surfaces and unload; every step runs, the first failure is raised."""
-    errors: list[Exception] = []
-    for slot in slots:
-        try:
-            slot.release()
-        except Exception as e:
-            errors.append(e)
-    try:
-        loaded.unload()
-    except Exception as e:
-        errors.append(e)
-    if errors:
-        raise errors[0]
+    """Release every slot's surfaces and unload; every step runs, the first failure is raised."""
+    run_all([slot.release for slot in slots] + [loaded.unload])
 
 
 class SurfaceKernel(Kernel):
@@ -215,20 +243,21 @@ class SurfaceKernel(Kernel):
         self._stats = stats
         self._slots: list[Slot] = []  # every slot made, so close (or the finalizer) frees them
         self._finalizer = weakref.finalize(self, _release_all, loaded, self._slots)
-        self._primary_lock = threading.Lock()
-        self._idle: queue.LifoQueue[Slot] = queue.LifoQueue()
+        self._free: queue.LifoQueue[Slot] = queue.LifoQueue()
         self._made_lock = threading.Lock()
+        self._pool_slots = 0  # slots made for evaluate(), at most the queue depth
         self._last: dict[str, float] | None = None
         try:
             specs_in = tuple(TensorSpec.of(v) for v in device.program.main.inputs)
             specs_out = tuple(TensorSpec.of(v) for v in device.program.main.outputs)
             self.plan = plan(specs_in, specs_out, loaded.attributes(), layout=layout,
                              binding=binding)  # fmt: skip
-            self._primary = self._new_slot()
+            self._primary_slot = self._new_slot()
         except BaseException:
             with contextlib.suppress(Exception):  # the first error is the one to report
                 self._finalizer()
             raise
+        self._primary = self._wrap(self._primary_slot, frozenset())
         self._layout = self._describe()
 
     # -- Kernel API ----------------------------------------------------------------------------
@@ -240,20 +269,36 @@ class SurfaceKernel(Kernel):
             self._run_slot(slot)
             return {name: np.array(view) for name, view in slot.out_views.items()}
         finally:
-            self._idle.put(slot)
+            self._free.put(slot)
 
-    def run(self) -> None:
-        self._check_open()
-        with self._primary_lock:
-            self._run_slot(self._primary)
+    def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
+        """A new slot: its own surfaces and request, bound to ``share``'s surfaces where given."""
+        fn, device = self.device_program.main, self._device
+        index = {device.input_names[v.name]: i for i, v in enumerate(fn.inputs)}
+        shared: dict[int, Surface] = {}
+        for name, buf in share.items():
+            if name not in index:
+                raise UsageError(
+                    f"share: this kernel packs input {name!r} into one surface with the others; "
+                    "compile with pack_inputs=False to bind shared buffers"
+                )
+            if buf.kind != "ane" or not isinstance(buf.memory, Surface):
+                raise UsageError(
+                    f"share: input {name!r} of an ANE kernel needs a whole IOSurface of an ANE "
+                    f"buffer set; this {buf.kind} buffer is not one (part of a packed surface?)"
+                )
+            need, has = self.plan.inputs[index[name]], buf.memory.layout
+            if buf.memory.framework is not self._loaded.fw or _geometry(has) != _geometry(need):
+                raise UsageError(
+                    f"share: input {name!r} is read as {_describe_geometry(need)}; the buffer's "
+                    f"surface is {_describe_geometry(has)}"
+                    + ("" if buf.memory.framework is self._loaded.fw else ", of another framework")
+                )
+            shared[index[name]] = buf.memory
+        return self._wrap(self._new_slot(shared), frozenset(share))
 
-    def input_buffer(self, name: str) -> np.ndarray:
-        self.spec(name)
-        return self._primary.in_views[name]
-
-    def output_buffer(self, name: str) -> np.ndarray:
-        self.spec(name, output=True)
-        return self._primary.out_views[name]
+    def _run_buffers(self, buffers: BufferSet) -> None:
+        self._run_slot(buffers.state)
 
     @property
     def layout(self) -> KernelLayout:
@@ -262,9 +307,10 @@ class SurfaceKernel(Kernel):
 
     @property
     def surfaces(self) -> list[Surface]:
-        """Every IOSurface this kernel has made (all slots)."""
+        """Every IOSurface this kernel's slots use (each once; bound ones included)."""
         with self._made_lock:
-            return [s for slot in self._slots for s in slot.surfaces]
+            unique = {id(s): s for slot in self._slots for s in slot.surfaces}
+        return list(unique.values())
 
     def last_stats(self) -> dict[str, float] | None:
         """``{"wall_s", "hw_s"}`` of the last evaluation when compiled with ``stats=True`` and the
@@ -278,31 +324,56 @@ class SurfaceKernel(Kernel):
         self._finalizer()
 
     # -- internals -----------------------------------------------------------------------------
-    def _new_slot(self) -> Slot:
-        slot = Slot(self._loaded, self.plan, self._device, self._stats)
+    def _new_slot(self, shared: Mapping[int, Surface] | None = None) -> Slot:
+        slot = Slot(self._loaded, self.plan, self._device, self._stats, shared)
         with self._made_lock:
             self._slots.append(slot)
         return slot
 
+    def _wrap(self, slot: Slot, shared: frozenset[str]) -> BufferSet:
+        """The buffer set of a slot: a Buffer per host input and output."""
+        fn, device = self.device_program.main, self._device
+        inputs = {}
+        for v, surface in zip(fn.inputs, slot.inputs):
+            host = device.input_names[v.name]
+            if host == _packed(device):  # views into one surface: not bindable alone
+                for seg in device.packing.segments:
+                    inputs[seg.name] = Buffer(
+                        self.spec(seg.name), slot.in_views[seg.name], None, "ane"
+                    )
+            else:
+                inputs[host] = Buffer(self.spec(host), slot.in_views[host], surface, "ane")
+        outputs = {}
+        for v, surface in zip(fn.outputs, slot.outputs):
+            host = device.output_names[v.name]
+            spec = self.spec(host, output=True)
+            outputs[host] = Buffer(spec, slot.out_views[host], surface, "ane")
+        return BufferSet(self, inputs, outputs, shared=shared, state=slot)
+
     def _acquire(self) -> Slot:
+        """A slot for one evaluation: a free one, a new one up to the queue depth, or wait."""
         try:
-            return self._idle.get_nowait()
+            return self._free.get_nowait()
         except queue.Empty:
             pass
         with self._made_lock:
-            make = len(self._slots) < QUEUE_DEPTH
-        return self._new_slot() if make else self._idle.get()
+            make = self._pool_slots < QUEUE_DEPTH
+            self._pool_slots += make
+        return self._new_slot() if make else self._free.get()
 
     def _run_slot(self, slot: Slot) -> None:
-        for s in slot.surfaces:
-            s.unlock()
+        running: list[Surface] = []
         start = time.perf_counter()
         try:
+            for s in slot.surfaces:
+                s.device_begin()
+                running.append(s)
+            start = time.perf_counter()
             ok, error = self._loaded.dispatch(slot.request)
         finally:
             wall = time.perf_counter() - start
-            for s in slot.surfaces:
-                s.lock()
+            for s in running:
+                s.device_end()
         if not ok:
             raise evaluation_error(error, "evaluation")
         with self._loaded.pool():
@@ -310,7 +381,7 @@ class SurfaceKernel(Kernel):
         self._last = None if hw is None else {"wall_s": wall, "hw_s": hw}
 
     def _describe(self) -> KernelLayout:
-        fn, slot, device = self.device_program.main, self._primary, self._device
+        fn, slot, device = self.device_program.main, self._primary_slot, self._device
         inputs, outputs = {}, {}
         for i, v in enumerate(fn.inputs):
             host = device.input_names[v.name]
@@ -330,6 +401,19 @@ class SurfaceKernel(Kernel):
                                     slot.outputs[i], source, self.plan.output_indices[i])  # fmt: skip
         notes = (f"binding: {self.plan.binding}", *self.plan.notes)
         return KernelLayout(MappingProxyType(inputs), MappingProxyType(outputs), notes)
+
+
+def _geometry(layout: TensorLayout) -> tuple[int, ...]:
+    """What decides where a surface's elements lie (the layout's source does not)."""
+    return (layout.channels, layout.height, layout.width, layout.itemsize, layout.row_stride,
+            layout.plane_stride)  # fmt: skip
+
+
+def _describe_geometry(layout: TensorLayout) -> str:
+    return (
+        f"{layout.channels}x{layout.height} rows of {layout.width} x {layout.itemsize} bytes at "
+        f"{layout.row_stride}-byte rows and {layout.plane_stride}-byte planes"
+    )
 
 
 def _packed(device: DeviceProgram) -> str | None:
