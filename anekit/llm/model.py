@@ -1,14 +1,24 @@
-"""``Model``: a loaded decoder running its blocks as compiled kernels, with a host-side KV cache.
+"""``Model``: a loaded decoder running its blocks as compiled kernels over resident buffer sets.
 
 The host does what is cheap and position-dependent: the embedding lookup, the RoPE
 tables and masks, writing each chunk's new keys and values into the cache, and
 sampling. Everything else (every block, the output head) runs in the programs of
 :mod:`anekit.llm.kernels`, compiled once per shape and shared by all layers.
 
-Weights and the cache are held in the form the backend computes on: fp16 arrays for
-the ANE, and float32 arrays holding fp16 values for the reference backend (its own
-storage model: fp16 values held as float32, so nothing is converted per call; this
-doubles the host bytes of the weights there, the footprint of a float32 model).
+Each program runs on buffer sets (:meth:`anekit.backends.Kernel.buffers`): one per layer
+for a block program, one for the head. A layer's weights are written once, at load,
+into the buffers of the first block program's set, and every later program's set for
+that layer binds the same buffers (``share=``); the cache of a layer lives in its sets
+too, one pair of buffers per cache length, shared by the programs that read that
+length, and the host writes only each chunk's new rows into it. The RoPE tables and
+the mask are written once per step into layer 0's set and bound by the others. On the
+ANE a buffer is an IOSurface, so nothing is copied per call but the residual stream
+between layers and the new cache rows; the block programs are compiled unpacked
+(``pack_inputs=False``) so that their surfaces can be shared.
+
+Buffers hold fp16 values in the backend's own form: fp16 on the ANE, float32 on the
+reference backend (its storage model; ``hold="fp16"`` keeps them in 2 bytes there and
+converts them on each run instead).
 """
 
 from __future__ import annotations
@@ -20,8 +30,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from anekit import backends
+from anekit import backends, fp16
 from anekit.backends import Kernel
+from anekit.backends.base import Buffer, BufferSet
 from anekit.errors import UsageError
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig
@@ -31,6 +42,10 @@ DEFAULT_MAX_SEQ = 1024  # cache slots when neither the caller nor a smaller mode
 DEFAULT_CHUNK = 64  # prompt tokens per prefill call
 MIN_DECODE_SLOTS = 128  # the smallest cache a decode program reads; larger ones double
 HOLD = {"fp16": np.float16, "fp32": np.float32}  # host form of weights and cache
+# Backend options of every program: ANE surfaces can be bound into several requests only
+# when each input has its own (packing puts all inputs into one surface).
+COMPILE_OPTIONS: dict[str, dict[str, Any]] = {"ane": {"pack_inputs": False}}
+TABLES = ("cos", "sin", "mask")  # block inputs that depend on the step, not on the layer
 
 
 class TensorSource(Protocol):
@@ -119,10 +134,27 @@ class Model:
         if hold not in HOLD:
             raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
         self._dtype = HOLD[hold]
+        self._compact = hold == "fp16"
         self._kernels: dict[K.BlockKey | K.HeadKey, Kernel] = {}
+        self._block_sets: dict[K.BlockKey, list[BufferSet]] = {}
+        self._head_sets: dict[K.HeadKey, BufferSet] = {}
+        self._weights: list[dict[str, Buffer]] = []  # per layer, bound into every block set
+        self._head_weights: dict[str, Buffer] = {}
+        self._caches: dict[int, list[tuple[Buffer, Buffer]]] = {}  # cache length -> per layer
+        self._cache_at: int | None = None  # the cache length whose buffers hold the context
+        self._embed: np.ndarray | None = None  # untied models only; else the head's rows
         self.stats = GenerationStats()
-        self._load(source, limit)
         self.reserve(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
+        self._pieces = K.head_pieces(config.vocab_size, limit)
+        self._source: TensorSource | None = source  # read once, while the buffers are made
+        try:
+            self._sets_for(K.BlockKey(self.chunk, self.max_seq))
+            self._head_set(K.HeadKey(1, self._pieces))
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._source = None
 
     def reserve(self, max_seq: int) -> None:
         """Size the KV cache for ``max_seq`` positions (prompt plus new tokens); clears it.
@@ -139,31 +171,12 @@ class Model:
             )
         self.max_seq = max_seq
         self.chunk = min(self._chunk, max_seq)
-        kv = (1, c.n_kv_heads, max_seq, c.head_dim)
-        self._k = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
-        self._v = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
         self._slots = decode_slots(max_seq)
+        self._cache_at = None  # every later prefill starts at position 0
 
     # -- weights ------------------------------------------------------------------------------
-    def _load(self, src: TensorSource, limit: int) -> None:
-        c = self.config
-        shapes = K.block_weight_shapes(c)
-        self._layers = [self._layer(src, i, shapes) for i in range(c.n_layers)]
-        d, v = c.dim, c.vocab_size
-        self._embed = self._stack(src, (v, d), [("model.embed_tokens.weight", (v, d))])
-        self._final_norm = self._stack(src, (1, 1, d, 1), [("model.norm.weight", (d,))])
-        head = self._embed
-        if not c.tie_embeddings:
-            head = self._stack(src, (v, d), [("lm_head.weight", (v, d))])
-        self._pieces = K.head_pieces(v, limit)
-        bounds = np.cumsum((0, *self._pieces))
-        self._head = {
-            f"w{j}": head[lo:hi][None, None] for j, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
-        }
-
-    def _layer(
-        self, src: TensorSource, i: int, shapes: dict[str, tuple[int, ...]]
-    ) -> dict[str, np.ndarray]:
+    def _layer_parts(self, i: int) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
+        """Each block weight input of layer ``i``: the Hugging Face tensors stacked in it."""
         c = self.config
         p = f"model.layers.{i}."
         d, q, kv, f, hd = c.dim, c.q_dim, c.kv_dim, c.hidden_dim, c.head_dim
@@ -181,22 +194,30 @@ class Model:
             "w13": [(p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d))],
             "w2": [(p + "mlp.down_proj.weight", (d, f))],
         }  # fmt: skip
-        return {name: self._stack(src, shape, parts[name]) for name, shape in shapes.items()}
+        return {name: parts[name] for name in K.block_weight_shapes(c)}
 
-    def _stack(
-        self, src: TensorSource, shape: tuple[int, ...], parts: list[tuple[str, tuple[int, ...]]]
-    ) -> np.ndarray:
-        """One host array of ``shape`` holding the named tensors' elements one after another."""
-        out = np.empty(shape, self._dtype)
-        flat = out.reshape(-1)
+    def _fill(self, out: np.ndarray, parts: list[tuple[str, tuple[int, ...]]]) -> None:
+        """Write the named tensors' elements one after another into ``out`` (a buffer's view).
+
+        A strided view (an IOSurface's padded rows) is filled through one staging array.
+        """
+        assert self._source is not None, "weights are read only while loading"
+        target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+        flat = target.reshape(-1)
         at = 0
         for name, part_shape in parts:
             size = int(np.prod(part_shape))
-            src.read_into(name, part_shape, flat[at : at + size])
+            self._source.read_into(name, part_shape, flat[at : at + size])
             at += size
+        if target is not out:
+            np.copyto(out, target)
+
+    def _host_stack(self, shape: tuple[int, ...], name: str) -> np.ndarray:
+        out = np.empty(shape, self._dtype)
+        self._fill(out, [(name, shape)])
         return out
 
-    # -- kernels ------------------------------------------------------------------------------
+    # -- kernels and their buffer sets ----------------------------------------------------------
     @property
     def compiles(self) -> int:
         """Programs compiled so far for this model (each once, shared by every layer)."""
@@ -209,64 +230,125 @@ class Model:
                 program = K.block_program(self.config, key)
             else:
                 program = K.head_program(self.config, key)
-            kernel = self._kernels[key] = backends.compile(program, backend=self.backend)
+            options = COMPILE_OPTIONS.get(self.backend, {})
+            kernel = self._kernels[key] = backends.compile(program, self.backend, **options)
         return kernel
 
-    def _call(
-        self, key: K.BlockKey | K.HeadKey, inputs: dict[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        kernel = self._kernel(key)
-        if self.backend == "reference":
-            # our arrays have the programs' shapes by construction and hold fp16 values
-            # (as fp16, or as float32: the reference backend's own held form): no re-validation
-            return kernel.evaluate(inputs)
-        return kernel(**inputs)
+    def _sets_for(self, key: K.BlockKey) -> list[BufferSet]:
+        """One buffer set per layer for a block program, made once.
 
-    def _host(self, a: np.ndarray) -> np.ndarray:
-        """An array rounded to fp16 and held in the backend's form."""
-        return a.astype(np.float16).astype(self._dtype, copy=False)
+        The first block program's sets receive the weights (read from the source now);
+        later ones bind them, and the cache buffers of their cache length if another
+        program made them. Layers 1... bind layer 0's tables.
+        """
+        sets = self._block_sets.get(key)
+        if sets is not None:
+            return sets
+        kernel, caches = self._kernel(key), self._caches.get(key.cache)
+        sets = []
+        for i in range(self.config.n_layers):
+            share = dict(self._weights[i]) if i < len(self._weights) else {}
+            if caches is not None:
+                share.update(k_cache=caches[i][0], v_cache=caches[i][1])
+            if sets:
+                share.update({n: sets[0].buffer(n) for n in TABLES})
+            bs = kernel.buffers(share, compact=self._compact)
+            if len(self._weights) == i:  # the first block program: its sets hold the weights
+                for name, parts in self._layer_parts(i).items():
+                    self._fill(bs.input(name), parts)
+                self._weights.append({n: bs.buffer(n) for n in K.block_weight_shapes(self.config)})
+            sets.append(bs)
+        if caches is None:
+            self._caches[key.cache] = [(b.buffer("k_cache"), b.buffer("v_cache")) for b in sets]
+        self._block_sets[key] = sets
+        return sets
+
+    def _head_set(self, key: K.HeadKey) -> BufferSet:
+        """The head program's buffer set; the first one receives the head weights."""
+        bs = self._head_sets.get(key)
+        if bs is not None:
+            return bs
+        bs = self._kernel(key).buffers(self._head_weights, compact=self._compact)
+        if not self._head_weights:
+            c = self.config
+            self._fill(bs.input("norm"), [("model.norm.weight", (c.dim,))])
+            head = "model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"
+            if not c.tie_embeddings:
+                self._embed = self._host_stack((c.vocab_size, c.dim), "model.embed_tokens.weight")
+            bounds = np.cumsum((0, *self._pieces))
+            rows = [(head, (c.vocab_size, c.dim))]
+            if len(self._pieces) == 1:
+                self._fill(bs.input("w0"), rows)
+            else:  # pieces of one tensor: staged whole once, then split
+                whole = np.empty((c.vocab_size, c.dim), bs.input("w0").dtype)
+                self._fill(whole, rows)
+                for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                    np.copyto(bs.input(f"w{j}")[0, 0], whole[lo:hi])
+                del whole
+            names = ["norm", *(f"w{j}" for j in range(len(self._pieces)))]
+            self._head_weights = {n: bs.buffer(n) for n in names}
+        self._head_sets[key] = bs
+        return bs
+
+    def _embedding(self, ids: np.ndarray) -> np.ndarray:
+        """Rows ``[T, D]`` of the embedding (a tied model's are the head's weight buffers)."""
+        if self._embed is not None:
+            return self._embed[ids]
+        bounds = np.cumsum((0, *self._pieces))
+        pieces = [self._head_weights[f"w{j}"].array[0, 0] for j in range(len(self._pieces))]
+        rows = np.empty((len(ids), self.config.dim), pieces[0].dtype)
+        for piece, lo, hi in zip(pieces, bounds, bounds[1:]):
+            inside = (ids >= lo) & (ids < hi)
+            rows[inside] = piece[ids[inside] - lo]
+        return rows
+
+    def _use_cache(self, length: int, start: int) -> None:
+        """Make the cache buffers of ``length`` slots hold the context (its first ``start`` rows).
+
+        Programs reading another length keep their own buffers: switching copies the rows
+        once (a decode step moving to the next larger cache, once per doubling).
+        """
+        home = self._cache_at
+        if home is not None and home != length and start > 0:
+            for (k_from, v_from), (k_to, v_to) in zip(self._caches[home], self._caches[length]):
+                k_to.array[0, :, :start] = k_from.array[0, :, :start]
+                v_to.array[0, :, :start] = v_from.array[0, :, :start]
+        self._cache_at = length
 
     # -- forward ------------------------------------------------------------------------------
     def _blocks(self, ids: Sequence[int], start: int, key: K.BlockKey) -> np.ndarray:
         """Run every block on ``ids`` at positions ``start...`` (padded to the key's width).
 
         Writes the new keys and values into the cache; returns the last residual stream
-        ``[1, 1, D, T]``.
+        ``[1, 1, D, T]`` (a view of the last layer's output buffer).
         """
         n, t = len(ids), key.tokens
+        sets, kernel = self._sets_for(key), self._kernels[key]
+        self._use_cache(key.cache, start)
         padded = np.zeros(t, np.int64)
         padded[:n] = ids
-        x = np.ascontiguousarray(self._embed[padded].T)[None, None]
+        first = sets[0]
         cos, sin = K.rope_tables(self.config, start, t)
-        shared = {
-            "cos": self._host(cos),
-            "sin": self._host(sin),
-            "mask": self._host(K.attention_mask(self.config, key, start, n)),
-        }
-        s = key.cache
-        for i, weights in enumerate(self._layers):
-            k_cache, v_cache = self._k[i], self._v[i]
-            out = self._call(
-                key,
-                {
-                    "x": x,
-                    **shared,
-                    "k_cache": k_cache[:, :, :s],
-                    "v_cache": v_cache[:, :, :s],
-                    **weights,
-                },
-            )
-            k_cache[0, :, start : start + n] = out["k_new"][0, :, :n]
-            v_cache[0, :, start : start + n] = out["v_new"][0, :, :n]
-            x = out["y"]
-        return x
+        first.write("cos", cos)  # bound by every layer's set
+        first.write("sin", sin)
+        first.write("mask", K.attention_mask(self.config, key, start, n))
+        fp16.cast_into(first.input("x"), self._embedding(padded).T[None, None])
+        for i, bs in enumerate(sets):
+            if i:
+                np.copyto(bs.input("x"), sets[i - 1].output("y"))
+            kernel.run(bs)
+            # only the chunk's new rows are written into the cache, in place
+            bs.input("k_cache")[0, :, start : start + n] = bs.output("k_new")[0, :, :n]
+            bs.input("v_cache")[0, :, start : start + n] = bs.output("v_new")[0, :, :n]
+        return sets[-1].output("y")
 
     def _head_logits(self, h: np.ndarray) -> np.ndarray:
         """Logits ``[T, V]`` (float32) of a residual stream ``[1, 1, D, T]``."""
-        out = self._call(
-            K.HeadKey(h.shape[3], self._pieces), {"x": h, "norm": self._final_norm, **self._head}
-        )
-        rows = [out[f"logits{j}"][0, 0] for j in range(len(self._pieces))]
+        key = K.HeadKey(h.shape[3], self._pieces)
+        bs = self._head_set(key)
+        np.copyto(bs.input("x"), h)
+        self._kernels[key].run(bs)
+        rows = [bs.output(f"logits{j}")[0, 0] for j in range(len(self._pieces))]
         return np.concatenate(rows, axis=0).T.astype(np.float32)
 
     def _prefill(self, ids: Sequence[int], *, all_logits: bool) -> np.ndarray:
@@ -372,10 +454,12 @@ class Model:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Release every compiled kernel."""
+        """Release every compiled kernel (and so the buffers of the weights and cache)."""
         for kernel in self._kernels.values():
             kernel.close()
         self._kernels = {}
+        self._block_sets, self._head_sets, self._caches = {}, {}, {}
+        self._weights, self._head_weights = [], {}
 
     def __enter__(self) -> Model:
         return self

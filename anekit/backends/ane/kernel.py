@@ -151,18 +151,11 @@ class Slot:
                 for i, lay in enumerate(kernel_plan.inputs)
             ]
             self.outputs = [Surface.create(fw, lay) for lay in kernel_plan.outputs]
-            self.in_views: dict[str, np.ndarray] = {}
-            for v, surface in zip(fn.inputs, self.inputs):
-                view = surface.view(_shape(v), v.dtype.numpy)
-                host = device.input_names[v.name]
-                if device.packing is not None and host == device.packing.name:
-                    self.in_views.update(device.packing.views(view))
-                else:
-                    self.in_views[host] = view
-            self.out_views = {
-                device.output_names[v.name]: surface.view(_shape(v), v.dtype.numpy)
-                for v, surface in zip(fn.outputs, self.outputs)
-            }
+            self.in_views, self.out_views = host_views(
+                device,
+                [s.view(_shape(v), v.dtype.numpy) for v, s in zip(fn.inputs, self.inputs)],
+                [s.view(_shape(v), v.dtype.numpy) for v, s in zip(fn.outputs, self.outputs)],
+            )
             self.stats = make_stats(fw) if stats else None
             self.request = _request(fw, self, kernel_plan)
         for s in self.surfaces:
@@ -187,6 +180,21 @@ def run_all(steps: list[Callable[[], Any]]) -> None:
             errors.append(e)
     if errors:
         raise errors[0]
+
+
+def host_views(
+    device: DeviceProgram, ins: list[np.ndarray], outs: list[np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Arrays of the device tensors by host name (a packed input split into its inputs' views)."""
+    fn = device.program.main
+    in_views: dict[str, np.ndarray] = {}
+    for v, arr in zip(fn.inputs, ins):
+        host = device.input_names[v.name]
+        if host == _packed(device):
+            in_views.update(device.packing.views(arr))
+        else:
+            in_views[host] = arr
+    return in_views, {device.output_names[v.name]: a for v, a in zip(fn.outputs, outs)}
 
 
 def _shape(v: Any) -> tuple[int, ...]:
@@ -252,13 +260,11 @@ class SurfaceKernel(Kernel):
             specs_out = tuple(TensorSpec.of(v) for v in device.program.main.outputs)
             self.plan = plan(specs_in, specs_out, loaded.attributes(), layout=layout,
                              binding=binding)  # fmt: skip
-            self._primary_slot = self._new_slot()
+            self._layout = self._describe()
         except BaseException:
             with contextlib.suppress(Exception):  # the first error is the one to report
                 self._finalizer()
             raise
-        self._primary = self._wrap(self._primary_slot, frozenset())
-        self._layout = self._describe()
 
     # -- Kernel API ----------------------------------------------------------------------------
     def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -381,26 +387,40 @@ class SurfaceKernel(Kernel):
         self._last = None if hw is None else {"wall_s": wall, "hw_s": hw}
 
     def _describe(self) -> KernelLayout:
-        fn, slot, device = self.device_program.main, self._primary_slot, self._device
+        """The layout of every buffer, from the plan (before any surface exists)."""
+        fn, device = self.device_program.main, self._device
+        ins, outs = (
+            [_phantom(_shape(v), v.dtype.numpy, lay) for v, lay in zip(values, lays)]
+            for values, lays in ((fn.inputs, self.plan.inputs), (fn.outputs, self.plan.outputs))
+        )
+        in_views, out_views = host_views(device, ins, outs)
         inputs, outputs = {}, {}
         for i, v in enumerate(fn.inputs):
             host = device.input_names[v.name]
             names = [s.name for s in device.packing.segments] if host == _packed(device) else [host]
             for name in names:
-                source = self.plan.inputs[i].source
+                lay = self.plan.inputs[i]
+                source = lay.source
                 if name != host or v.name != host:
                     source += f"; device input {v.name!r}"
-                inputs[name] = _buffer(slot.in_views[name], self.spec(name), slot.inputs[i],
-                                       source, self.plan.input_indices[i])  # fmt: skip
+                inputs[name] = _buffer(in_views[name], self.spec(name), lay.alloc_size, source,
+                                       self.plan.input_indices[i])  # fmt: skip
         for i, v in enumerate(fn.outputs):
-            name = device.output_names[v.name]
-            source = self.plan.outputs[i].source
+            name, lay = device.output_names[v.name], self.plan.outputs[i]
+            source = lay.source
             if v.name != name:
                 source += f"; device output {v.name!r}"
-            outputs[name] = _buffer(slot.out_views[name], self.spec(name, output=True),
-                                    slot.outputs[i], source, self.plan.output_indices[i])  # fmt: skip
+            outputs[name] = _buffer(out_views[name], self.spec(name, output=True), lay.alloc_size,
+                                    source, self.plan.output_indices[i])  # fmt: skip
         notes = (f"binding: {self.plan.binding}", *self.plan.notes)
         return KernelLayout(MappingProxyType(inputs), MappingProxyType(outputs), notes)
+
+
+def _phantom(shape: tuple[int, ...], dtype: Any, layout: TensorLayout) -> np.ndarray:
+    """An array with the strides a surface view of ``layout`` has, over no memory (never read)."""
+    return np.lib.stride_tricks.as_strided(
+        np.zeros(1, dtype), shape, layout.strides(shape), writeable=False
+    )
 
 
 def _geometry(layout: TensorLayout) -> tuple[int, ...]:
@@ -421,6 +441,6 @@ def _packed(device: DeviceProgram) -> str | None:
 
 
 def _buffer(
-    view: np.ndarray, spec: TensorSpec, surface: Surface, source: str, index: int
+    view: np.ndarray, spec: TensorSpec, nbytes: int, source: str, index: int
 ) -> BufferLayout:
-    return BufferLayout(spec.shape, spec.dtype, tuple(view.strides), surface.nbytes, source, index)
+    return BufferLayout(spec.shape, spec.dtype, tuple(view.strides), nbytes, source, index)
