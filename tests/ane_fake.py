@@ -464,3 +464,63 @@ class FakeFramework:
 
     def calls_to(self, selector: str) -> list[Call]:
         return [c for c in self.calls if c.selector == selector]
+
+
+class SurfaceWrites:
+    """Counts the bytes the host writes into IOSurface views (see :func:`count_surface_writes`)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.writes = 0
+        self._depth = 0  # inside a counted write: its inner copies are not counted again
+
+    def reset(self) -> None:
+        self.bytes = self.writes = 0
+
+    def count(self, dst: Any) -> None:
+        from anekit.backends.ane.iosurface import SurfaceView
+
+        if isinstance(dst, SurfaceView) and self._depth == 0:
+            self.bytes += dst.size * dst.itemsize
+            self.writes += 1
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+
+
+def count_surface_writes(monkeypatch: Any) -> SurfaceWrites:
+    """Count host writes into surface views: ``np.copyto``, item assignment, ``fp16.cast_into``.
+
+    Those are the ways anekit's code (backend and ``llm``) writes into a view; the
+    stand-in's own "hardware" writes go to its byte arrays directly and are not counted.
+    """
+    from anekit import fp16
+    from anekit.backends.ane.iosurface import SurfaceView
+
+    counter = SurfaceWrites()
+    copyto, cast = np.copyto, fp16.cast_into
+
+    def counted_copyto(dst: Any, src: Any, *args: Any, **kw: Any) -> None:
+        counter.count(dst)
+        with counter.inside():
+            copyto(dst, src, *args, **kw)
+
+    def counted_cast(dst: Any, src: Any) -> None:
+        counter.count(dst)
+        with counter.inside():
+            cast(dst, src)
+
+    def counted_setitem(self: Any, key: Any, value: Any) -> None:
+        counter.count(np.ndarray.__getitem__(self, key))
+        with counter.inside():
+            np.ndarray.__setitem__(self, key, value)
+
+    monkeypatch.setattr(np, "copyto", counted_copyto)
+    monkeypatch.setattr(fp16, "cast_into", counted_cast)
+    monkeypatch.setattr(SurfaceView, "__setitem__", counted_setitem, raising=False)
+    return counter

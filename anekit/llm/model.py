@@ -91,6 +91,15 @@ def decode_slots(max_seq: int) -> tuple[int, ...]:
     return (*sizes, max_seq)
 
 
+def decode_cache(max_seq: int, pos: int) -> int:
+    """The cache length a decode step at position ``pos`` reads (one of :func:`decode_slots`).
+
+    The smallest one longer than ``pos``: its buffers hold the context (positions before
+    ``pos``) and take the step's new row at ``pos``.
+    """
+    return next(s for s in decode_slots(max_seq) if s > pos)
+
+
 class Model:
     """A decoder-only language model on a backend; see :func:`anekit.llm.load`.
 
@@ -171,7 +180,6 @@ class Model:
             )
         self.max_seq = max_seq
         self.chunk = min(self._chunk, max_seq)
-        self._slots = decode_slots(max_seq)
         self._cache_at = None  # every later prefill starts at position 0
 
     # -- weights ------------------------------------------------------------------------------
@@ -366,8 +374,7 @@ class Model:
 
     def _decode(self, token: int, pos: int) -> np.ndarray:
         """One token at position ``pos`` (the cache holds ``pos`` tokens); its logits ``[V]``."""
-        slots = next(s for s in self._slots if s >= pos)
-        h = self._blocks([token], pos, K.BlockKey(1, slots))
+        h = self._blocks([token], pos, K.BlockKey(1, decode_cache(self.max_seq, pos)))
         return self._head_logits(h)[0]
 
     # -- public API ---------------------------------------------------------------------------

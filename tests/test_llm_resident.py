@@ -1,0 +1,105 @@
+"""``anekit.llm`` on resident buffer sets: weights written once, the cache updated in place.
+
+On the ANE path these run against the recording stand-in (``tests/ane_fake.py``), which
+evaluates each request with the reference backend on the surfaces it was given: they
+prove that the model's buffers are wired right (the same tokens as the reference
+backend), and count what the host writes into the surfaces per decode token. They say
+nothing about Apple's framework.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import anekit.backends.ane as ane  # noqa: E402
+from anekit import llm  # noqa: E402
+from anekit.backends import budget  # noqa: E402
+from anekit.llm import kernels as K  # noqa: E402
+from anekit.llm import model as llm_model  # noqa: E402
+from tests.ane_fake import FakeFramework, count_surface_writes  # noqa: E402
+from tests.llm_models import Case, save_model  # noqa: E402
+
+PROMPT = [5, 17, 3]
+MAX_SEQ, CHUNK, NEW = 16, 8, 12  # decode crosses cache buckets 4 -> 8 -> 16
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("qwen2")
+    save_model(path, Case("qwen2", "float16", False, 2, "new"))  # untied, GQA, q/k/v biases
+    return path
+
+
+@pytest.fixture(autouse=True)
+def small_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llm_model, "MIN_DECODE_SLOTS", 4)
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeFramework:
+    """The "ane" backend, available here and compiling against the stand-in."""
+    fake = FakeFramework(tmp_path / "T")
+    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
+    monkeypatch.setattr(ane, "available", lambda: (True, "the recording stand-in"))
+    monkeypatch.setattr(ane, "compile", functools.partial(ane.compile, framework=fake))
+    return fake
+
+
+def test_decoding_across_cache_buckets_matches_a_full_recompute(model_dir: Path) -> None:
+    with llm.load(model_dir, backend="reference", max_seq=MAX_SEQ, chunk=CHUNK) as m:
+        assert llm_model.decode_slots(m.max_seq) == (4, 8, 16)
+        new = m.generate(PROMPT, NEW, stop=())
+        seq = list(PROMPT)
+        for _ in range(NEW):
+            seq.append(int(np.argmax(m.logits(seq)[-1])))
+        assert new == seq[len(PROMPT) :]
+        assert m.compiles == 6  # prefill, head, decode at 4, 8 and 16, head over a chunk
+
+
+def test_the_ane_path_gives_the_reference_tokens(model_dir: Path, fake: FakeFramework) -> None:
+    """Two generations in a row (the second starts over from a cache left at another length)."""
+    prompts = (PROMPT, [40, 2, 9, 9, 1, 77, 30, 4, 8, 2])  # the second spans two prefill chunks
+    with llm.load(model_dir, backend="reference", max_seq=MAX_SEQ, chunk=CHUNK) as r:
+        want = [r.generate(p, MAX_SEQ - len(p), stop=()) for p in prompts]
+    with llm.load(model_dir, backend="ane", chip="m4", max_seq=MAX_SEQ, chunk=CHUNK) as m:
+        assert [m.generate(p, MAX_SEQ - len(p), stop=()) for p in prompts] == want
+    assert fake.violations == []
+    assert all(s.locks == 0 for s in fake.surfaces), "a surface stayed locked after close"
+
+
+def test_a_decode_token_writes_only_its_rows_into_the_surfaces(
+    model_dir: Path, fake: FakeFramework, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes the host writes per decode token: tables, the residual stream, the new K/V rows.
+
+    Counted through the stand-in's surfaces, against what passing every input to
+    ``kernel(**inputs)`` copies (each layer's weights and whole cache, the head's weights).
+    """
+    with llm.load(model_dir, backend="ane", chip="m4", max_seq=MAX_SEQ, chunk=CHUNK) as m:
+        c = m.config
+        writes = count_surface_writes(monkeypatch)
+        tokens = m.stream(PROMPT, NEW, stop=())
+        next(tokens)  # the prefill and the first token
+        previous = MAX_SEQ  # the prefill's cache length
+        for pos in range(len(PROMPT), len(PROMPT) + NEW - 1):
+            writes.reset()
+            next(tokens)
+            s = llm_model.decode_cache(MAX_SEQ, pos)
+            moved = pos if s != previous else 0  # the context's rows, copied once per new length
+            previous = s
+            per_token = (
+                2 * c.head_dim  # cos and sin, written once for every layer
+                + c.group * (s + 1)  # the mask
+                + (c.n_layers + 1) * c.dim  # the residual stream into each block and the head
+                + c.n_layers * 2 * c.n_kv_heads * (1 + moved) * c.head_dim  # new K/V rows
+            )
+            assert writes.bytes == 2 * per_token, (pos, s, moved)
+        block = sum(np.prod(shape) for shape in K.block_input_shapes(c, K.BlockKey(1, 16)).values())
+        head = c.dim + c.dim + c.vocab_size * c.dim  # x, norm, the head's weights
+        assert 30 * per_token < c.n_layers * block + head  # what kernel(**inputs) copies
