@@ -28,14 +28,11 @@ RNG = np.random.default_rng(3)
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> FakeFramework:
-    return FakeFramework(tmp_path / "T")
-
-
-@pytest.fixture(autouse=True)
-def fresh_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeFramework:
+    """The stand-in, with a fresh compile budget and no pause before a load retry."""
     monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
     monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
+    return FakeFramework(tmp_path / "T")
 
 
 def weighted(op: str = "mul") -> mil.Program:
