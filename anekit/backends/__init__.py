@@ -89,6 +89,7 @@ def compile(
     """
     if not isinstance(program, Program):
         raise TypeError(f"compile() takes a mil.Program, found {type(program).__name__}")
+    program.require_weights("compile")  # before any backend or worker does work
     name = resolve_backend(backend)
     if _isolates(name, isolate):
         from anekit.backends import worker

@@ -213,6 +213,7 @@ class Kernel(ABC):
     backend: str = ""
 
     def __init__(self, program: Program) -> None:
+        program.require_weights("compile")
         self.program = program
         self.inputs = tuple(TensorSpec.of(v) for v in program.main.inputs)
         self.outputs = tuple(TensorSpec.of(v) for v in program.main.outputs)
