@@ -228,7 +228,9 @@ class FakeFramework:
             ("model", "unloadWithQoS:error:"): lambda m, q, e: self.unload_result,
             ("model", "model"): lambda m: m.inner,
             ("model", "setPerfStatsMask:"): lambda m, mask: None,
-            ("ane_model", "modelAttributes"): lambda m: self.model_attributes(m.text, m.weights),
+            ("ane_model", "modelAttributes"): lambda m: self.model_attributes(
+                m.text, m.weights, m.align
+            ),
             ("ane_model", "setPerfStatsMask:"): lambda m, mask: None,
             ("_ANEIOSurfaceObject", "objectWithIOSurface:"): lambda c, s: ObjCObject(
                 self, "io", surface=s
@@ -347,12 +349,15 @@ class FakeFramework:
             return sorted(values, key=lambda v: sign * v.type.nbytes)
         return list(values)
 
-    def model_attributes(self, text: str, weights: Any) -> dict[str, Any] | None:
+    def model_attributes(
+        self, text: str, weights: Any, align: int | None = None
+    ) -> dict[str, Any] | None:
         if self.attributes is None:
             return None
         fn = mil.parse(text, weights=weights).main
-        ins = [self.true_layout(v, self.row_align) for v in self.order(fn.inputs, outputs=False)]
-        outs = [self.true_layout(v, self.row_align) for v in self.order(fn.outputs, outputs=True)]
+        align = self.row_align if align is None else align
+        ins = [self.true_layout(v, align) for v in self.order(fn.inputs, outputs=False)]
+        outs = [self.true_layout(v, align) for v in self.order(fn.outputs, outputs=True)]
         suffix = self.symbol_suffix
         return {
             "NetworkStatusList": [
@@ -380,9 +385,10 @@ class FakeFramework:
             else payload + repr(sorted(weights.items())).encode()
         )
         text = payload.decode()
-        inner = ObjCObject(self, "ane_model", text=text, weights=weights)
+        # a model's rows keep the alignment in force when it was made (as a compiled model's)
+        inner = ObjCObject(self, "ane_model", text=text, weights=weights, align=self.row_align)
         return ObjCObject(self, "model", hex=hashlib.sha256(keyed).hexdigest(), text=text,
-                          weights=weights, inner=inner)  # fmt: skip
+                          weights=weights, inner=inner, align=self.row_align)  # fmt: skip
 
     def _client_model(self, cls: ObjCObject, url: NSURL, key: str) -> ObjCObject:
         root = Path(url.path)
@@ -439,7 +445,7 @@ class FakeFramework:
     def _compute(self, model: ObjCObject, request: ObjCObject) -> None:
         program = mil.parse(model.text, weights=model.weights)
         fn = program.main
-        align = self.row_align if self.attributes else 64
+        align = getattr(model, "align", self.row_align) if self.attributes else 64
         in_order = self.order(fn.inputs, outputs=False)
         out_order = self.order(fn.outputs, outputs=True)
         inputs = {}

@@ -132,5 +132,8 @@ def test_a_surface_laid_out_otherwise_cannot_be_bound(fake: FakeFramework) -> No
         home = k1.buffers()
         with pytest.raises(UsageError, match="input 'w' is read as 4x8 rows .* 128-byte rows"):
             k2.buffers(share={"w": home.buffer("w")})
+        loose = k2.buffers(share={"w": home.buffer("w"), "b": home.buffer("b")}, strict=False)
+        assert loose.shared == frozenset(), "a surface of another geometry was bound"
+        assert not np.shares_memory(loose.input("w"), home.input("w"))
         with pytest.raises(UsageError, match="needs a whole IOSurface"):
             k2.buffers(share={"w": reference.compile(weighted()).buffers().buffer("w")})

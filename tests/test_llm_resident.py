@@ -103,3 +103,19 @@ def test_a_decode_token_writes_only_its_rows_into_the_surfaces(
         block = sum(np.prod(shape) for shape in K.block_input_shapes(c, K.BlockKey(1, 16)).values())
         head = c.dim + c.dim + c.vocab_size * c.dim  # x, norm, the head's weights
         assert 30 * per_token < c.n_layers * block + head  # what kernel(**inputs) copies
+
+
+def test_programs_that_cannot_bind_a_buffer_get_copies_and_the_same_tokens(
+    model_dir: Path, fake: FakeFramework
+) -> None:
+    """Decode programs whose model lays some tensors out otherwise (128-byte rows, as reported
+    on M5) cannot bind the prefill program's surfaces for them: those get their own copies."""
+    with llm.load(model_dir, backend="reference", max_seq=MAX_SEQ, chunk=CHUNK) as r:
+        want = r.generate(PROMPT, NEW, stop=())
+    with llm.load(model_dir, backend="ane", chip="m4", max_seq=MAX_SEQ, chunk=CHUNK) as m:
+        fake.row_align = 128  # the programs compiled from now on
+        assert m.generate(PROMPT, NEW, stop=()) == want
+        decode = m._block_sets[K.BlockKey(1, MAX_SEQ)][0]
+        assert "wqkv" in decode.shared, "128-byte rows of dim 64: the same layout, still bound"
+        assert not {"k_cache", "attn_norm"} & decode.shared, "a layout that differs was bound"
+    assert fake.violations == []

@@ -232,7 +232,11 @@ class Kernel(ABC):
         """Run once on validated inputs; return fresh output arrays. Must be thread-safe."""
 
     def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
-        """A new buffer set; ``share``'s inputs (checked for name, shape, dtype) bind its buffers."""
+        """A new buffer set whose ``share`` inputs bind those buffers (each checked already)."""
+        raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
+
+    def _binding_problem(self, name: str, buf: Buffer) -> str | None:
+        """Why input ``name`` cannot bind ``buf`` (shape and dtype match), or None if it can."""
         raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
 
     def _run_buffers(self, buffers: BufferSet) -> None:
@@ -268,7 +272,11 @@ class Kernel(ABC):
             return self.evaluate(self.validate(inputs))
 
     def buffers(
-        self, share: Mapping[str, Buffer] | None = None, *, compact: bool = False
+        self,
+        share: Mapping[str, Buffer] | None = None,
+        *,
+        compact: bool = False,
+        strict: bool = True,
     ) -> BufferSet:
         """A new set of bindable memory for one evaluation (see :class:`BufferSet`).
 
@@ -277,15 +285,17 @@ class Kernel(ABC):
                 one of the same backend, e.g. ``other.buffer("w")``) to bind instead of new
                 memory: weights held once and read by several programs, a table shared by
                 every layer, an output read as the next program's input. The buffer's shape
-                and dtype must be the input's, and its memory laid out as this kernel reads
-                it (else UsageError).
+                and dtype must be the input's (else UsageError).
             compact: hold fp16 tensors in 2 bytes even where the backend computes on float32
                 (the reference backend then converts them on each run instead of reading
                 them in place); no effect on the ANE, whose surfaces are fp16.
+            strict: a buffer this kernel cannot bind (another memory layout, another kind of
+                kernel) is a UsageError saying why; with False it gets memory of its own
+                instead, and the set's ``shared`` names only the inputs that were bound.
         """
         with self._in_flight():
-            share = dict(share or {})
-            for name, buf in share.items():
+            bound = {}
+            for name, buf in dict(share or {}).items():
                 spec = self._input_specs.get(name)
                 if spec is None:
                     raise UsageError(
@@ -300,7 +310,12 @@ class Kernel(ABC):
                     raise UsageError(
                         f"share: input {spec} cannot bind buffer {buf.spec} (shape and dtype differ)"
                     )
-            return self._make_buffers(share, bool(compact))
+                problem = self._binding_problem(name, buf)
+                if problem is None:
+                    bound[name] = buf
+                elif strict:
+                    raise UsageError(f"share: input {name!r} {problem}")
+            return self._make_buffers(bound, bool(compact))
 
     def run(self, buffers: BufferSet | None = None, /) -> None:
         """Run once in place: on ``buffers`` (a set of this kernel), or on ``input_buffer``s."""

@@ -42,7 +42,7 @@ import numpy as np
 from anekit.backends import shm, wire
 from anekit.backends.base import Buffer, BufferSet, Kernel, TensorSpec
 from anekit.backends.budget import DEFAULT_LIMIT
-from anekit.errors import EvaluationError, UsageError
+from anekit.errors import EvaluationError
 from anekit.mil.program import Program
 
 DEFAULT_RECYCLE_AFTER = 100  # compiles per worker; below the in-process budget (budget.py)
@@ -485,13 +485,15 @@ class IsolatedKernel(Kernel):
             self._run_spans(shared.state)
             return {s.name: np.array(shared.output(s.name)) for s in self.outputs}
 
+    def _binding_problem(self, name: str, buf: Buffer) -> str | None:
+        if buf.kind != "isolated":
+            return (
+                "of an isolated kernel needs a buffer of another isolated kernel's set "
+                f"(shared memory), found a {buf.kind} buffer"
+            )
+        return None
+
     def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
-        for name, buf in share.items():
-            if buf.kind != "isolated":
-                raise UsageError(
-                    f"share: input {name!r} of an isolated kernel needs a buffer of another "
-                    f"isolated kernel's set (shared memory), found a {buf.kind} buffer"
-                )
         own = [s for s in self.inputs if s.name not in share] + list(self.outputs)
         region = shm.Region.create(shm.layout(own)[1], collect=True)
         return self._set_on(region, 0, share)

@@ -150,7 +150,8 @@ class Model:
         self._weights: list[dict[str, Buffer]] = []  # per layer, bound into every block set
         self._head_weights: dict[str, Buffer] = {}
         self._caches: dict[int, list[tuple[Buffer, Buffer]]] = {}  # cache length -> per layer
-        self._cache_at: int | None = None  # the cache length whose buffers hold the context
+        self._cache_of: dict[K.BlockKey, list[tuple[Buffer, Buffer]]] = {}  # each program's
+        self._cache_at: list[tuple[Buffer, Buffer]] | None = None  # the buffers with the context
         self._embed: np.ndarray | None = None  # untied models only; else the head's rows
         self.stats = GenerationStats()
         self.reserve(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
@@ -247,7 +248,10 @@ class Model:
 
         The first block program's sets receive the weights (read from the source now);
         later ones bind them, and the cache buffers of their cache length if another
-        program made them. Layers 1... bind layer 0's tables.
+        program made them. Layers 1... bind layer 0's tables. A buffer a program cannot
+        bind (its model lays the tensor out otherwise) gets its own memory: weights are
+        then copied into it once, tables written into it each step, and the cache rows
+        moved when this program takes over the context (see ``_use_cache``).
         """
         sets = self._block_sets.get(key)
         if sets is not None:
@@ -260,14 +264,17 @@ class Model:
                 share.update(k_cache=caches[i][0], v_cache=caches[i][1])
             if sets:
                 share.update({n: sets[0].buffer(n) for n in TABLES})
-            bs = kernel.buffers(share, compact=self._compact)
+            bs = kernel.buffers(share, compact=self._compact, strict=False)
             if len(self._weights) == i:  # the first block program: its sets hold the weights
                 for name, parts in self._layer_parts(i).items():
                     self._fill(bs.input(name), parts)
                 self._weights.append({n: bs.buffer(n) for n in K.block_weight_shapes(self.config)})
+            for name, home in self._weights[i].items():
+                if name not in bs.shared and bs.buffer(name) is not home:
+                    np.copyto(bs.input(name), home.array)  # a layout this program cannot bind
             sets.append(bs)
-        if caches is None:
-            self._caches[key.cache] = [(b.buffer("k_cache"), b.buffer("v_cache")) for b in sets]
+        self._cache_of[key] = [(b.buffer("k_cache"), b.buffer("v_cache")) for b in sets]
+        self._caches.setdefault(key.cache, self._cache_of[key])
         self._block_sets[key] = sets
         return sets
 
@@ -276,7 +283,10 @@ class Model:
         bs = self._head_sets.get(key)
         if bs is not None:
             return bs
-        bs = self._kernel(key).buffers(self._head_weights, compact=self._compact)
+        bs = self._kernel(key).buffers(self._head_weights, compact=self._compact, strict=False)
+        for name, home in self._head_weights.items():
+            if name not in bs.shared:
+                np.copyto(bs.input(name), home.array)  # a layout this program cannot bind
         if not self._head_weights:
             c = self.config
             self._fill(bs.input("norm"), [("model.norm.weight", (c.dim,))])
@@ -310,18 +320,21 @@ class Model:
             rows[inside] = piece[ids[inside] - lo]
         return rows
 
-    def _use_cache(self, length: int, start: int) -> None:
-        """Make the cache buffers of ``length`` slots hold the context (its first ``start`` rows).
+    def _use_cache(self, key: K.BlockKey, start: int) -> None:
+        """Make ``key``'s cache buffers hold the context (its first ``start`` rows).
 
-        Programs reading another length keep their own buffers: switching copies the rows
-        once (a decode step moving to the next larger cache, once per doubling).
+        Programs of one cache length share their buffers; one of another length (or one
+        that could not bind them) has its own, and taking over the context copies the rows
+        once (a decode step moving to the next longer cache: once per doubling).
         """
-        home = self._cache_at
-        if home is not None and home != length and start > 0:
-            for (k_from, v_from), (k_to, v_to) in zip(self._caches[home], self._caches[length]):
-                k_to.array[0, :, :start] = k_from.array[0, :, :start]
-                v_to.array[0, :, :start] = v_from.array[0, :, :start]
-        self._cache_at = length
+        target, home = self._cache_of[key], self._cache_at
+        if home is not None and start > 0:
+            for (k_from, v_from), (k_to, v_to) in zip(home, target):
+                if k_to.memory is not k_from.memory:
+                    k_to.array[0, :, :start] = k_from.array[0, :, :start]
+                if v_to.memory is not v_from.memory:
+                    v_to.array[0, :, :start] = v_from.array[0, :, :start]
+        self._cache_at = target
 
     # -- forward ------------------------------------------------------------------------------
     def _blocks(self, ids: Sequence[int], start: int, key: K.BlockKey) -> np.ndarray:
@@ -332,14 +345,16 @@ class Model:
         """
         n, t = len(ids), key.tokens
         sets, kernel = self._sets_for(key), self._kernels[key]
-        self._use_cache(key.cache, start)
+        self._use_cache(key, start)
         padded = np.zeros(t, np.int64)
         padded[:n] = ids
         first = sets[0]
         cos, sin = K.rope_tables(self.config, start, t)
-        first.write("cos", cos)  # bound by every layer's set
-        first.write("sin", sin)
-        first.write("mask", K.attention_mask(self.config, key, start, n))
+        tables = {"cos": cos, "sin": sin, "mask": K.attention_mask(self.config, key, start, n)}
+        for bs in sets:  # layer 0's tables are bound by every layer that could bind them
+            for name, value in tables.items():
+                if bs is first or name not in bs.shared:
+                    bs.write(name, value)
         fp16.cast_into(first.input("x"), self._embedding(padded).T[None, None])
         for i, bs in enumerate(sets):
             if i:
@@ -465,7 +480,7 @@ class Model:
         for kernel in self._kernels.values():
             kernel.close()
         self._kernels = {}
-        self._block_sets, self._head_sets, self._caches = {}, {}, {}
+        self._block_sets, self._head_sets, self._caches, self._cache_of = {}, {}, {}, {}
         self._weights, self._head_weights = [], {}
 
     def __enter__(self) -> Model:

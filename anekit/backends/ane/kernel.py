@@ -46,7 +46,7 @@ from anekit.backends.base import (
     KernelLayout,
     TensorSpec,
 )
-from anekit.errors import CompileError, EvaluationError, UsageError
+from anekit.errors import CompileError, EvaluationError
 from anekit.mil.program import Program
 
 MAX_QOS = 2**32 - 1  # the selectors take an unsigned int
@@ -279,29 +279,36 @@ class SurfaceKernel(Kernel):
 
     def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
         """A new slot: its own surfaces and request, bound to ``share``'s surfaces where given."""
-        fn, device = self.device_program.main, self._device
-        index = {device.input_names[v.name]: i for i, v in enumerate(fn.inputs)}
-        shared: dict[int, Surface] = {}
-        for name, buf in share.items():
-            if name not in index:
-                raise UsageError(
-                    f"share: this kernel packs input {name!r} into one surface with the others; "
-                    "compile with pack_inputs=False to bind shared buffers"
-                )
-            if buf.kind != "ane" or not isinstance(buf.memory, Surface):
-                raise UsageError(
-                    f"share: input {name!r} of an ANE kernel needs a whole IOSurface of an ANE "
-                    f"buffer set; this {buf.kind} buffer is not one (part of a packed surface?)"
-                )
-            need, has = self.plan.inputs[index[name]], buf.memory.layout
-            if buf.memory.framework is not self._loaded.fw or _geometry(has) != _geometry(need):
-                raise UsageError(
-                    f"share: input {name!r} is read as {_describe_geometry(need)}; the buffer's "
-                    f"surface is {_describe_geometry(has)}"
-                    + ("" if buf.memory.framework is self._loaded.fw else ", of another framework")
-                )
-            shared[index[name]] = buf.memory
+        index = self._device_inputs()
+        shared = {index[name]: buf.memory for name, buf in share.items()}
         return self._wrap(self._new_slot(shared), frozenset(share))
+
+    def _binding_problem(self, name: str, buf: Buffer) -> str | None:
+        index = self._device_inputs()
+        if name not in index:
+            return (
+                "is packed into one surface with the other inputs; compile with "
+                "pack_inputs=False to bind shared buffers"
+            )
+        if buf.kind != "ane" or not isinstance(buf.memory, Surface):
+            return (
+                f"of an ANE kernel needs a whole IOSurface of an ANE buffer set; this {buf.kind} "
+                "buffer is not one (part of a packed surface?)"
+            )
+        need, has = self.plan.inputs[index[name]], buf.memory.layout
+        if buf.memory.framework is not self._loaded.fw:
+            return "cannot bind a surface of another framework"
+        if _geometry(has) != _geometry(need):
+            return (
+                f"is read as {_describe_geometry(need)}; the buffer's surface is "
+                f"{_describe_geometry(has)}"
+            )
+        return None
+
+    def _device_inputs(self) -> dict[str, int]:
+        """Host input name -> index of the device input that is its own surface (not packed)."""
+        fn, device = self.device_program.main, self._device
+        return {device.input_names[v.name]: i for i, v in enumerate(fn.inputs)}
 
     def _run_buffers(self, buffers: BufferSet) -> None:
         self._run_slot(buffers.state)

@@ -13,7 +13,7 @@ from anekit import fp16
 from anekit.backends.base import Buffer, BufferSet, Kernel
 from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step, held_dtype
 from anekit.config import physical_memory
-from anekit.errors import AnekitError, EvaluationError, UsageError
+from anekit.errors import AnekitError, EvaluationError
 from anekit.mil.program import Program
 
 NAME = "reference"
@@ -160,17 +160,17 @@ class ReferenceKernel(Kernel):
             if buf is None:
                 array = aligned_array(spec.shape, self._form(spec, compact))
                 buf = Buffer(spec, array, array, NAME)
-            elif buf.kind != NAME or not isinstance(buf.memory, np.ndarray):
-                raise UsageError(
-                    f"share: input {spec.name!r} of a reference kernel cannot bind a buffer of "
-                    f"kind {buf.kind!r}"
-                )
             inputs[spec.name] = buf
         outputs = {}
         for spec in self.outputs:
             array = aligned_array(spec.shape, self._form(spec, compact))
             outputs[spec.name] = Buffer(spec, array, array, NAME)
         return BufferSet(self, inputs, outputs, shared=frozenset(share))
+
+    def _binding_problem(self, name: str, buf: Buffer) -> str | None:
+        if buf.kind != NAME or not isinstance(buf.memory, np.ndarray):
+            return f"of a reference kernel cannot bind a buffer of kind {buf.kind!r}"
+        return None
 
     def _run_buffers(self, buffers: BufferSet) -> None:
         state = self._acquire()
