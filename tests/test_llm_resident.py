@@ -119,3 +119,13 @@ def test_programs_that_cannot_bind_a_buffer_get_copies_and_the_same_tokens(
         assert "wqkv" in decode.shared, "128-byte rows of dim 64: the same layout, still bound"
         assert not {"k_cache", "attn_norm"} & decode.shared, "a layout that differs was bound"
     assert fake.violations == []
+
+
+def test_compact_buffers_give_the_same_tokens(model_dir: Path) -> None:
+    """``hold="fp16"`` keeps the reference backend's buffers in 2 bytes (converted per run)."""
+    with llm.load(model_dir, backend="reference", max_seq=MAX_SEQ, chunk=CHUNK) as wide:
+        want = wide.generate(PROMPT, NEW, stop=())
+        assert wide._weights[0]["wqkv"].array.dtype == np.float32
+    with llm.load(model_dir, backend="reference", max_seq=MAX_SEQ, chunk=CHUNK, hold="fp16") as m:
+        assert m._weights[0]["wqkv"].array.dtype == np.float16
+        assert m.generate(PROMPT, NEW, stop=()) == want
