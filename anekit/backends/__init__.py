@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 from anekit import config
-from anekit.backends.base import Kernel, TensorSpec
+from anekit.backends.base import Buffer, BufferSet, Kernel, TensorSpec
 from anekit.errors import BackendUnavailable
 from anekit.mil.program import Program
 
@@ -18,6 +18,8 @@ BACKENDS: dict[str, str] = {
 
 __all__ = [
     "BACKENDS",
+    "Buffer",
+    "BufferSet",
     "Kernel",
     "TensorSpec",
     "available_backends",

@@ -31,8 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from anekit import backends, fp16
-from anekit.backends import Kernel
-from anekit.backends.base import Buffer, BufferSet
+from anekit.backends import Buffer, BufferSet, Kernel
 from anekit.errors import UsageError
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig
