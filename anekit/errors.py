@@ -30,6 +30,7 @@ __all__ = [
     "ConversionError",
     "InspectError",
     "UsageError",
+    "KernelClosed",
     "os_reason",
     "ModelError",
 ]
@@ -257,6 +258,18 @@ class UsageError(AnekitError, ValueError):
         self.message = message
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class KernelClosed(UsageError):
+    """A kernel (or one of its buffer sets) was used after ``close()`` began.
+
+    ``close()`` waits for the calls already in flight; any call that starts later raises
+    this, like Python's ``ValueError`` for a closed file.
+    """
+
+    def __init__(self, kernel: str) -> None:
+        self.kernel = kernel
+        super().__init__(f"{kernel} is closed; compile the program again to run it")
 
 
 # What the user reads for the errors a path can give; others keep the system's wording.

@@ -8,6 +8,10 @@
    ``torch.set_num_threads``), candidates interleaved, min and median of the rounds.
    Target of issue 16: reference decode at least 0.5x of transformers.
 2. Decode step time at positions 32 and 512 (a KV cache keeps them within 1.5x).
+   Decode on the model's resident buffer sets (weights written once, cache rows in
+   place) against the same kernels called with every input as an array (each layer's
+   weights and cache copied into the kernel's buffers per call: anekit.llm before
+   buffer sets), interleaved.
 3. The cost model's predicted decode tokens/s for each published figure's model and
    chip (target: within 1.5x), and for the benchmark model on every chip.
 
@@ -84,6 +88,45 @@ def ours_prefill(model, ids: list[int]) -> float:
 def ours_decode(model, ids: list[int], steps: int) -> float:
     model.generate(ids, steps + 1, stop=())
     return model.stats.decode_s / steps
+
+
+def per_call_decode(model, start: int, steps: int) -> float:
+    """Mean seconds per decode step at ``start...`` through ``kernel.evaluate`` with arrays.
+
+    The path anekit.llm took before buffer sets: every block input (weights, the cache
+    up to the step's length, tables) is passed as an array, which the reference kernel
+    copies into its evaluation buffers on each call. Same kernels, same weights.
+    """
+    from anekit import fp16
+    from anekit.llm import kernels as K
+    from anekit.llm.model import decode_cache
+
+    c = model.config
+    weights = [{n: b.array for n, b in layer.items()} for layer in model._weights]
+    head_weights = {n: b.array for n, b in model._head_weights.items()}
+    dtype = weights[0]["wqkv"].dtype
+    kv = (1, c.n_kv_heads, model.max_seq, c.head_dim)
+    k_cache = [np.zeros(kv, dtype) for _ in weights]
+    v_cache = [np.zeros(kv, dtype) for _ in weights]
+    head = model._kernel(K.HeadKey(1, model._pieces))
+    held = lambda a: fp16.round_fp16(np.asarray(a, np.float32)).astype(dtype)  # noqa: E731
+    began = time.perf_counter()
+    for pos in range(start, start + steps):
+        key = K.BlockKey(1, decode_cache(model.max_seq, pos))
+        kernel = model._kernel(key)
+        x = np.ascontiguousarray(model._embedding(np.array([7])).T)[None, None].astype(dtype)
+        cos, sin = K.rope_tables(c, pos, 1)
+        shared = {"cos": held(cos), "sin": held(sin),
+                  "mask": held(K.attention_mask(c, key, pos, 1))}  # fmt: skip
+        for i, w in enumerate(weights):
+            s = key.cache
+            out = kernel.evaluate({"x": x, **shared, "k_cache": k_cache[i][:, :, :s],
+                                   "v_cache": v_cache[i][:, :, :s], **w})  # fmt: skip
+            k_cache[i][0, :, pos] = out["k_new"][0, :, 0]
+            v_cache[i][0, :, pos] = out["v_new"][0, :, 0]
+            x = out["y"]
+        head.evaluate({"x": x, **head_weights})
+    return (time.perf_counter() - began) / steps
 
 
 def rounds(candidates: dict[str, Callable[[], float]], n: int) -> dict[str, list[float]]:
@@ -168,6 +211,20 @@ def main() -> None:
                 f"  anekit step at {POSITIONS[1]} / at {POSITIONS[0]}: {b / a:.2f}x (target <= 1.5)"
             )
             print(f"  compiled programs: {m.compiles}")
+            print(
+                f"decode, {NEW} steps after a 32-token prompt: resident buffer sets vs per-call arrays:"
+            )
+            t = rounds(
+                {
+                    "resident": lambda: ours_decode(m, prompt[:32], NEW),
+                    "per-call": lambda: per_call_decode(m, 32, NEW),
+                },
+                args.rounds,
+            )
+            print(line("buffer sets (weights resident)", t["resident"]))
+            print(line("per-call arrays (before)", t["per-call"]))
+            ratio = statistics.median(t["per-call"]) / statistics.median(t["resident"])
+            print(f"  per-call / resident step time: {ratio:.2f}x (target >= 1: not slower)")
             cfg = m.config
         finally:
             m.close()

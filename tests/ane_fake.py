@@ -228,7 +228,9 @@ class FakeFramework:
             ("model", "unloadWithQoS:error:"): lambda m, q, e: self.unload_result,
             ("model", "model"): lambda m: m.inner,
             ("model", "setPerfStatsMask:"): lambda m, mask: None,
-            ("ane_model", "modelAttributes"): lambda m: self.model_attributes(m.text, m.weights),
+            ("ane_model", "modelAttributes"): lambda m: self.model_attributes(
+                m.text, m.weights, m.align
+            ),
             ("ane_model", "setPerfStatsMask:"): lambda m, mask: None,
             ("_ANEIOSurfaceObject", "objectWithIOSurface:"): lambda c, s: ObjCObject(
                 self, "io", surface=s
@@ -347,12 +349,15 @@ class FakeFramework:
             return sorted(values, key=lambda v: sign * v.type.nbytes)
         return list(values)
 
-    def model_attributes(self, text: str, weights: Any) -> dict[str, Any] | None:
+    def model_attributes(
+        self, text: str, weights: Any, align: int | None = None
+    ) -> dict[str, Any] | None:
         if self.attributes is None:
             return None
         fn = mil.parse(text, weights=weights).main
-        ins = [self.true_layout(v, self.row_align) for v in self.order(fn.inputs, outputs=False)]
-        outs = [self.true_layout(v, self.row_align) for v in self.order(fn.outputs, outputs=True)]
+        align = self.row_align if align is None else align
+        ins = [self.true_layout(v, align) for v in self.order(fn.inputs, outputs=False)]
+        outs = [self.true_layout(v, align) for v in self.order(fn.outputs, outputs=True)]
         suffix = self.symbol_suffix
         return {
             "NetworkStatusList": [
@@ -380,9 +385,10 @@ class FakeFramework:
             else payload + repr(sorted(weights.items())).encode()
         )
         text = payload.decode()
-        inner = ObjCObject(self, "ane_model", text=text, weights=weights)
+        # a model's rows keep the alignment in force when it was made (as a compiled model's)
+        inner = ObjCObject(self, "ane_model", text=text, weights=weights, align=self.row_align)
         return ObjCObject(self, "model", hex=hashlib.sha256(keyed).hexdigest(), text=text,
-                          weights=weights, inner=inner)  # fmt: skip
+                          weights=weights, inner=inner, align=self.row_align)  # fmt: skip
 
     def _client_model(self, cls: ObjCObject, url: NSURL, key: str) -> ObjCObject:
         root = Path(url.path)
@@ -439,7 +445,7 @@ class FakeFramework:
     def _compute(self, model: ObjCObject, request: ObjCObject) -> None:
         program = mil.parse(model.text, weights=model.weights)
         fn = program.main
-        align = self.row_align if self.attributes else 64
+        align = getattr(model, "align", self.row_align) if self.attributes else 64
         in_order = self.order(fn.inputs, outputs=False)
         out_order = self.order(fn.outputs, outputs=True)
         inputs = {}
@@ -464,3 +470,63 @@ class FakeFramework:
 
     def calls_to(self, selector: str) -> list[Call]:
         return [c for c in self.calls if c.selector == selector]
+
+
+class SurfaceWrites:
+    """Counts the bytes the host writes into IOSurface views (see :func:`count_surface_writes`)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.writes = 0
+        self._depth = 0  # inside a counted write: its inner copies are not counted again
+
+    def reset(self) -> None:
+        self.bytes = self.writes = 0
+
+    def count(self, dst: Any) -> None:
+        from anekit.backends.ane.iosurface import SurfaceView
+
+        if isinstance(dst, SurfaceView) and self._depth == 0:
+            self.bytes += dst.size * dst.itemsize
+            self.writes += 1
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+
+
+def count_surface_writes(monkeypatch: Any) -> SurfaceWrites:
+    """Count host writes into surface views: ``np.copyto``, item assignment, ``fp16.cast_into``.
+
+    Those are the ways anekit's code (backend and ``llm``) writes into a view; the
+    stand-in's own "hardware" writes go to its byte arrays directly and are not counted.
+    """
+    from anekit import fp16
+    from anekit.backends.ane.iosurface import SurfaceView
+
+    counter = SurfaceWrites()
+    copyto, cast = np.copyto, fp16.cast_into
+
+    def counted_copyto(dst: Any, src: Any, *args: Any, **kw: Any) -> None:
+        counter.count(dst)
+        with counter.inside():
+            copyto(dst, src, *args, **kw)
+
+    def counted_cast(dst: Any, src: Any) -> None:
+        counter.count(dst)
+        with counter.inside():
+            cast(dst, src)
+
+    def counted_setitem(self: Any, key: Any, value: Any) -> None:
+        counter.count(np.ndarray.__getitem__(self, key))
+        with counter.inside():
+            np.ndarray.__setitem__(self, key, value)
+
+    monkeypatch.setattr(np, "copyto", counted_copyto)
+    monkeypatch.setattr(fp16, "cast_into", counted_cast)
+    monkeypatch.setattr(SurfaceView, "__setitem__", counted_setitem, raising=False)
+    return counter

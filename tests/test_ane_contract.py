@@ -203,7 +203,9 @@ def test_contract_temp_directory_holds_model_and_weights_at_compile_then_is_remo
 
 
 def test_contract_request_shape(fake: FakeFramework) -> None:
-    ane_compile(unweighted_program(), framework=fake).close()
+    with ane_compile(unweighted_program(), framework=fake) as k:
+        assert fake.calls_to(REQUEST) == [], "surfaces and requests are made when first needed"
+        k.run()
     (call,) = fake.calls_to(REQUEST)
     ins, in_idx, outs, out_idx, weights_buffer, stats, procedure = call.args
     assert [type(o.surface) for o in ins.items + outs.items] == [FakeSurface, FakeSurface]
@@ -236,7 +238,8 @@ def test_call_and_zero_copy_buffers_give_reference_results(fake: FakeFramework) 
         buf[...] = inputs["x"]
         k.run()
         np.testing.assert_array_equal(k.output_buffer("y"), expected)
-        x_surface = fake.calls_to(REQUEST)[0].args[0].items[0].surface
+        request = fake.calls_to("evaluateWithQoS:options:request:error:")[-1].args[2]
+        x_surface = request.inputs.items[0].surface  # the request run() evaluated
         assert np.shares_memory(buf, np.frombuffer(x_surface.buffer, np.uint8)), "not zero-copy"
     assert fake.violations == []
 
@@ -262,6 +265,7 @@ def test_packed_inputs_by_default(fake: FakeFramework) -> None:
         (descriptor,) = fake.calls_to("modelWithMILText:weights:optionsPlist:")
         device = mil.parse(descriptor.args[0].payload.decode())
         assert [v.name for v in device.main.inputs] == [f"i0_{k.packing.name}"]
+        k.input_buffer("small")
         (request,) = fake.calls_to(REQUEST)
         assert len(request.args[0].items) == 1
         got = k(**inputs)
@@ -288,6 +292,7 @@ def test_unpacked_inputs_ascend_and_outputs_descend_in_size(fake: FakeFramework)
         out_sizes = [v.type.nbytes for v in device.main.outputs]
         assert out_sizes == sorted(out_sizes, reverse=True)
         # surfaces in request order: [1, 4, 1, w] fp16 is 4 rows of 64 bytes for w <= 32
+        k.input_buffer("small")
         (request,) = fake.calls_to(REQUEST)
         assert [o.surface.properties["Width"] for o in request.args[0].items] == [1, 16, 32]
         got = k(**inputs)
@@ -406,10 +411,7 @@ def test_contract_client_path_for_mlmodelc(fake: FakeFramework, tmp_path: Path) 
         "compileModel:options:qos:error:",
         "loadModel:options:qos:error:",
         "modelAttributes",
-        "objectWithIOSurface:",
-        "objectWithIOSurface:",
-        REQUEST,
-        "objectWithIOSurface:",  # the evaluation slot
+        "objectWithIOSurface:",  # the evaluation slot, made when first needed
         "objectWithIOSurface:",
         REQUEST,
         "evaluateWithModel:options:request:qos:error:",

@@ -271,5 +271,5 @@ def test_flat_packed_views_write_through_to_the_packed_surface(fake: FakeFramewo
         assert k.packing.segments[0].packed_shape == (1, 1, 1, 6)
         run_both_ways(k, program)
         k.input_buffer("x")[0, 1, 0, 2] = 9.0
-        packed = fake.calls_to(REQUEST)[0].args[0].items[0].surface.buffer
+        packed = k.input_buffer("x").surface.handle.buffer
         assert np.frombuffer(bytes(packed[:22]), np.float16)[5] == 9.0

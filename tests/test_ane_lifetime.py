@@ -85,7 +85,8 @@ def test_stats_set_the_mask_before_compile_and_again_after_load(fake: FakeFramew
     fake.calls.clear()
     ane_compile(program(), framework=fake).close()
     assert fake.calls_to("setPerfStatsMask:") == []
-    ane_compile(program(), framework=fake, stats=True, stats_mask=0).close()
+    with ane_compile(program(), framework=fake, stats=True, stats_mask=0) as k:
+        k.run()
     assert fake.calls_to("setPerfStatsMask:") == [] and fake.calls_to(
         "statsWithHardwareExecutionNS:"
     )

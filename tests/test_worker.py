@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 import anekit
 from anekit import mil
 from anekit.backends import reference, shm, worker
-from anekit.errors import EvaluationError
+from anekit.errors import EvaluationError, UsageError
 
 RNG = np.random.default_rng(11)
 
@@ -41,8 +42,8 @@ def no_leaks(monkeypatch: pytest.MonkeyPatch):
     created: list[str] = []
     make = shm.Region.create
 
-    def recording(nbytes: int) -> shm.Region:
-        region = make(nbytes)
+    def recording(nbytes: int, **options: bool) -> shm.Region:
+        region = make(nbytes, **options)
         created.append(region.ref)
         return region
 
@@ -182,3 +183,39 @@ def test_layout_aligns_every_tensor() -> None:
     with anekit.compile(specs, backend="reference") as k:
         offsets, size = shm.layout(k.inputs + k.outputs)
     assert offsets == {"x": 0, "y": 64} and size == 128
+
+
+def test_buffer_sets_live_in_shared_memory_and_bind_across_isolated_kernels(
+    no_leaks: list[str],
+) -> None:
+    """Each set is a region of its own; a buffer bound into another kernel's set is one memory."""
+    program, other = two_in_two_out(), two_in_two_out()
+    with (
+        anekit.compile(program, backend="reference", isolate=True) as k,
+        anekit.compile(other, backend="reference", isolate=True) as k2,
+    ):
+        before = len(no_leaks)
+        a, b = k.buffers(), k.buffers()
+        guest = k2.buffers(share={"g": a.buffer("g")})
+        assert len(no_leaks) == before + 3, "one shared-memory region per set"
+        assert np.shares_memory(guest.input("g"), a.input("g"))
+        ins_a, ins_b = inputs_for(program), inputs_for(program)
+        for s, ins in ((a, ins_a), (b, ins_b)):
+            for name, value in ins.items():
+                s.write(name, value)
+        guest.write("x", ins_b["x"])
+        k.run(a)
+        assert k.submit(b).result() is b
+        k2.run(guest)
+        for s, ins in ((a, ins_a), (b, ins_b)):
+            for name, want in expected(program, ins).items():
+                np.testing.assert_array_equal(s.output(name), want)
+        mixed = {"x": ins_b["x"], "g": ins_a["g"]}  # g read from a's memory
+        np.testing.assert_array_equal(guest.output("y"), expected(other, mixed)["y"])
+        with pytest.raises(UsageError, match="needs a buffer of another isolated kernel"):
+            with anekit.compile(program, backend="reference") as local:
+                k.buffers(share={"g": local.buffers().buffer("g")})
+        regions = no_leaks[before:]
+        del a, b, guest, s
+        gc.collect()
+        assert [r for r in regions if _segment_exists(r)] == [], "a collected set's region stayed"

@@ -100,7 +100,7 @@ def test_timeout_must_be_a_positive_number() -> None:
 # -- malformed frames --------------------------------------------------------------------------------
 def test_malformed_commands_get_errors_and_the_worker_survives() -> None:
     with anekit.compile(scaled(2.0), backend="reference", isolate=True) as k:
-        host, pid = k._host, k.worker_pid
+        host, pid, ref = k._host, k.worker_pid, k._region.ref
         with host.lock:
             for raw in (b"\xff\x00 not json", b"[1, 2]", b'{"op": "run", "frames": -3}'):
                 host._conn.send_bytes(raw)
@@ -109,8 +109,20 @@ def test_malformed_commands_get_errors_and_the_worker_survives() -> None:
                 assert "malformed message" in reply["message"]
         for header, message in (
             ({"op": "bogus"}, "unknown op 'bogus'"),
-            ({"op": "run", "id": 999, "slot": 0}, "no kernel with id 999"),
-            ({"op": "run", "id": k._id, "slot": 7}, "slot 7 is not 0 or 1"),
+            ({"op": "run", "id": 999, "spans": {}}, "no kernel with id 999"),
+            ({"op": "run", "id": k._id, "slot": 7}, r"spans\['in'\] must name \['x'\]"),
+            (
+                {"op": "run", "id": k._id, "spans": {"in": {"x": [ref, -64]}, "out": {}}},
+                r"span \[.*, -64\] of 'x'",
+            ),
+            (
+                {
+                    "op": "run",
+                    "id": k._id,
+                    "spans": {"in": {"x": [ref, 64]}, "out": {"y": [ref, 1 << 20]}},
+                },
+                "do not fit region",
+            ),
             ({"op": "compile", "id": 5}, "malformed compile command"),
         ):
             with pytest.raises(EvaluationError, match=message):
@@ -142,7 +154,7 @@ def test_a_malformed_reply_is_an_error_and_the_worker_is_dropped(
 
     host = _thread_worker(monkeypatch, garbage)
     with pytest.raises(EvaluationError, match="malformed reply to 'run'"):
-        host.call({"op": "run", "id": 1, "slot": 0}, timeout=10)
+        host.call({"op": "run", "id": 1, "spans": {}}, timeout=10)
     assert host._conn is None, "a worker that answered garbage was kept"
 
 

@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 from anekit import config
-from anekit.backends.base import Kernel, TensorSpec
+from anekit.backends.base import Buffer, BufferSet, Kernel, TensorSpec
 from anekit.errors import BackendUnavailable
 from anekit.mil.program import Program
 
@@ -18,6 +18,8 @@ BACKENDS: dict[str, str] = {
 
 __all__ = [
     "BACKENDS",
+    "Buffer",
+    "BufferSet",
     "Kernel",
     "TensorSpec",
     "available_backends",
@@ -89,6 +91,7 @@ def compile(
     """
     if not isinstance(program, Program):
         raise TypeError(f"compile() takes a mil.Program, found {type(program).__name__}")
+    program.require_weights("compile")  # before any backend or worker does work
     name = resolve_backend(backend)
     if _isolates(name, isolate):
         from anekit.backends import worker

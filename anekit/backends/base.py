@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from anekit import fp16
-from anekit.errors import AnekitError, UsageError
+from anekit.errors import AnekitError, KernelClosed, UsageError
 from anekit.mil.program import Program, Value
 from anekit.mil.types import DType
 
@@ -119,46 +120,138 @@ def dense_layout(kernel: Kernel, source: str = "dense host memory") -> KernelLay
     )
 
 
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """The memory behind one input or output of a :class:`BufferSet`, to bind into another set.
+
+    Attributes:
+        spec: name, shape and dtype of the tensor it was made for.
+        array: the zero-copy view the host reads and writes.
+        memory: the backend's handle (an IOSurface, a NumPy array, a shared-memory span);
+            None where the memory cannot be bound elsewhere (part of a packed surface).
+        kind: which kernels can bind it: "ane", "reference" or "isolated".
+    """
+
+    spec: TensorSpec
+    array: np.ndarray
+    memory: Any
+    kind: str
+
+
+class BufferSet:
+    """One evaluation's worth of bindable memory of a kernel: a buffer per input and output.
+
+    Made by ``kernel.buffers()``; run by ``kernel.run(bs)`` (or ``bs.run()``), queued by
+    ``kernel.submit(bs)``. ``input(name)``/``output(name)`` are zero-copy views of the memory
+    the backend reads and writes: fill inputs in place (weights once, a cache row at a time)
+    and read outputs after a run. A set runs one evaluation at a time; different sets of one
+    kernel run concurrently. ``shared`` names the inputs bound to another set's buffers.
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        inputs: dict[str, Buffer],
+        outputs: dict[str, Buffer],
+        *,
+        shared: frozenset[str] = frozenset(),
+        state: Any = None,
+    ) -> None:
+        self.kernel = kernel
+        self._inputs = inputs
+        self._outputs = outputs
+        self.shared = shared
+        self.state = state  # the backend's own: an ANE slot, a worker's spans
+        self.lock = threading.Lock()
+
+    def buffer(self, name: str, *, output: bool = False) -> Buffer:
+        """The buffer of input (or output) ``name``, to pass to another set's ``share=``."""
+        table = self._outputs if output else self._inputs
+        buf = table.get(name)
+        if buf is None:
+            kind = "output" if output else "input"
+            raise KeyError(f"no {kind} {name!r}; {kind}s: {sorted(table)}")
+        return buf
+
+    def input(self, name: str) -> np.ndarray:
+        """The array the backend reads input ``name`` from (write it in place)."""
+        return self.buffer(name).array
+
+    def output(self, name: str) -> np.ndarray:
+        """The array the backend writes output ``name`` to."""
+        return self.buffer(name, output=True).array
+
+    def write(self, name: str, value: Any, *, saturate: bool = False) -> None:
+        """Copy ``value`` into input ``name``, checked and converted as a call's inputs are."""
+        buf = self.buffer(name)
+        fp16.cast_into(buf.array, convert_input(buf.spec, value, saturate=saturate))
+
+    def run(self) -> None:
+        """``kernel.run(self)``."""
+        self.kernel.run(self)
+
+    def submit(self) -> Future[BufferSet]:
+        """``kernel.submit(self)``."""
+        return self.kernel.submit(self)
+
+    def __repr__(self) -> str:
+        shared = f", shared {sorted(self.shared)}" if self.shared else ""
+        return f"<BufferSet of {self.kernel!r}{shared}>"
+
+
 class Kernel(ABC):
     """A compiled program, ready to run.
 
     Call it with arrays (``k(x=a) -> {"y": ...}``), or fill ``input_buffer(name)``
     in place and call ``run()`` to avoid copies, or ``submit(**inputs)`` for many
-    evaluations in flight. Close it (or use ``with``) to release the backend's
-    resources.
+    evaluations in flight. For several bindable sets of memory of one program (one per
+    layer of a model, say) make :meth:`buffers` and ``run(bs)`` each. Close it (or use
+    ``with``) to release the backend's resources: ``close()`` waits for the calls in
+    flight, and a call after it raises :class:`~anekit.errors.KernelClosed`.
     """
 
     backend: str = ""
 
     def __init__(self, program: Program) -> None:
+        program.require_weights("compile")
         self.program = program
         self.inputs = tuple(TensorSpec.of(v) for v in program.main.inputs)
         self.outputs = tuple(TensorSpec.of(v) for v in program.main.outputs)
         self._input_specs = {s.name: s for s in self.inputs}
         self._output_specs = {s.name: s for s in self.outputs}
         self._closed = False
+        self._calls = 0  # calls in flight (queued submits included); close waits for them
+        self._idle = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._primary: BufferSet | None = None
 
     # -- what a backend implements -------------------------------------------------------------
     @abstractmethod
     def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on validated inputs; return fresh output arrays. Must be thread-safe."""
 
-    @abstractmethod
-    def run(self) -> None:
-        """Run once reading ``input_buffer``s and writing ``output_buffer``s in place."""
+    def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
+        """A new buffer set whose ``share`` inputs bind those buffers (each checked already)."""
+        raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
 
-    @abstractmethod
-    def input_buffer(self, name: str) -> np.ndarray:
-        """The array the backend reads input ``name`` from (zero-copy on the ANE)."""
+    def _binding_problem(self, name: str, buf: Buffer) -> str | None:
+        """Why input ``name`` cannot bind ``buf`` (shape and dtype match), or None if it can."""
+        raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
 
-    @abstractmethod
-    def output_buffer(self, name: str) -> np.ndarray:
-        """The array the backend writes output ``name`` to (zero-copy on the ANE)."""
+    def _run_buffers(self, buffers: BufferSet) -> None:
+        """Run once reading ``buffers``' inputs and writing its outputs (the set is locked)."""
+        raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
+
+    def _primary_buffers(self) -> BufferSet:
+        """The set behind ``input_buffer``/``output_buffer``/``run()``, made when first needed."""
+        with self._pool_lock:
+            if self._primary is None:
+                self._primary = self._make_buffers({}, True)
+            return self._primary
 
     def _release(self) -> None:  # noqa: B027  (optional hook: most kernels hold nothing)
-        """Free backend resources (called once by ``close``)."""
+        """Free backend resources (called once by ``close``, after the calls in flight)."""
 
     def last_stats(self) -> dict[str, float] | None:
         """Hardware timing of the last evaluation where the backend can measure it, else None."""
@@ -175,17 +268,102 @@ class Kernel(ABC):
 
     # -- shared behaviour ---------------------------------------------------------------------
     def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
-        self._check_open()
-        return self.evaluate(self.validate(inputs))
+        with self._in_flight():
+            return self.evaluate(self.validate(inputs))
 
-    def submit(self, **inputs: Any) -> Future[dict[str, np.ndarray]]:
-        """Queue one evaluation; returns a Future of its outputs."""
-        self._check_open()
-        arrays = self.validate(inputs)
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.max_in_flight())
-        return self._pool.submit(self.evaluate, arrays)
+    def buffers(
+        self,
+        share: Mapping[str, Buffer] | None = None,
+        *,
+        compact: bool = False,
+        strict: bool = True,
+    ) -> BufferSet:
+        """A new set of bindable memory for one evaluation (see :class:`BufferSet`).
+
+        Args:
+            share: input name -> a :class:`Buffer` of another set (of this kernel or another
+                one of the same backend, e.g. ``other.buffer("w")``) to bind instead of new
+                memory: weights held once and read by several programs, a table shared by
+                every layer, an output read as the next program's input. The buffer's shape
+                and dtype must be the input's (else UsageError).
+            compact: hold fp16 tensors in 2 bytes even where the backend computes on float32
+                (the reference backend then converts them on each run instead of reading
+                them in place); no effect on the ANE, whose surfaces are fp16.
+            strict: a buffer this kernel cannot bind (another memory layout, another kind of
+                kernel) is a UsageError saying why; with False it gets memory of its own
+                instead, and the set's ``shared`` names only the inputs that were bound.
+        """
+        with self._in_flight():
+            bound = {}
+            for name, buf in dict(share or {}).items():
+                spec = self._input_specs.get(name)
+                if spec is None:
+                    raise UsageError(
+                        f"share: the kernel has no input {name!r}; inputs: {sorted(self._input_specs)}"
+                    )
+                if not isinstance(buf, Buffer):
+                    raise UsageError(
+                        f"share: input {name!r} must be bound to a Buffer (set.buffer(name)), "
+                        f"found {type(buf).__name__}"
+                    )
+                if buf.spec.shape != spec.shape or buf.spec.dtype != spec.dtype:
+                    raise UsageError(
+                        f"share: input {spec} cannot bind buffer {buf.spec} (shape and dtype differ)"
+                    )
+                problem = self._binding_problem(name, buf)
+                if problem is None:
+                    bound[name] = buf
+                elif strict:
+                    raise UsageError(f"share: input {name!r} {problem}")
+            return self._make_buffers(bound, bool(compact))
+
+    def run(self, buffers: BufferSet | None = None, /) -> None:
+        """Run once in place: on ``buffers`` (a set of this kernel), or on ``input_buffer``s."""
+        with self._in_flight():
+            bs = self._primary_buffers() if buffers is None else self._own(buffers)
+            with bs.lock:
+                self._run_buffers(bs)
+
+    def input_buffer(self, name: str) -> np.ndarray:
+        """The array ``run()`` reads input ``name`` from (zero-copy on the ANE)."""
+        self.spec(name)
+        return self._primary_buffers().input(name)
+
+    def output_buffer(self, name: str) -> np.ndarray:
+        """The array ``run()`` writes output ``name`` to (zero-copy on the ANE)."""
+        self.spec(name, output=True)
+        return self._primary_buffers().output(name)
+
+    def submit(self, buffers: BufferSet | None = None, /, **inputs: Any) -> Future[Any]:
+        """Queue one evaluation: of ``inputs`` (a Future of the output dict), or of a buffer set
+        run in place (a Future of the set)."""
+        if buffers is not None and inputs:
+            raise UsageError("submit takes a buffer set or input arrays, not both")
+        self._begin()
+        try:
+            if buffers is None:
+                job: Any = (self.evaluate, self.validate(inputs))
+            else:
+                job = (self._run_set, self._own(buffers))
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=self.max_in_flight())
+            return self._pool.submit(self._finish, *job)
+        except BaseException:
+            self._end()
+            raise
+
+    def _run_set(self, bs: BufferSet) -> BufferSet:
+        with bs.lock:
+            self._run_buffers(bs)
+        return bs
+
+    def _finish(self, fn: Any, arg: Any) -> Any:
+        """Run a queued job; it was counted in flight when it was submitted."""
+        try:
+            return fn(arg)
+        finally:
+            self._end()
 
     def max_in_flight(self) -> int:
         """How many evaluations ``submit`` runs at once."""
@@ -215,17 +393,68 @@ class Kernel(ABC):
             raise KeyError(f"no {kind} {name!r}; {kind}s: {sorted(specs)}") from None
 
     def close(self) -> None:
-        """Release the kernel; calling it again does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release the kernel once the calls in flight are done; calling it again does nothing.
+
+        Calls that start after ``close()`` began raise KernelClosed; buffers handed out stay
+        readable (their memory lives as long as they do).
+        """
+        with self._idle:
+            if self._closed:
+                return
+            self._closed = True
+            while self._calls:
+                self._idle.wait()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         self._release()
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has begun."""
+        return self._closed
+
+    # -- calls in flight ----------------------------------------------------------------------
+    def _begin(self) -> None:
+        with self._idle:
+            if self._closed:
+                raise KernelClosed(self._label())
+            self._calls += 1
+
+    def _end(self) -> None:
+        with self._idle:
+            self._calls -= 1
+            if not self._calls:
+                self._idle.notify_all()
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """Count a call in flight for its duration (close waits for it); KernelClosed after close."""
+        self._begin()
+        try:
+            yield
+        finally:
+            self._end()
+
     def _check_open(self) -> None:
         if self._closed:
-            raise AnekitError("kernel is closed")
+            raise KernelClosed(self._label())
+
+    def _label(self) -> str:
+        names = [s.name for s in self.inputs]
+        more = ", ..." if len(names) > 4 else ""
+        return f"the {self.backend!r} kernel of ({', '.join(names[:4])}{more})"
+
+    def _own(self, buffers: Any) -> BufferSet:
+        if not isinstance(buffers, BufferSet) or buffers.kernel is not self:
+            what = (
+                "a buffer set of another kernel"
+                if isinstance(buffers, BufferSet)
+                else type(buffers).__name__
+            )
+            raise UsageError(
+                f"run/submit takes a buffer set made by this kernel's buffers(), found {what}"
+            )
+        return buffers
 
     def __enter__(self) -> Kernel:
         return self

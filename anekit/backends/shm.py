@@ -46,9 +46,16 @@ class Region:
         finalizer.atexit = False
 
     @classmethod
-    def create(cls, nbytes: int) -> Region:
-        """A new segment of ``nbytes`` bytes that this process owns."""
-        return cls(SharedMemory(create=True, size=nbytes), owner=True)
+    def create(cls, nbytes: int, *, collect: bool = False) -> Region:
+        """A new segment of ``nbytes`` bytes that this process owns.
+
+        ``collect``: remove its name when this object is garbage (no view, no buffer left),
+        instead of at ``close()``.
+        """
+        region = cls(SharedMemory(create=True, size=nbytes), owner=True)
+        if collect:
+            weakref.finalize(region, _unlink, region._shm).atexit = True
+        return region
 
     @classmethod
     def attach(cls, ref: str) -> Region:
@@ -70,6 +77,13 @@ class Region:
         arr = arr.view(SharedView)
         arr.region = self
         return arr
+
+
+def _unlink(segment: SharedMemory) -> None:
+    try:
+        segment.unlink()
+    except FileNotFoundError:
+        pass  # already gone
 
 
 def layout(specs: Sequence[TensorSpec]) -> tuple[dict[str, int], int]:

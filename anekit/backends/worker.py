@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from anekit.backends import shm, wire
-from anekit.backends.base import Kernel
+from anekit.backends.base import Buffer, BufferSet, Kernel, TensorSpec
 from anekit.backends.budget import DEFAULT_LIMIT
 from anekit.errors import EvaluationError
 from anekit.mil.program import Program
@@ -77,31 +77,63 @@ def compile(
 
 # -- the worker process --------------------------------------------------------------------------
 class _Hosted:
-    """Worker side of one kernel: the compiled kernel and its two slots of shared views."""
+    """Worker side of one kernel: the compiled kernel and the shared regions it reads and writes.
+
+    A run names, for every input and output, a span (region name, byte offset) in the
+    parent's shared memory: its own region (attached at compile) or a buffer set's, which
+    is attached when first named and kept until the kernel closes.
+    """
 
     def __init__(self, kernel: Kernel, region: shm.Region) -> None:
         self.kernel = kernel
-        specs = kernel.inputs + kernel.outputs
-        size = shm.layout(specs)[1]
+        size = shm.layout(kernel.inputs + kernel.outputs)[1]
         if len(region) < 2 * size:
             raise EvaluationError(
                 f"shared region of {len(region)} bytes; the kernel needs {2 * size}"
             )
-        self.slots = [shm.views(region, specs, 0), shm.views(region, specs, size)]
+        self.regions = {region.ref: region}
+        self.views: dict[tuple[str, str, int], np.ndarray] = {}
 
-    def run(self, slot: Any) -> dict[str, Any]:
-        if slot not in (0, 1):
-            raise EvaluationError(f"malformed run command: slot {slot!r} is not 0 or 1")
-        shared, k = self.slots[slot], self.kernel
+    def run(self, spans: Any) -> dict[str, Any]:
+        k = self.kernel
+        ins, outs = self._spans(spans, "in", k.inputs), self._spans(spans, "out", k.outputs)
         for s in k.inputs:
-            np.copyto(k.input_buffer(s.name), shared[s.name])
+            np.copyto(k.input_buffer(s.name), ins[s.name])
         k.run()
         for s in k.outputs:
-            np.copyto(shared[s.name], k.output_buffer(s.name))
+            np.copyto(outs[s.name], k.output_buffer(s.name))
         return {"ok": True, "stats": k.last_stats()}
 
+    def _spans(self, spans: Any, side: str, specs: tuple[TensorSpec, ...]) -> dict[str, Any]:
+        """The shared views a run command names for one side; EvaluationError if malformed."""
+        table = spans.get(side) if isinstance(spans, dict) else None
+        if not isinstance(table, dict) or set(table) != {s.name for s in specs}:
+            raise EvaluationError(
+                f"malformed run command: spans[{side!r}] must name {sorted(s.name for s in specs)}"
+            )
+        views = {}
+        for spec in specs:
+            span = table[spec.name]
+            ok = isinstance(span, list) and len(span) == 2 and isinstance(span[0], str)
+            if not ok or isinstance(span[1], bool) or not isinstance(span[1], int) or span[1] < 0:
+                raise EvaluationError(f"malformed run command: span {span!r} of {spec.name!r}")
+            ref, offset = span
+            key = (ref, spec.name, offset)
+            if key not in self.views:
+                if ref not in self.regions:
+                    self.regions[ref] = shm.Region.attach(ref)
+                if offset + spec.nbytes > len(self.regions[ref]):
+                    raise EvaluationError(
+                        f"malformed run command: {spec.nbytes} bytes of {spec.name!r} at offset "
+                        f"{offset} do not fit region {ref!r} of {len(self.regions[ref])} bytes"
+                    )
+                self.views[key] = self.regions[ref].view(spec, offset)
+            views[spec.name] = self.views[key]
+        return views
+
     def close(self) -> None:
-        self.slots.clear()
+        self.views.clear()
+        self.regions.clear()
         self.kernel.close()
 
 
@@ -135,7 +167,7 @@ def _handle(hosted: dict[int, _Hosted], header: dict[str, Any], frames: list[byt
     if kernel_id not in hosted:
         raise EvaluationError(f"the worker hosts no kernel with id {kernel_id!r}")
     if op == "run":
-        return hosted[kernel_id].run(header.get("slot"))
+        return hosted[kernel_id].run(header.get("spans"))
     hosted.pop(kernel_id).close()
     return {"ok": True}
 
@@ -381,7 +413,10 @@ class IsolatedKernel(Kernel):
 
     ``input_buffer``/``output_buffer`` are views of shared memory the parent owns (they
     keep it mapped after the kernel is gone); ``run()`` uses them, ``evaluate()`` (and
-    ``__call__``/``submit``) a second slot, so calls never disturb the buffers.
+    ``__call__``/``submit``) a second slot, so calls never disturb the buffers. Each
+    buffer set (``buffers()``) is a shared-memory region of its own, made once, whose
+    buffers other isolated sets can bind; a run tells the worker which spans to read
+    and write, and the worker copies them into and out of its kernel's buffers.
     """
 
     def __init__(
@@ -404,7 +439,8 @@ class IsolatedKernel(Kernel):
         specs = self.inputs + self.outputs
         size = shm.layout(specs)[1]
         self._region = shm.Region.create(2 * size)
-        self._slots = [shm.views(self._region, specs, 0), shm.views(self._region, specs, size)]
+        self._primary = self._set_on(self._region, 0, {})
+        self._scratch = self._set_on(self._region, size, {})  # evaluate()'s
         self._id = host.add(self)
         self._finalizer = weakref.finalize(self, _finalize, host, self._id, self._state,
                                            self._region)  # fmt: skip
@@ -443,24 +479,45 @@ class IsolatedKernel(Kernel):
 
     def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self._host.lock:
-            shared = self._slots[1]
+            shared = self._scratch
             for name, value in inputs.items():
-                np.copyto(shared[name], value)
-            self._run_slot(1)
-            return {s.name: np.array(shared[s.name]) for s in self.outputs}
+                np.copyto(shared.input(name), value)
+            self._run_spans(shared.state)
+            return {s.name: np.array(shared.output(s.name)) for s in self.outputs}
 
-    def run(self) -> None:
-        self._check_open()
+    def _binding_problem(self, name: str, buf: Buffer) -> str | None:
+        if buf.kind != "isolated":
+            return (
+                "of an isolated kernel needs a buffer of another isolated kernel's set "
+                f"(shared memory), found a {buf.kind} buffer"
+            )
+        return None
+
+    def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
+        own = [s for s in self.inputs if s.name not in share] + list(self.outputs)
+        region = shm.Region.create(shm.layout(own)[1], collect=True)
+        return self._set_on(region, 0, share)
+
+    def _set_on(self, region: shm.Region, base: int, share: dict[str, Buffer]) -> BufferSet:
+        """A buffer set on ``region`` from byte ``base``, binding ``share``'s buffers."""
+        own = [s for s in self.inputs if s.name not in share] + list(self.outputs)
+        offsets, _ = shm.layout(own)
+        made = {
+            s.name: Buffer(s, region.view(s, base + offsets[s.name]),
+                           (region, base + offsets[s.name]), "isolated")
+            for s in own
+        }  # fmt: skip
+        inputs = {s.name: share.get(s.name) or made[s.name] for s in self.inputs}
+        outputs = {s.name: made[s.name] for s in self.outputs}
+        spans = {
+            side: {n: [b.memory[0].ref, b.memory[1]] for n, b in table.items()}
+            for side, table in (("in", inputs), ("out", outputs))
+        }
+        return BufferSet(self, inputs, outputs, shared=frozenset(share), state=spans)
+
+    def _run_buffers(self, buffers: BufferSet) -> None:
         with self._host.lock:
-            self._run_slot(0)
-
-    def input_buffer(self, name: str) -> np.ndarray:
-        self.spec(name)
-        return self._slots[0][name]
-
-    def output_buffer(self, name: str) -> np.ndarray:
-        self.spec(name, output=True)
-        return self._slots[0][name]
+            self._run_spans(buffers.state)
 
     def last_stats(self) -> dict[str, float] | None:
         return self._last
@@ -468,9 +525,9 @@ class IsolatedKernel(Kernel):
     def max_in_flight(self) -> int:
         return 1
 
-    def _run_slot(self, slot: int) -> None:
+    def _run_spans(self, spans: dict[str, Any]) -> None:
         self._host.ensure(self)
-        reply = self._host.call({"op": "run", "id": self._id, "slot": slot}, timeout=self.timeout)
+        reply = self._host.call({"op": "run", "id": self._id, "spans": spans}, timeout=self.timeout)
         self._last = reply.get("stats")
 
     def _release(self) -> None:

@@ -31,7 +31,7 @@ from anekit.hw.chips import Chip, get_chip
 from anekit.hw.cost import ProgramWork, analyze, estimate_work, padded_bytes
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig, config_from_hf
-from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ, decode_slots
+from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ, decode_cache, decode_slots
 from anekit.mil.program import Program
 
 
@@ -106,7 +106,7 @@ def estimate_llm(
         raise UsageError(f"prompt_tokens must be in [1, {seq}), found {prompt_tokens}")
     chunk = min(chunk, seq)
     pieces = K.head_pieces(config.vocab_size, profile.max_dim_channel)
-    slots = next(s for s in decode_slots(seq) if s >= prompt_tokens)
+    slots = decode_cache(seq, prompt_tokens)  # the first decode step's
     if compress is not None:
         return _estimate_segments(config, profile, compress, prompt_tokens, seq, chunk, slots)
     weights = set(K.block_weight_shapes(config))

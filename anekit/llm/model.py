@@ -1,14 +1,28 @@
-"""``Model``: a loaded decoder running its blocks as compiled kernels, with a host-side KV cache.
+"""``Model``: a loaded decoder running its blocks as compiled kernels over resident buffer sets.
 
 The host does what is cheap and position-dependent: the embedding lookup, the RoPE
 tables and masks, writing each chunk's new keys and values into the cache, and
 sampling. Everything else (every block, the output head) runs in the programs of
 :mod:`anekit.llm.kernels`, compiled once per shape and shared by all layers.
 
-Weights and the cache are held in the form the backend computes on: fp16 arrays for
-the ANE, and float32 arrays holding fp16 values for the reference backend (its own
-storage model: fp16 values held as float32, so nothing is converted per call; this
-doubles the host bytes of the weights there, the footprint of a float32 model).
+Each program runs on buffer sets (:meth:`anekit.backends.Kernel.buffers`): one per layer
+for a block program, one for the head. A layer's weights are written once, at load,
+into the buffers of the first block program's set, and every later program's set for
+that layer binds the same buffers (``share=``); the cache of a layer lives in its sets
+too, one pair of buffers per cache length, shared by the programs that read that
+length, and the host writes only each chunk's new rows into it. The RoPE tables and
+the mask are written once per step into layer 0's set and bound by the others. On the
+ANE a buffer is an IOSurface, so nothing is copied per call but the residual stream
+between layers and the new cache rows; the block programs are compiled unpacked
+(``pack_inputs=False``) so that their surfaces can be shared.
+
+Buffers hold fp16 values in the backend's own form: fp16 on the ANE, float32 on the
+reference backend (its storage model; ``hold="fp16"`` keeps them in 2 bytes there and
+converts them on each run instead).
+
+With ``compress=`` the layers run as segment programs with their weights compiled in
+(:mod:`anekit.llm.segmented`): a step runs one set per segment instead of one per layer,
+the sets hold no weights, and the caches and tables are bound as above.
 """
 
 from __future__ import annotations
@@ -16,40 +30,30 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from anekit import backends
-from anekit.backends import Kernel
+from anekit import backends, fp16
+from anekit.backends import Buffer, BufferSet, Kernel
 from anekit.errors import UsageError
 from anekit.llm import kernels as K
-from anekit.llm.compressed import FP16, MIN_ELEMENTS, check_scheme, plan_segments
+from anekit.llm.compressed import check_scheme, plan_segments
 from anekit.llm.config import LlmConfig
 from anekit.llm.sampling import Sampler, Sampling
+from anekit.llm.segmented import CompiledIn, SegmentKey
+from anekit.llm.source import Parts, TensorSource, fill, head_name, layer_parts
+
+__all__ = ["GenerationStats", "Model", "TensorSource", "decode_cache", "decode_slots"]
 
 DEFAULT_MAX_SEQ = 1024  # cache slots when neither the caller nor a smaller model limit says
 DEFAULT_CHUNK = 64  # prompt tokens per prefill call
 MIN_DECODE_SLOTS = 128  # the smallest cache a decode program reads; larger ones double
 HOLD = {"fp16": np.float16, "fp32": np.float32}  # host form of weights and cache
-
-
-class TensorSource(Protocol):
-    """Where a model's tensors come from, by Hugging Face name, as fp16."""
-
-    def __contains__(self, name: str) -> bool: ...
-
-    def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
-        """Write the tensor (checked to have ``shape``) into the flat ``out`` as fp16 values."""
-        ...
-
-
-@dataclass(frozen=True)
-class SegmentKey:
-    """Which segment program: its ``layers``, compiled for the block shape ``block``."""
-
-    layers: range
-    block: K.BlockKey
+# Backend options of every program: ANE surfaces can be bound into several requests only
+# when each input has its own (packing puts all inputs into one surface).
+COMPILE_OPTIONS: dict[str, dict[str, Any]] = {"ane": {"pack_inputs": False}}
+TABLES = ("cos", "sin", "mask")  # block inputs that depend on the step, not on the layer
 
 
 @dataclass
@@ -83,6 +87,15 @@ def decode_slots(max_seq: int) -> tuple[int, ...]:
         sizes.append(s)
         s *= 2
     return (*sizes, max_seq)
+
+
+def decode_cache(max_seq: int, pos: int) -> int:
+    """The cache length a decode step at position ``pos`` reads (one of :func:`decode_slots`).
+
+    The smallest one longer than ``pos``: its buffers hold the context (positions before
+    ``pos``) and take the step's new row at ``pos``.
+    """
+    return next(s for s in decode_slots(max_seq) if s > pos)
 
 
 class Model:
@@ -134,15 +147,43 @@ class Model:
         if hold not in HOLD:
             raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
         self._dtype = HOLD[hold]
-        self._kernels: dict[K.BlockKey | K.HeadKey | SegmentKey, Kernel] = {}
-        self.stats = GenerationStats()
+        self._compact = hold == "fp16"
         self.compress = None if compress is None else check_scheme(compress)
-        self.compression: dict[str, Any] = {}
-        self._calibration_ids = None if calibration is None else [int(t) for t in calibration]
-        self._states: dict[str, Any] = {}  # program name -> anekit.compress.CompressState
-        self._streams: dict[K.BlockKey, tuple[list[np.ndarray], dict[str, np.ndarray]]] = {}
-        self._load(source, limit)
+        self._segments: list[range] = []  # with compress: the layers of each segment
+        self._packed: CompiledIn | None = None  # with compress: the host weights
+        self._kernels: dict[K.BlockKey | K.HeadKey | SegmentKey, Kernel] = {}
+        self._block_sets: dict[K.BlockKey, list[BufferSet]] = {}
+        self._head_sets: dict[K.HeadKey, BufferSet] = {}
+        self._weights: list[dict[str, Buffer]] = []  # per layer, bound into every block set
+        self._head_weights: dict[str, Buffer] = {}
+        self._caches: dict[int, list[tuple[Buffer, Buffer]]] = {}  # cache length -> per layer
+        self._cache_of: dict[K.BlockKey, list[tuple[Buffer, Buffer]]] = {}  # each program's
+        self._cache_at: list[tuple[Buffer, Buffer]] | None = None  # the buffers with the context
+        self._embed: np.ndarray | None = None  # host rows (untied, or compress); else the head's
+        self.stats = GenerationStats()
         self.reserve(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
+        self._pieces = K.head_pieces(config.vocab_size, limit)
+        self._source: TensorSource | None = source  # read once, while the buffers are made
+        try:
+            if self.compress is not None:
+                self._packed = CompiledIn(
+                    config,
+                    source,
+                    scheme=self.compress,
+                    chip=self.chip,
+                    dtype=self._dtype,
+                    pieces=self._pieces,
+                    calibration=None if calibration is None else self._tokens(calibration),
+                    dense=self._kernel,
+                )
+                self._embed = self._packed.embed
+            self._sets_for(K.BlockKey(self.chunk, self.max_seq))
+            self._head_set(K.HeadKey(1, self._pieces))
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._source = None
 
     def reserve(self, max_seq: int) -> None:
         """Size the KV cache for ``max_seq`` positions (prompt plus new tokens); clears it.
@@ -157,72 +198,22 @@ class Model:
             raise UsageError(
                 f"max_seq {max_seq} exceeds the model's context of {c.max_position} positions"
             )
+        widths = 1 + len(decode_slots(max_seq))  # the prefill chunk and every decode bucket
+        self._segments = plan_segments(c, self.compress, widths) if self.compress else []
         self.max_seq = max_seq
         self.chunk = min(self._chunk, max_seq)
-        kv = (1, c.n_kv_heads, max_seq, c.head_dim)
-        self._k = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
-        self._v = [np.zeros(kv, self._dtype) for _ in range(c.n_layers)]
-        self._slots = decode_slots(max_seq)
-        widths = 1 + len(self._slots)  # the prefill chunk and every decode bucket
-        self._segments = plan_segments(c, self.compress, widths) if self.compress else []
+        self._cache_at = None  # every later prefill starts at position 0
 
-    # -- weights ------------------------------------------------------------------------------
-    def _load(self, src: TensorSource, limit: int) -> None:
-        c = self.config
-        shapes = K.block_weight_shapes(c)
-        self._layers = [self._layer(src, i, shapes) for i in range(c.n_layers)]
-        d, v = c.dim, c.vocab_size
-        self._embed = self._stack(src, (v, d), [("model.embed_tokens.weight", (v, d))])
-        self._final_norm = self._stack(src, (1, 1, d, 1), [("model.norm.weight", (d,))])
-        head = self._embed
-        if not c.tie_embeddings:
-            head = self._stack(src, (v, d), [("lm_head.weight", (v, d))])
-        self._pieces = K.head_pieces(v, limit)
-        bounds = np.cumsum((0, *self._pieces))
-        self._head = {
-            f"w{j}": head[lo:hi][None, None] for j, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
-        }
-
-    def _layer(
-        self, src: TensorSource, i: int, shapes: dict[str, tuple[int, ...]]
-    ) -> dict[str, np.ndarray]:
-        c = self.config
-        p = f"model.layers.{i}."
-        d, q, kv, f, hd = c.dim, c.q_dim, c.kv_dim, c.hidden_dim, c.head_dim
-        att = p + "self_attn."
-        parts: dict[str, list[tuple[str, tuple[int, ...]]]] = {
-            "attn_norm": [(p + "input_layernorm.weight", (d,))],
-            "wqkv": [(att + "q_proj.weight", (q, d)), (att + "k_proj.weight", (kv, d)),
-                     (att + "v_proj.weight", (kv, d))],
-            "bqkv": [(att + "q_proj.bias", (q,)), (att + "k_proj.bias", (kv,)), (att + "v_proj.bias", (kv,))],
-            "q_norm": [(att + "q_norm.weight", (hd,))],
-            "k_norm": [(att + "k_norm.weight", (hd,))],
-            "wo": [(att + "o_proj.weight", (d, q))],
-            "bo": [(att + "o_proj.bias", (d,))],
-            "ffn_norm": [(p + "post_attention_layernorm.weight", (d,))],
-            "w13": [(p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d))],
-            "w2": [(p + "mlp.down_proj.weight", (d, f))],
-        }  # fmt: skip
-        return {name: self._stack(src, shape, parts[name]) for name, shape in shapes.items()}
-
-    def _stack(
-        self, src: TensorSource, shape: tuple[int, ...], parts: list[tuple[str, tuple[int, ...]]]
-    ) -> np.ndarray:
-        """One host array of ``shape`` holding the named tensors' elements one after another."""
-        out = np.empty(shape, self._dtype)
-        flat = out.reshape(-1)
-        at = 0
-        for name, part_shape in parts:
-            size = int(np.prod(part_shape))
-            src.read_into(name, part_shape, flat[at : at + size])
-            at += size
-        return out
-
-    # -- kernels ------------------------------------------------------------------------------
+    # -- kernels and their buffer sets ----------------------------------------------------------
     @property
     def compiles(self) -> int:
         """Programs compiled so far for this model (each once, shared by every layer)."""
         return len(self._kernels)
+
+    @property
+    def compression(self) -> dict[str, Any]:
+        """The report of each compressed program, by name (empty without ``compress``)."""
+        return {} if self._packed is None else self._packed.reports
 
     def programs(self) -> list[Any]:
         """The programs compiled so far, in order (with ``compress``: their weights as stored)."""
@@ -231,164 +222,184 @@ class Model:
     def _kernel(self, key: K.BlockKey | K.HeadKey | SegmentKey) -> Kernel:
         kernel = self._kernels.get(key)
         if kernel is None:
-            if isinstance(key, K.BlockKey):
+            if isinstance(key, K.BlockKey):  # also W8A8's calibration with compress
                 program = K.block_program(self.config, key)
             elif isinstance(key, SegmentKey):
-                program = self._segment_program(key)
-            elif self.compress:
-                program = self._head_constants(key)
+                assert self._packed is not None
+                program = self._packed.segment_program(key)
+            elif self._packed is not None:
+                program = self._packed.head_program(key, K.BlockKey(self.chunk, self.max_seq))
             else:
                 program = K.head_program(self.config, key)
-            kernel = self._kernels[key] = backends.compile(program, backend=self.backend)
+            options = COMPILE_OPTIONS.get(self.backend, {})
+            kernel = self._kernels[key] = backends.compile(program, self.backend, **options)
         return kernel
 
-    def _segment_program(self, key: SegmentKey) -> Any:
-        layers = [self._layers[i] for i in key.layers]
-        program = K.segment_program(self.config, key.block, layers, key.layers.start)
-        name = f"layers {key.layers.start}-{key.layers.stop - 1}"
-        return self._compressed(name, program, lambda: self._segment_samples(key))
+    def _runs(self, key: K.BlockKey) -> list[tuple[K.BlockKey | SegmentKey, range]]:
+        """The programs one step at ``key``'s shape runs, in order, and the layers of each:
+        the block program once per layer, or (with ``compress``) each segment program."""
+        if self._segments:
+            return [(SegmentKey(layers, key), layers) for layers in self._segments]
+        return [(key, range(i, i + 1)) for i in range(self.config.n_layers)]
 
-    def _head_constants(self, key: K.HeadKey) -> Any:
-        pieces = [self._head[f"w{j}"] for j in range(len(key.pieces))]
-        program = K.head_constants_program(self.config, key, self._final_norm, pieces)
-        return self._compressed("head", program, lambda: self._head_samples(key))
+    def _cache_name(self, name: str, j: int) -> str:
+        """A program's cache input or new rows (``k_cache``, ``k_new``, ...) of its layer ``j``:
+        a segment numbers them per layer, the block program has one layer."""
+        return f"{name}{j}" if self._segments else name
 
-    def _compressed(self, name: str, program: Any, samples: Any) -> Any:
-        """``program`` compressed by this model's scheme (weights encoded once per program name)."""
-        if self.compress == FP16:
-            return program
-        from anekit.compress import CompressState, compress_with_report
+    def _sets_for(self, key: K.BlockKey) -> list[BufferSet]:
+        """One buffer set per program run of a step at ``key``'s shape, made once.
 
-        state = self._states.setdefault(name, CompressState())
-        result = compress_with_report(
-            program,
-            self.compress,
-            chip=self.chip,
-            calibration=samples() if self.compress == "w8a8" and not state.steps else None,
-            min_elements=MIN_ELEMENTS,
-            measure=False,
-            state=state,
-        )
-        self.compression.setdefault(name, result.report)
-        return result.program
-
-    # -- W8A8 calibration: activations of the uncompressed model -------------------------------
-    def _dense_streams(self, key: K.BlockKey) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-        """The residual stream entering every layer, and after the last, on the calibration ids.
-
-        Runs the dynamic-weight fp16 kernels on a fresh, empty cache (the model's own cache
-        is not touched).
+        The first block program's sets receive the weights (read from the source now);
+        later ones bind them, and the cache buffers of their cache length if another
+        program made them. Sets after the first bind its tables. A buffer a program cannot
+        bind (its model lays the tensor out otherwise) gets its own memory: weights are
+        then copied into it once, tables written into it each step, and the cache rows
+        moved when this program takes over the context (see ``_use_cache``). Segment
+        programs hold their weights themselves: their sets bind caches and tables only.
         """
-        found = self._streams.get(key)
-        if found is None:
-            ids = self._calibration_ids
-            if ids is None:  # no calibration text: seeded random tokens
-                rng = np.random.default_rng(0)
-                ids = rng.integers(0, self.config.vocab_size, key.tokens).tolist()
-            ids = self._check_ids(ids[: key.tokens], 0)
-            x, shared = self._stream_inputs(ids, 0, key)
-            empty = np.zeros((1, self.config.n_kv_heads, key.cache, self.config.head_dim))
-            caches = {"k_cache": empty.astype(self._dtype), "v_cache": empty.astype(self._dtype)}
-            xs = [x]
-            for weights in self._layers:
-                x = self._call(key, {"x": x, **shared, **caches, **weights})["y"]
-                xs.append(x)
-            found = self._streams[key] = (xs, shared)
-        return found
+        sets = self._block_sets.get(key)
+        if sets is not None:
+            return sets
+        caches = self._caches.get(key.cache)
+        sets, pairs = [], []
+        for program, layers in self._runs(key):
+            share: dict[str, Buffer] = {}
+            if not self._segments and layers.start < len(self._weights):
+                share.update(self._weights[layers.start])
+            for j, i in enumerate(layers):
+                if caches is not None:
+                    share[self._cache_name("k_cache", j)] = caches[i][0]
+                    share[self._cache_name("v_cache", j)] = caches[i][1]
+            if sets:
+                share.update({n: sets[0].buffer(n) for n in TABLES})
+            bs = self._kernel(program).buffers(share, compact=self._compact, strict=False)
+            if not self._segments:
+                self._hold_weights(layers.start, bs)
+            for j in range(len(layers)):
+                names = self._cache_name("k_cache", j), self._cache_name("v_cache", j)
+                pairs.append((bs.buffer(names[0]), bs.buffer(names[1])))
+            sets.append(bs)
+        self._cache_of[key] = pairs
+        self._caches.setdefault(key.cache, pairs)
+        self._block_sets[key] = sets
+        return sets
 
-    def _segment_samples(self, key: SegmentKey) -> list[dict[str, np.ndarray]]:
-        xs, shared = self._dense_streams(key.block)
+    def _hold_weights(self, i: int, bs: BufferSet) -> None:
+        """Put layer ``i``'s weights into ``bs``: read them if it is the first set of the layer,
+        copy them where it could not bind the first set's."""
+        if len(self._weights) == i:  # the first block program: its sets hold the weights
+            for name, parts in layer_parts(self.config, i).items():
+                self._fill(bs.input(name), parts)
+            self._weights.append({n: bs.buffer(n) for n in K.block_weight_shapes(self.config)})
+        for name, home in self._weights[i].items():
+            if name not in bs.shared and bs.buffer(name) is not home:
+                np.copyto(bs.input(name), home.array)  # a layout this program cannot bind
+
+    def _fill(self, out: np.ndarray, parts: Parts) -> None:
+        """Write the named tensors into ``out`` (a buffer's view; see ``source.fill``)."""
+        assert self._source is not None, "weights are read only while loading"
+        fill(self._source, out, parts)
+
+    def _head_set(self, key: K.HeadKey) -> BufferSet:
+        """The head program's buffer set; the first one receives the head weights."""
+        bs = self._head_sets.get(key)
+        if bs is not None:
+            return bs
+        bs = self._kernel(key).buffers(self._head_weights, compact=self._compact, strict=False)
+        for name, home in self._head_weights.items():
+            if name not in bs.shared:
+                np.copyto(bs.input(name), home.array)  # a layout this program cannot bind
+        if not self._head_weights and self._packed is None:
+            self._hold_head(bs)
+        self._head_sets[key] = bs
+        return bs
+
+    def _hold_head(self, bs: BufferSet) -> None:
+        """Read the final norm and the head's weights into ``bs`` (and an untied embedding)."""
         c = self.config
-        empty = np.zeros((1, c.n_kv_heads, key.block.cache, c.head_dim), self._dtype)
-        caches = {f"{n}{j}": empty for j in range(len(key.layers)) for n in ("k_cache", "v_cache")}
-        return [{"x": xs[key.layers.start], **shared, **caches}]
+        self._fill(bs.input("norm"), [("model.norm.weight", (c.dim,))])
+        if not c.tie_embeddings:
+            self._embed = np.empty((c.vocab_size, c.dim), self._dtype)
+            self._fill(self._embed, [("model.embed_tokens.weight", (c.vocab_size, c.dim))])
+        rows = [(head_name(c), (c.vocab_size, c.dim))]
+        if len(self._pieces) == 1:
+            self._fill(bs.input("w0"), rows)
+        else:  # pieces of one tensor: staged whole once, then split
+            whole = np.empty((c.vocab_size, c.dim), bs.input("w0").dtype)
+            self._fill(whole, rows)
+            bounds = np.cumsum((0, *self._pieces))
+            for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+                np.copyto(bs.input(f"w{j}")[0, 0], whole[lo:hi])
+            del whole
+        names = ["norm", *(f"w{j}" for j in range(len(self._pieces)))]
+        self._head_weights = {n: bs.buffer(n) for n in names}
 
-    def _head_samples(self, key: K.HeadKey) -> list[dict[str, np.ndarray]]:
-        chunk = min(self.chunk, self.max_seq)
-        xs, _ = self._dense_streams(K.BlockKey(chunk, self.max_seq))
-        return [{"x": xs[-1][..., : key.tokens]}]
+    def _embedding(self, ids: np.ndarray) -> np.ndarray:
+        """Rows ``[T, D]`` of the embedding (a tied model's are the head's weight buffers)."""
+        if self._embed is not None:
+            return self._embed[ids]
+        bounds = np.cumsum((0, *self._pieces))
+        pieces = [self._head_weights[f"w{j}"].array[0, 0] for j in range(len(self._pieces))]
+        rows = np.empty((len(ids), self.config.dim), pieces[0].dtype)
+        for piece, lo, hi in zip(pieces, bounds, bounds[1:]):
+            inside = (ids >= lo) & (ids < hi)
+            rows[inside] = piece[ids[inside] - lo]
+        return rows
 
-    def _call(
-        self, key: K.BlockKey | K.HeadKey | SegmentKey, inputs: dict[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        kernel = self._kernel(key)
-        if self.backend == "reference":
-            # our arrays have the programs' shapes by construction and hold fp16 values
-            # (as fp16, or as float32: the reference backend's own held form): no re-validation
-            return kernel.evaluate(inputs)
-        return kernel(**inputs)
+    def _use_cache(self, key: K.BlockKey, start: int) -> None:
+        """Make ``key``'s cache buffers hold the context (its first ``start`` rows).
 
-    def _host(self, a: np.ndarray) -> np.ndarray:
-        """An array rounded to fp16 and held in the backend's form."""
-        return a.astype(np.float16).astype(self._dtype, copy=False)
+        Programs of one cache length share their buffers; one of another length (or one
+        that could not bind them) has its own, and taking over the context copies the rows
+        once (a decode step moving to the next longer cache: once per doubling).
+        """
+        target, home = self._cache_of[key], self._cache_at
+        if home is not None and start > 0:
+            for (k_from, v_from), (k_to, v_to) in zip(home, target):
+                if k_to.memory is not k_from.memory:
+                    k_to.array[0, :, :start] = k_from.array[0, :, :start]
+                if v_to.memory is not v_from.memory:
+                    v_to.array[0, :, :start] = v_from.array[0, :, :start]
+        self._cache_at = target
 
     # -- forward ------------------------------------------------------------------------------
-    def _stream_inputs(
-        self, ids: Sequence[int], start: int, key: K.BlockKey
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The embedded tokens ``x`` (padded to the key's width) and the RoPE tables and mask."""
-        n, t = len(ids), key.tokens
-        padded = np.zeros(t, np.int64)
-        padded[:n] = ids
-        x = np.ascontiguousarray(self._embed[padded].T)[None, None]
-        cos, sin = K.rope_tables(self.config, start, t)
-        shared = {
-            "cos": self._host(cos),
-            "sin": self._host(sin),
-            "mask": self._host(K.attention_mask(self.config, key, start, n)),
-        }
-        return x, shared
-
     def _blocks(self, ids: Sequence[int], start: int, key: K.BlockKey) -> np.ndarray:
         """Run every block on ``ids`` at positions ``start...`` (padded to the key's width).
 
         Writes the new keys and values into the cache; returns the last residual stream
-        ``[1, 1, D, T]``.
+        ``[1, 1, D, T]`` (a view of the last layer's output buffer).
         """
-        n = len(ids)
-        x, shared = self._stream_inputs(ids, start, key)
-        s = key.cache
-        if self._segments:
-            return self._segment_blocks(x, shared, key, start, n)
-        for i, weights in enumerate(self._layers):
-            k_cache, v_cache = self._k[i], self._v[i]
-            out = self._call(
-                key,
-                {
-                    "x": x,
-                    **shared,
-                    "k_cache": k_cache[:, :, :s],
-                    "v_cache": v_cache[:, :, :s],
-                    **weights,
-                },
-            )
-            k_cache[0, :, start : start + n] = out["k_new"][0, :, :n]
-            v_cache[0, :, start : start + n] = out["v_new"][0, :, :n]
-            x = out["y"]
-        return x
-
-    def _segment_blocks(
-        self, x: np.ndarray, shared: dict[str, np.ndarray], key: K.BlockKey, start: int, n: int
-    ) -> np.ndarray:
-        """:meth:`_blocks` through the segment programs, their weights compiled in."""
-        s = key.cache
-        for layers in self._segments:
-            caches = {}
-            for j, i in enumerate(layers):
-                caches[f"k_cache{j}"] = self._k[i][:, :, :s]
-                caches[f"v_cache{j}"] = self._v[i][:, :, :s]
-            out = self._call(SegmentKey(layers, key), {"x": x, **shared, **caches})
-            for j, i in enumerate(layers):
-                self._k[i][0, :, start : start + n] = out[f"k_new{j}"][0, :, :n]
-                self._v[i][0, :, start : start + n] = out[f"v_new{j}"][0, :, :n]
-            x = out["y"]
-        return x
+        n, t = len(ids), key.tokens
+        sets, runs = self._sets_for(key), self._runs(key)
+        self._use_cache(key, start)
+        padded = np.zeros(t, np.int64)
+        padded[:n] = ids
+        first = sets[0]
+        cos, sin = K.rope_tables(self.config, start, t)
+        tables = {"cos": cos, "sin": sin, "mask": K.attention_mask(self.config, key, start, n)}
+        for bs in sets:  # the first set's tables are bound by every set that could bind them
+            for name, value in tables.items():
+                if bs is first or name not in bs.shared:
+                    bs.write(name, value)
+        fp16.cast_into(first.input("x"), self._embedding(padded).T[None, None])
+        for u, (bs, (_, layers)) in enumerate(zip(sets, runs)):
+            if u:
+                np.copyto(bs.input("x"), sets[u - 1].output("y"))
+            bs.run()
+            for j in range(len(layers)):  # only the chunk's new rows go into the cache, in place
+                for kind in "kv":
+                    rows = bs.output(self._cache_name(f"{kind}_new", j))[0, :, :n]
+                    bs.input(self._cache_name(f"{kind}_cache", j))[0, :, start : start + n] = rows
+        return sets[-1].output("y")
 
     def _head_logits(self, h: np.ndarray) -> np.ndarray:
         """Logits ``[T, V]`` (float32) of a residual stream ``[1, 1, D, T]``."""
-        weights = {} if self.compress else {"norm": self._final_norm, **self._head}
-        out = self._call(K.HeadKey(h.shape[3], self._pieces), {"x": h, **weights})
-        rows = [out[f"logits{j}"][0, 0] for j in range(len(self._pieces))]
+        key = K.HeadKey(h.shape[3], self._pieces)
+        bs = self._head_set(key)
+        np.copyto(bs.input("x"), h)
+        self._kernels[key].run(bs)
+        rows = [bs.output(f"logits{j}")[0, 0] for j in range(len(self._pieces))]
         return np.concatenate(rows, axis=0).T.astype(np.float32)
 
     def _prefill(self, ids: Sequence[int], *, all_logits: bool) -> np.ndarray:
@@ -406,8 +417,7 @@ class Model:
 
     def _decode(self, token: int, pos: int) -> np.ndarray:
         """One token at position ``pos`` (the cache holds ``pos`` tokens); its logits ``[V]``."""
-        slots = next(s for s in self._slots if s >= pos)
-        h = self._blocks([token], pos, K.BlockKey(1, slots))
+        h = self._blocks([token], pos, K.BlockKey(1, decode_cache(self.max_seq, pos)))
         return self._head_logits(h)[0]
 
     # -- public API ---------------------------------------------------------------------------
@@ -476,15 +486,21 @@ class Model:
             logits = self._decode(token, len(history) - 1)
             stats.decode_s += time.perf_counter() - step
 
-    def _check_ids(self, ids: Sequence[int], new_tokens: int) -> list[int]:
+    def _tokens(self, ids: Sequence[int], what: str = "calibration") -> list[int]:
+        """``ids`` as ints: at least one, each in the vocabulary (else UsageError naming ``what``)."""
         ids = [int(t) for t in ids]
         if not ids:
-            raise UsageError("the prompt has no tokens; give at least one (e.g. the BOS token)")
+            raise UsageError(f"{what} has no tokens; give at least one (e.g. the BOS token)")
         bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
         if bad:
             raise UsageError(
-                f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})"
+                f"{what}: token ids {bad[:5]} are outside the vocabulary "
+                f"[0, {self.config.vocab_size})"
             )
+        return ids
+
+    def _check_ids(self, ids: Sequence[int], new_tokens: int) -> list[int]:
+        ids = self._tokens(ids, "the prompt")
         if len(ids) + new_tokens > self.max_seq:
             raise UsageError(
                 f"{len(ids)} prompt tokens + {new_tokens} new ones exceed the cache of "
@@ -494,10 +510,14 @@ class Model:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Release every compiled kernel."""
+        """Release every compiled kernel (and so the buffers of the weights and cache)."""
         for kernel in self._kernels.values():
             kernel.close()
         self._kernels = {}
+        self._block_sets, self._head_sets, self._caches, self._cache_of = {}, {}, {}, {}
+        self._weights, self._head_weights = [], {}
+        if self._packed is not None:
+            self._packed.release()
 
     def __enter__(self) -> Model:
         return self

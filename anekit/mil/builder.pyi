@@ -86,7 +86,7 @@ class Builder:
     def exp(self, *, x: Operand, name: str | None = None) -> Any:
         """Return e**x."""
     def exp2(self, *, x: Operand, name: str | None = None) -> Any:
-        """Return 2**x (integers: 2**x truncated toward zero, wrapping)."""
+        """Return 2**x (integers: exact, truncated toward zero for x < 0)."""
     def expand_dims(self, *, x: Operand, axes: Operand, name: str | None = None) -> Any:
         """Insert dimensions of size 1."""
     def fill(self, *, shape: Operand, value: Operand | None = None, name: str | None = None) -> Any:

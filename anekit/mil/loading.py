@@ -49,7 +49,8 @@ def load_path(
             directory its ``weights/``; for a file, ``weights/`` beside it if there is one,
             else the file's own directory; for standard input, none.
         shapes_only (bool): read no weight file; every weight is zeros of its declared
-            shape (see ``WeightSource``). For tools that need shapes, not values.
+            shape (see ``WeightSource``). For tools that need shapes, not values: the
+            program is ``weightless``, and compiling or saving it is a UsageError.
 
     Raises:
         UsageError: the path (or ``weights``) is missing, of the wrong kind or unreadable.

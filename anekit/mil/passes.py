@@ -51,6 +51,7 @@ from anekit.mil.program import Function, Operation, Program
 from anekit.mil.types import DType
 from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
 from anekit.mil.verify import check_function
+from anekit.mil.weights import Placeholder
 
 __all__ = [
     "InputPacking",
@@ -326,6 +327,8 @@ def _fold(op: Operation, max_bytes: int) -> list[tuple[Value, np.ndarray]] | Non
         return None  # constexpr ops stay compressed; const ops are folded already
     if any(v.const is None for v in inputs) or any(not v.type.is_static for v in op.outputs):
         return None
+    if any(isinstance(v.const, Placeholder) for v in inputs):
+        return None  # zeros standing in for unread weights: folding them would hide that
     size = sum(v.type.nbytes or 0 for v in op.outputs)
     if size > max(max_bytes, sum(v.type.nbytes or 0 for v in inputs)):
         return None

@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import MilTypeError
+from anekit.errors import MilTypeError, UsageError
 from anekit.mil.ops import registry
 from anekit.mil.ops.registry import Args, OpDef
 from anekit.mil.saving import save_model
 from anekit.mil.text import print_program
 from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
-from anekit.mil.weights import layout, stored_values, weight_files
+from anekit.mil.weights import Placeholder, layout, stored_values, weight_files
 
 __all__ = ["WEIGHTS_PREFIX", "BlobRef", "Function", "Operation", "Program", "Value"]
 
@@ -133,8 +133,43 @@ class Program:
         """Print the program as MIL text (``dialect="legacy"``: program(1.0), ios16)."""
         return print_program(self, dialect=dialect)
 
+    @property
+    def weightless(self) -> tuple[str, ...]:
+        """Names of the constants that hold zeros in place of weights never read; () if none.
+
+        A program parsed with ``shapes_only=True`` (``anekit fmt``, ``check``, ``estimate``
+        read no weight file) has them: printing, checking and estimating need shapes only,
+        but running or saving it would use the zeros, so ``compile`` and ``save`` refuse it.
+        """
+        names = {
+            op.outputs[0].name: None  # an op holding a placeholder (or reading one inline)
+            for fn in self.functions.values()
+            for op in fn.ops
+            if op.outputs
+            and any(
+                isinstance(v.const, Placeholder)
+                for v in (*op.outputs, *(x for x in op.input_values() if x.producer is None))
+            )
+        }
+        return tuple(names)
+
+    def require_weights(self, action: str) -> None:
+        """UsageError if the program holds placeholders instead of weights (see ``weightless``)."""
+        missing = sorted(set(self.weightless))
+        if missing:
+            shown = ", ".join(repr(n) for n in missing[:3]) + (", ..." if len(missing) > 3 else "")
+            raise UsageError(
+                f"cannot {action} a program loaded without its weights: {len(missing)} "
+                f"constants ({shown}) are zero placeholders (shapes_only=True); it can be "
+                "printed, checked and estimated; load it with its weight files to run or save it"
+            )
+
     def weight_files(self) -> dict[str, bytes]:
-        """Return every weight file: ``"@model_path/weights/x.bin"`` -> MILBlob bytes."""
+        """Return every weight file: ``"@model_path/weights/x.bin"`` -> MILBlob bytes.
+
+        UsageError for a program whose weights were never read (``weightless``).
+        """
+        self.require_weights("serialise the weights of")
         return weight_files(self)
 
     def save(self, directory: str | os.PathLike[str], dialect: str = "ios18") -> Path:
@@ -145,6 +180,7 @@ class Program:
         """
         # Everything that can fail on the program runs before the first write, so a
         # rejected save leaves an existing model directory as it was.
+        self.require_weights("save")
         text = self.to_text(dialect).encode("utf-8")
         return save_model(directory, text, self.weight_files())
 

@@ -93,6 +93,15 @@ def check_weight_path(path: str) -> str:
     return name
 
 
+class Placeholder(np.ndarray):
+    """Zeros standing in for a weight that was never read (a shapes-only parse).
+
+    A program holding one can be printed, checked and estimated, not run or saved
+    (``Program.weightless``). NumPy keeps the subclass through ufuncs and views, so a
+    constant folded from a placeholder is one too.
+    """
+
+
 class WeightSource:
     """Weight tensors for the parser: from a dict of files, from a directory, or shapes only.
 
@@ -126,7 +135,7 @@ class WeightSource:
         check_weight_path(path)
         dtype, shape = t.dtype.numpy, tuple(int(d) for d in t.shape)
         if self.shapes_only:
-            return np.broadcast_to(np.zeros((), dtype), shape)
+            return np.broadcast_to(np.zeros((), dtype), shape).view(Placeholder)
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         if self._copied + nbytes > read_limit():
             raise WeightFileError(

@@ -28,6 +28,11 @@ def small_ints(lo: int, hi: int) -> Sampler:
     return lambda rng, shape: rng.integers(lo, hi + 1, shape)
 
 
+def nonzero_ints(hi: int) -> Sampler:
+    """Integers in [-hi, hi] without 0 (divisors: integer division by zero is an error)."""
+    return lambda rng, shape: rng.integers(1, hi + 1, shape) * rng.choice([-1, 1], shape)
+
+
 def halves_and_normals(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     """Exact halves (where rounding modes differ) mixed with normal values."""
     halves = rng.integers(-6, 6, shape) + 0.5
@@ -377,9 +382,29 @@ ARITHMETIC = [
         xs=NORMAL,
         ys=DIVISOR,
     ),
-    binary("real_div", int_trunc_div, "int32-trunc", (3, 4), (4,), (3, 4), dtype="int32"),
+    binary(
+        "real_div",
+        int_trunc_div,
+        "int32-trunc",
+        (3, 4),
+        (4,),
+        (3, 4),
+        dtype="int32",
+        xs=small_ints(-30, 30),
+        ys=nonzero_ints(9),
+    ),  # fmt: skip
     binary("floor_div", floor_div64, "broadcast", (2, 3), (3,), (2, 3), xs=NORMAL, ys=DIVISOR),
-    binary("floor_div", int_floor_div, "int32", (3, 4), (3, 4), (3, 4), dtype="int32"),
+    binary(
+        "floor_div",
+        int_floor_div,
+        "int32",
+        (3, 4),
+        (3, 4),
+        (3, 4),
+        dtype="int32",
+        xs=small_ints(-30, 30),
+        ys=nonzero_ints(9),
+    ),  # fmt: skip
     binary("mod", mod64, "sign-of-y", (2, 5), (5,), (2, 5), xs=NORMAL, ys=DIVISOR),
     binary(
         "mod",
@@ -389,6 +414,8 @@ ARITHMETIC = [
         (4, 4),
         (4, 4),
         dtype="int32",
+        xs=small_ints(-30, 30),
+        ys=nonzero_ints(9),
     ),
     binary(
         "pow",
@@ -401,7 +428,17 @@ ARITHMETIC = [
         ys=uniform(-2, 2),
     ),
     binary("pow", lambda x, y: x**y, "python-float", (2, 3), None, (2, 3), y_literal=2.0),
-    binary("pow", vectorized(int_pow, np.int64), "int32", (3, 4), (3, 4), (3, 4), dtype="int32"),
+    binary(
+        "pow",
+        vectorized(int_pow, np.int64),
+        "int32",
+        (3, 4),
+        (3, 4),
+        (3, 4),
+        dtype="int32",
+        xs=small_ints(-4, 4),
+        ys=small_ints(0, 9),
+    ),  # fmt: skip (4 ** 9 fits int32)
     binary("maximum", lambda x, y: np.where(x >= y, x, y), "broadcast", (2, 1), (1, 3), (2, 3)),
     binary(
         "maximum", lambda x, y: np.where(x >= y, x, y), "int32", (2, 3), (), (2, 3), dtype="int32"

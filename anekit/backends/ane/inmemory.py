@@ -129,6 +129,7 @@ class InMemoryKernel(SurfaceKernel):
         canonical_io: bool = True,
         autorelease: bool = True,
     ) -> None:
+        program.require_weights("compile")  # before the checker, the passes and the compiler
         check_choices(layout, binding)
         profile = dialects.resolve_chip(chip)
         if check:

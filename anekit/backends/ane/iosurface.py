@@ -11,11 +11,17 @@ every view.
 (``newBufferWithBytesNoCopy:``, never a copy: the buffer's contents must start at the
 surface's base address, or it is refused) and says where the tensor lies in it: the
 byte offset of its first element and the strides, rows padded as the layout says.
+
+One surface may serve several slots (a buffer bound into other buffer sets, of this
+kernel or another): each slot *holds* it, and it is unlocked for good when the last
+holder lets go; while any of them runs it is unlocked, and locked again when the last
+run using it ends.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +91,15 @@ class Surface:
         self.layout = layout
         self.nbytes = layout.alloc_size
         self.locked = False
+        self.holders = 0  # slots using this surface
+        self.running = 0  # evaluations using it on the device now
+        self._guard = threading.Lock()
         self.lock()
+
+    @property
+    def framework(self) -> Any:
+        """The framework seam that made this surface."""
+        return self._fw
 
     @classmethod
     def create(cls, framework: Any, layout: TensorLayout) -> Surface:
@@ -137,6 +151,32 @@ class Surface:
                                       "surface: it is not a view of this surface")  # fmt: skip
         return MetalBuffer(buffer, offset, shape, strides, dtype, len(contents),
                            self.layout.row_stride, self)  # fmt: skip
+
+    def hold(self) -> None:
+        """One more slot uses this surface."""
+        with self._guard:
+            self.holders += 1
+
+    def drop(self) -> None:
+        """A slot is done with this surface; the last one unlocks it (the kernel is released)."""
+        with self._guard:
+            self.holders -= 1
+            if self.holders == 0 and self.running == 0:
+                self.unlock()
+
+    def device_begin(self) -> None:
+        """An evaluation starts using the surface: unlock it for the ANE (the first one does)."""
+        with self._guard:
+            if self.running == 0:
+                self.unlock()
+            self.running += 1
+
+    def device_end(self) -> None:
+        """An evaluation is done with it: the last one locks it again for the host."""
+        with self._guard:
+            self.running -= 1
+            if self.running == 0 and self.holders > 0:
+                self.lock()
 
     def lock(self) -> None:
         """Lock for CPU access (the host reads and writes the views)."""

@@ -81,12 +81,12 @@ def _binary(ufunc: np.ufunc, *, floats_only: bool = False, boolean: bool = False
     return factory
 
 
-def _unary(ufunc: np.ufunc) -> Callable:
+def _unary(ufunc: np.ufunc, *, floats_only: bool = False) -> Callable:
     """``ufunc(x)``, as the registry's unary references ``lambda x: f(x)``."""
 
     def factory(c: Any) -> Form | None:
         x, o = c.slot("x"), c.out()
-        if c.dtype(x) != c.dtype(o):
+        if c.dtype(x) != c.dtype(o) or (floats_only and not _float32(c.dtype(x))):
             return None
         return Form(lambda env: ufunc(env[x], out=env[o]), ordered=(x,), inplace=(x,))
 
@@ -258,7 +258,7 @@ def _softmax(c: Any) -> Form | None:
 # -- matrix products --------------------------------------------------------------------------
 def _matmul(c: Any) -> Form | None:
     x, y, o = c.slot("x"), c.slot("y"), c.out()
-    if np.result_type(c.dtype(x), c.dtype(y)) != c.dtype(o):
+    if not _float32(c.dtype(x), c.dtype(y), c.dtype(o)):
         return None
     tx, ty = bool(c.const("transpose_x")), bool(c.const("transpose_y"))
 
@@ -395,17 +395,19 @@ def _concat(c: Any) -> Form | None:
     return Form(run, ordered=values)
 
 
+# Integer arithmetic that can overflow or divide by zero has no form: the registry's exact
+# integer path (mil/ops/integers.py) runs instead, and raises where int32 would wrap.
 FORMS: dict[str, Callable[[Any], Form | None]] = {
     # elementwise binary (elementwise.py _binary)
-    "add": _binary(np.add),
-    "sub": _binary(np.subtract),
-    "mul": _binary(np.multiply),
+    "add": _binary(np.add, floats_only=True),
+    "sub": _binary(np.subtract, floats_only=True),
+    "mul": _binary(np.multiply, floats_only=True),
     "real_div": _binary(np.true_divide, floats_only=True),
     "pow": _binary(np.power, floats_only=True),
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),
-    "floor_div": _binary(np.floor_divide),
-    "mod": _binary(np.remainder),
+    "floor_div": _binary(np.floor_divide, floats_only=True),
+    "mod": _binary(np.remainder, floats_only=True),
     "equal": _binary(np.equal, boolean=True),
     "not_equal": _binary(np.not_equal, boolean=True),
     "less": _binary(np.less, boolean=True),
@@ -423,8 +425,8 @@ FORMS: dict[str, Callable[[Any], Form | None]] = {
     "sin": _unary(np.sin),
     "cos": _unary(np.cos),
     "tanh": _unary(np.tanh),
-    "abs": _unary(np.abs),
-    "square": _unary(np.square),
+    "abs": _unary(np.abs, floats_only=True),
+    "square": _unary(np.square, floats_only=True),
     "logical_not": _unary(np.logical_not),
     # activations and attribute formulas
     "relu": _float_chain(_relu),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -9,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from anekit import fp16
-from anekit.backends.base import Kernel
-from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step
+from anekit.backends.base import Buffer, BufferSet, Kernel
+from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step, held_dtype
 from anekit.config import physical_memory
 from anekit.errors import AnekitError, EvaluationError
 from anekit.mil.program import Program
@@ -28,7 +29,7 @@ def default_memory_budget() -> int:
 class _State:
     """The memory of one evaluation in flight: arenas, the environment, bound steps, scratch."""
 
-    __slots__ = ("env", "program", "rounder", "arenas")
+    __slots__ = ("env", "program", "rounder", "arenas", "inputs")
 
     def __init__(self, plan: Plan) -> None:
         self.arenas = [_aligned(n) for n in plan.arenas]
@@ -41,10 +42,20 @@ class _State:
                 shape = tuple(int(d) for d in s.type.shape)
                 env[i] = self.arenas[s.arena][: s.nbytes].view(s.dtype).reshape(shape)
         self.env = env
+        self.inputs = [env[slot] for _, slot in plan.inputs]  # their arena views
         self.program = [
             (_bind(step, plan, env, self.rounder), plan.dead_after[step.index])
             for step in plan.steps
         ]
+
+
+def aligned_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zeroed C-contiguous array starting on an ``ALIGN``-byte boundary, as arena views do."""
+    dtype = np.dtype(dtype)
+    n = math.prod(shape) * dtype.itemsize
+    raw = _aligned(max(n, 1))
+    raw[:] = 0
+    return raw[:n].view(dtype).reshape(shape)
 
 
 def _aligned(nbytes: int) -> np.ndarray:
@@ -108,7 +119,14 @@ def _bind(step: Step, plan: Plan, env: list, rounder: fp16.Rounder) -> Callable[
 
 
 class ReferenceKernel(Kernel):
-    """A Program planned into steps over value slots; buffers are reused by liveness."""
+    """A Program planned into steps over value slots; buffers are reused by liveness.
+
+    Buffer sets (``buffers()``) hold each input in the executor's own form (fp16 values
+    as float32, see :mod:`anekit.backends.reference`), so a run reads them in place,
+    through read-only views; ``compact=True`` sets hold fp16 as float16 and convert on
+    each run (the primary set behind ``input_buffer`` is one). Outputs are copied out of
+    the evaluation's buffers into the set's.
+    """
 
     backend = NAME
 
@@ -121,8 +139,6 @@ class ReferenceKernel(Kernel):
         self.plan = Planner(program, storage, self.memory_budget).plan()
         self._states: list[_State] = []
         self._state_lock = threading.Lock()
-        self._in_buffers = {s.name: np.zeros(s.shape, s.dtype.numpy) for s in self.inputs}
-        self._out_buffers = {s.name: np.zeros(s.shape, s.dtype.numpy) for s in self.outputs}
 
     @property
     def planned_bytes(self) -> int:
@@ -137,13 +153,32 @@ class ReferenceKernel(Kernel):
         finally:
             self._give_back(state)
 
-    def run(self) -> None:
-        self._check_open()
+    def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
+        inputs = {}
+        for spec in self.inputs:
+            buf = share.get(spec.name)
+            if buf is None:
+                array = aligned_array(spec.shape, self._form(spec, compact))
+                buf = Buffer(spec, array, array, NAME)
+            inputs[spec.name] = buf
+        outputs = {}
+        for spec in self.outputs:
+            array = aligned_array(spec.shape, self._form(spec, compact))
+            outputs[spec.name] = Buffer(spec, array, array, NAME)
+        return BufferSet(self, inputs, outputs, shared=frozenset(share))
+
+    def _binding_problem(self, name: str, buf: Buffer) -> str | None:
+        if buf.kind != NAME or not isinstance(buf.memory, np.ndarray):
+            return f"of a reference kernel cannot bind a buffer of kind {buf.kind!r}"
+        return None
+
+    def _run_buffers(self, buffers: BufferSet) -> None:
         state = self._acquire()
         try:
-            env = self._execute(state, self._in_buffers)
+            env = self._execute(state, {s.name: buffers.input(s.name) for s in self.inputs},
+                                in_place=True)  # fmt: skip
             for name, slot, _ in self.plan.outputs:
-                fp16.cast_into(self._out_buffers[name], env[slot])
+                fp16.cast_into(buffers.output(name), env[slot])
         finally:
             self._give_back(state)
 
@@ -153,26 +188,22 @@ class ReferenceKernel(Kernel):
         For debugging and tests: each value is copied right after its op, before its
         buffer is reused.
         """
-        self._check_open()
-        state = self._acquire()
         values: dict[str, np.ndarray] = {}
-        try:
-            self._execute(state, self.validate(inputs), values)
-        finally:
-            self._give_back(state)
+        with self._in_flight():
+            state = self._acquire()
+            try:
+                self._execute(state, self.validate(inputs), trace=values)
+            finally:
+                self._give_back(state)
         return values
-
-    def input_buffer(self, name: str) -> np.ndarray:
-        self.spec(name)
-        return self._in_buffers[name]
-
-    def output_buffer(self, name: str) -> np.ndarray:
-        self.spec(name, output=True)
-        return self._out_buffers[name]
 
     def _release(self) -> None:
         with self._state_lock:
             self._states.clear()
+
+    def _form(self, spec: Any, compact: bool) -> np.dtype:
+        """The dtype a buffer set holds ``spec`` in: the executor's held form, or compact fp16."""
+        return np.dtype(spec.dtype.numpy) if compact else held_dtype(spec.dtype)
 
     # -- states ---------------------------------------------------------------------------
     def _acquire(self) -> _State:
@@ -188,11 +219,24 @@ class ReferenceKernel(Kernel):
                 self._states.append(state)
 
     def _execute(
-        self, state: _State, inputs: dict[str, np.ndarray], trace: dict | None = None
+        self,
+        state: _State,
+        inputs: dict[str, np.ndarray],
+        trace: dict | None = None,
+        *,
+        in_place: bool = False,
     ) -> list:
+        """Run the plan; ``in_place``: read inputs held in the executor's form where they are."""
         env = state.env
-        for name, slot in self.plan.inputs:
-            fp16.cast_into(env[slot], inputs[name])
+        for (name, slot), arena in zip(self.plan.inputs, state.inputs):
+            value = inputs[name]
+            if in_place and value.dtype == arena.dtype and value.flags.c_contiguous:
+                view = value.view()
+                view.flags.writeable = False  # no step may write into the caller's memory
+                env[slot] = view
+            else:
+                env[slot] = arena
+                fp16.cast_into(arena, value)
         steps = self.plan.steps
         # fp16 overflow to inf and NaN are the modelled behaviour, not errors
         with np.errstate(all="ignore"):

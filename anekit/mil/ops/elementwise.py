@@ -11,9 +11,10 @@ follow NumPy where MIL says nothing more: ``maximum``/``minimum``/``relu``/
 coremltools' value inference), ``mod`` takes the sign of ``y`` and
 ``floor_div`` rounds toward -inf (``np.remainder``/``np.floor_divide``,
 coremltools folds with Python's ``%`` and ``//``). Domain errors give NaN or
-inf, never an exception. Integer results are exact: int32 arithmetic wraps as
-in NumPy, integer ``real_div`` truncates toward zero (coremltools only says the
-type stays int32), and an integer division or modulo by zero gives 0.
+inf, never an exception. Integer results are exact (:mod:`.integers`): a result
+int32 cannot hold and an integer division or modulo by zero are EvaluationErrors,
+never wrapped or invented values; integer ``real_div`` truncates toward zero
+(coremltools only says the type stays int32).
 
 ``flops_per_element`` follows the cost convention of :mod:`anekit.mil.ops.common`
 (``_T`` is one transcendental function).
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.mil.ops import integers
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
 from anekit.mil.ops.registry import Args, OpDef, Param, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
@@ -100,31 +102,12 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return result
 
 
-def _int_trunc_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """x / y rounded toward zero in integers; NumPy's floor_divide gives 0 for y == 0."""
-    q = np.floor_divide(x, y)
-    return q + ((np.remainder(x, y) != 0) & ((x < 0) != (y < 0))).astype(q.dtype)
-
-
-def _int_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """x ** y in integers: wraps like repeated mul; a negative power truncates toward zero."""
-    dtype = np.result_type(x, y)
-    x, y = np.asarray(x, dtype), np.asarray(y, dtype)
-    positive = np.power(x, np.maximum(y, 0))
-    negative = np.where(np.abs(x) == 1, np.where(y % 2 == 0, 1, x), 0)  # 1/x**|y|, truncated
-    return np.where(y < 0, negative, positive).astype(dtype)
-
-
 def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return _int_trunc_div(x, y) if _is_int(x) else np.true_divide(x, y)
-
-
-def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return _int_pow(x, y) if _is_int(x) else np.power(x, y)
+    return integers.trunc_div(x, y) if _is_int(x) else np.true_divide(x, y)
 
 
 def _exp2(x: np.ndarray) -> np.ndarray:
-    return _int_pow(np.asarray(2, x.dtype), x) if _is_int(x) else np.exp2(x)
+    return integers.power("exp2", np.asarray(2), x) if _is_int(x) else np.exp2(x)
 
 
 def _channel_vector(alpha: np.ndarray, rank: int) -> np.ndarray:
@@ -232,8 +215,14 @@ def _binary(
     output: DType | None = None,
     flops: float = 1.0,
     traits: tuple[str, ...] = (),
+    divides: bool = False,
+    exact: Callable[[str, np.ndarray, np.ndarray], Any] | None = None,
 ) -> OpDef:
-    """Declare ``fn(x, y)`` with NumPy broadcasting; the result has x's dtype unless ``output``."""
+    """Declare ``fn(x, y)`` with NumPy broadcasting; the result has x's dtype unless ``output``.
+
+    Integer operands run :func:`.integers.binary` (``exact``: their formula, else ``fn`` in
+    int64; ``divides``: a zero divisor is an error).
+    """
     out_text = output.value if output else "T"
 
     def infer(a: Args) -> TensorType:
@@ -244,7 +233,7 @@ def _binary(
             name=name,
             params=(param("x", dtypes, domain="T"), param("y", dtypes, domain="T")),
             infer=infer,
-            reference=_quiet(lambda x, y: fn(x, y)),  # ufuncs take no x=/y= keywords
+            reference=_quiet(integers.binary(name, fn, divides=divides, exact=exact)),
             traits=frozenset({ELEMENTWISE, BINARY, *traits}),
             flops_per_element=flops,
             doc=_doc(
@@ -356,9 +345,9 @@ for _name, _fn, _summary, _flops in (
     ("abs", np.abs, "Return |x|.", 1),
     ("sign", np.sign, "Return -1, 0 or 1 by the sign of x (NaN stays NaN).", 1),
     ("square", np.square, "Return x * x.", 1),
-    ("exp2", _exp2, "Return 2**x (integers: 2**x truncated toward zero, wrapping).", _T),
+    ("exp2", _exp2, "Return 2**x (integers: exact, truncated toward zero for x < 0).", _T),
 ):
-    _unary(_name, lambda x, f=_fn: f(x), _summary, dtypes=FP_I32, flops=_flops)
+    _unary(_name, integers.unary(_name, _fn), _summary, dtypes=FP_I32, flops=_flops)
 
 _EPSILON_DOC = "added to x first, in x's dtype (an fp16 x rounds 1e-12 and 1e-45 to 0)."
 LOG = _unary(
@@ -508,24 +497,28 @@ _binary(
     "real_div",
     _real_div,
     "Return x / y elementwise, with broadcasting (integers: truncated toward zero).",
+    divides=True,
 )
 _binary(
     "floor_div",
     np.floor_divide,
     "Return floor(x / y) elementwise, with broadcasting (NumPy floor_divide).",
     flops=2,
+    divides=True,
 )
 _binary(
     "mod",
     np.remainder,
     "Return x - floor(x / y) * y elementwise (sign of y, as NumPy remainder).",
     flops=4,
+    divides=True,
 )
 _binary(
     "pow",
-    _pow,
+    np.power,
     "Return x ** y elementwise, with broadcasting (NaN for x < 0 and fractional y).",
     flops=1 + 2 * _T,
+    exact=integers.power,
 )
 _binary("maximum", np.maximum, "Return max(x, y) elementwise; NaN propagates (NumPy).")
 _binary("minimum", np.minimum, "Return min(x, y) elementwise; NaN propagates (NumPy).")

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.mil.ops import integers
 from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, mac_cost, require
 from anekit.mil.ops.registry import Args, OpDef, Param, param, register
 from anekit.mil.ops.traits import MATMUL
@@ -83,6 +84,8 @@ def _matmul_reference(x, y, transpose_x=False, transpose_y=False):
         x = np.swapaxes(x, -1, -2)
     if bool(transpose_y):
         y = np.swapaxes(y, -1, -2)
+    if integers.is_int(x) and integers.is_int(y):  # exact, or an error: never wrapped
+        return integers.fit("matmul", integers.matmul(x, y), np.result_type(x, y))
     return np.matmul(x, y)
 
 
@@ -188,6 +191,10 @@ def _weight_and_bias(domain: str) -> tuple[Param, Param]:
 
 
 def _linear_reference(x, weight, bias=None):
+    if integers.is_int(x) and integers.is_int(weight):  # exact, or an error: never wrapped
+        y = integers.matmul(x, np.asarray(weight).T)
+        y = y if bias is None else y + np.asarray(bias, integers.WIDE)
+        return integers.fit("linear", y, np.result_type(x, weight))
     y = np.matmul(x, np.asarray(weight).T)
     return y if bias is None else y + bias
 

@@ -6,10 +6,11 @@ iOS17/reduction.py, iOS15/activation.py for softmax, iOS15/, iOS16/ and
 iOS17/tensor_operation.py for topk, argsort and cumsum). coremltools has no
 ``log_softmax`` op, so neither do we.
 
-References compute floats in fp32 and integers exactly in int64 (an int32
-result that leaves the int32 range wraps when stored, as an int32 accumulator
-would). Integer results of non-integer formulas (mean, log, sqrt) round toward
-zero, as coremltools' constant folding does (``astype`` of the float result).
+References compute floats in fp32 and integers exactly (:func:`.integers.reduce`:
+int64, or Python integers where int64 could overflow); an int32 result outside
+the int32 range is an EvaluationError, never a wrapped value. Integer results of
+non-integer formulas (mean, log, sqrt) round toward zero, as coremltools' constant
+folding does (``astype`` of the float result); a non-finite one is an error too.
 Sort-like ops break ties by first occurrence (a stable sort).
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit.mil.ops import integers
 from anekit.mil.ops.common import (
     BOOL,
     FP,
@@ -107,14 +109,6 @@ def _widen(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float32, copy=False)
 
 
-def _as_input_kind(result: Any, x: np.ndarray) -> np.ndarray:
-    """An integer input's float result rounded toward zero; other results unchanged."""
-    result = np.asarray(result)
-    if x.dtype.kind in "iu" and result.dtype.kind == "f":
-        return np.trunc(result)
-    return result
-
-
 def _per_input_element(flops: float) -> CostFn:
     """Cost of an op that does ``flops`` operations per element of ``x``."""
 
@@ -149,12 +143,17 @@ def _infer_reduce_axes(a: Args) -> TensorType:
     return TensorType(a.x.dtype, _reduced_shape(a.x.shape, axes, bool(a.const("keep_dims"))))
 
 
-def _reference_over_axes(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
+def _reference_over_axes(name: str, fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
+    integral = fn in _INTEGRAL
+
     def reference(
         x: np.ndarray, keep_dims: np.ndarray, axes: np.ndarray | None = None
     ) -> np.ndarray:
         axis = None if axes is None else tuple(int(v) for v in np.ravel(axes))
-        return _as_input_kind(fn(_widen(x), axis=axis, keepdims=bool(keep_dims)), x)
+        if integers.is_int(x):
+            return integers.reduce(name, fn, x, integral=integral, axis=axis,
+                                   keepdims=bool(keep_dims))  # fmt: skip
+        return fn(_widen(x), axis=axis, keepdims=bool(keep_dims))
 
     return reference
 
@@ -193,7 +192,7 @@ def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> 
                 _flag_param("keep_dims", False),
             ),
             infer=_infer_reduce_axes,
-            reference=_reference_over_axes(fn),
+            reference=_reference_over_axes(name, fn),
             cost=_per_input_element(flops),
             doc=f"""Reduce ``x`` over ``axes`` to {what}.
 
@@ -209,6 +208,9 @@ def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> 
         )
     )
 
+
+# formulas whose integer results are exact integers (the rest are rounded toward zero)
+_INTEGRAL = (np.sum, np.max, np.min, np.prod, _l1_norm, _sum_square)
 
 # flops: operations per input element (the cost convention of anekit.mil.ops.common).
 for _name, _fn, _flops, _what in (
@@ -501,7 +503,8 @@ def _cumsum(
     if bool(exclusive):
         out = np.roll(out, 1, axis=ax)  # out[i] = sum(data[:i]) ...
         np.moveaxis(out, ax, 0)[0] = 0  # ... and out[0] = 0
-    return np.flip(out, ax) if bool(reverse) else out
+    out = np.flip(out, ax) if bool(reverse) else out
+    return integers.fit("cumsum", out, x.dtype, "running sum") if integers.is_int(x) else out
 
 
 register(

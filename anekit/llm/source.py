@@ -1,0 +1,78 @@
+"""Where a model's weights come from, and which Hugging Face tensors make each program input.
+
+A block program's weight input stacks several checkpoint tensors (q, k and v projections
+into ``wqkv``, gate and up into ``w13``): :func:`layer_parts` says which, in order, and
+:func:`fill` writes them one after another into the memory that holds the input (a
+buffer set's view on the resident path, a host array for the compiled-in segments).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from anekit.llm import kernels as K
+from anekit.llm.config import LlmConfig
+
+Parts = list[tuple[str, tuple[int, ...]]]  # (Hugging Face name, its shape), stacked in order
+
+
+class TensorSource(Protocol):
+    """Where a model's tensors come from, by Hugging Face name, as fp16."""
+
+    def __contains__(self, name: str) -> bool: ...
+
+    def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
+        """Write the tensor (checked to have ``shape``) into the flat ``out`` as fp16 values."""
+        ...
+
+
+def layer_parts(config: LlmConfig, i: int) -> dict[str, Parts]:
+    """Each block weight input of layer ``i``: the Hugging Face tensors stacked in it."""
+    c = config
+    p = f"model.layers.{i}."
+    d, q, kv, f, hd = c.dim, c.q_dim, c.kv_dim, c.hidden_dim, c.head_dim
+    att = p + "self_attn."
+    parts: dict[str, Parts] = {
+        "attn_norm": [(p + "input_layernorm.weight", (d,))],
+        "wqkv": [(att + "q_proj.weight", (q, d)), (att + "k_proj.weight", (kv, d)),
+                 (att + "v_proj.weight", (kv, d))],
+        "bqkv": [(att + "q_proj.bias", (q,)), (att + "k_proj.bias", (kv,)), (att + "v_proj.bias", (kv,))],
+        "q_norm": [(att + "q_norm.weight", (hd,))],
+        "k_norm": [(att + "k_norm.weight", (hd,))],
+        "wo": [(att + "o_proj.weight", (d, q))],
+        "bo": [(att + "o_proj.bias", (d,))],
+        "ffn_norm": [(p + "post_attention_layernorm.weight", (d,))],
+        "w13": [(p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d))],
+        "w2": [(p + "mlp.down_proj.weight", (d, f))],
+    }  # fmt: skip
+    return {name: parts[name] for name in K.block_weight_shapes(c)}
+
+
+def head_name(config: LlmConfig) -> str:
+    """The tensor the output head multiplies by (a tied model's is its embedding)."""
+    return "model.embed_tokens.weight" if config.tie_embeddings else "lm_head.weight"
+
+
+def fill(source: TensorSource, out: np.ndarray, parts: Parts) -> None:
+    """Write the named tensors' elements one after another into ``out``.
+
+    A strided ``out`` (an IOSurface's padded rows) is filled through one staging array.
+    """
+    target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+    flat = target.reshape(-1)
+    at = 0
+    for name, part_shape in parts:
+        size = int(np.prod(part_shape))
+        source.read_into(name, part_shape, flat[at : at + size])
+        at += size
+    if target is not out:
+        np.copyto(out, target)
+
+
+def stacked(source: TensorSource, shape: tuple[int, ...], parts: Parts, dtype: type) -> np.ndarray:
+    """A new host array of ``shape`` and ``dtype`` holding ``parts`` (see :func:`fill`)."""
+    out = np.empty(shape, dtype)
+    fill(source, out, parts)
+    return out
