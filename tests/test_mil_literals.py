@@ -167,3 +167,14 @@ def test_a_type_of_more_than_64_dimensions_is_a_syntax_error(spaced) -> None:
     ok = CONST.format(dtype="fp16", value="1").replace("[2]> x", f"[{', '.join(['1'] * 64)}]> x")
     with pytest.raises(MilTypeError):  # 64 dimensions parse; this program's add does not fit
         mil.parse(ok)
+
+
+def test_an_unclosed_list_of_dimensions_is_refused_within_the_rank_limit() -> None:
+    # it was read to its end (350k dimensions) before the rank was checked
+    dims = "1, " * 350_000
+    text = CONST.format(dtype="fp16", value="1").replace(
+        "tensor<fp16, [2]> x", f"tensor<fp16, [{dims}"
+    )
+    with pytest.raises(MilSyntaxError, match="a type of more than 64 dimensions") as info:
+        mil.parse(text)
+    assert info.value.column < 10_000  # stopped near the start of the list, not at its end

@@ -145,6 +145,8 @@ class TokenReader:
             line = lines[line_no]
             self.line_starts.append(len(toks))
             budget -= len(line) + 1
+            if not line:  # blank lines are common (and a hostile text may be nothing else)
+                continue
             if len(line) > _LONG_LINE:
                 self._pending = TOKEN.finditer(line.rstrip(BLANKS))
             elif not self.take_line(line, line_no):
@@ -166,17 +168,10 @@ class TokenReader:
         anchor = bisect_right(self._anchors, (index, len(self.text))) - 1
         if anchor >= 0 and self._anchors[anchor][0] >= first:
             first, pos = self._anchors[anchor]
-        k = index - first
         line = self.lines[line_no].rstrip(BLANKS)
-        if pos:  # within a chunk of at most _CHUNK_TOKENS tokens
-            for n, m in enumerate(TOKEN.finditer(line, pos)):
-                if n == k:
-                    return line_no + 1, m.start(1) + 1
-            return line_no + 1, 1
-        spaced = _SPACED.findall(line)[: k + 1]  # (blanks, token) pairs, at C speed
-        if len(spaced) <= k:
-            return line_no + 1, 1
-        return line_no + 1, sum(len(b) + len(t) for b, t in spaced) - len(spaced[-1][1]) + 1
+        # the token's match, skipping the ones before it in C (and never past it)
+        m = next(islice(TOKEN.finditer(line, pos), index - first, None), None)
+        return line_no + 1, 1 if m is None else m.start(1) + 1
 
     def error(self, message: str, index: int | None = None) -> MilSyntaxError:
         line, col = self.where(self.i if index is None else index)

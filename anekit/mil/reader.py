@@ -119,8 +119,8 @@ class LiteralReader(TokenReader):
         dims = []
         while self.peek() != "]":
             if len(dims) >= MAX_RANK:
-                raise self.error(_rank_message(len(dims) + 1))
-            self.number_run(DType.int32, dims, check=_dim_message)
+                raise self.error(_rank_message(None))  # the rest is not read
+            self.number_run(DType.int32, dims, check=_dim_message, limit=MAX_RANK)
             tok = self.peek()
             if is_name(tok):
                 dims.append(self.next())
@@ -253,16 +253,20 @@ class LiteralReader(TokenReader):
                 break
         self.expect("]")
 
-    def number_run(self, dtype: DType, out: list[Any], check: Any = None) -> None:
+    def number_run(
+        self, dtype: DType, out: list[Any], check: Any = None, limit: int | None = None
+    ) -> None:
         """Take whole chunks of ``n, n, ... n,`` (numbers the tokenizer split) a chunk at a time.
 
         A list the one-token pattern did not match (it is unclosed, or mixes in ``inf``)
         would otherwise cost several method calls per number; a chunk with anything but
-        plain numbers is left to the element loop, which reports it.
+        plain numbers is left to the element loop, which reports it. It stops once ``out``
+        holds more than ``limit`` items (the caller's bound, reported by the caller).
         """
         toks, i, n = self.toks, self.i, _RUN_ITEMS
         while (
-            i + 2 * n < len(toks)
+            (limit is None or len(out) <= limit)
+            and i + 2 * n < len(toks)
             and toks[i][:1] in _NUMBER_STARTS  # strings, names, inf, nan: the element loop's
             and toks[i + 1] == ","
             and toks[i + 2 * n - 1] == ","
@@ -501,8 +505,10 @@ def _beyond_float(value: float, tok: str) -> bool:
     return any(c not in "0.+-" for c in mantissa)
 
 
-def _rank_message(rank: int) -> str:
-    return f"a type of rank {rank}: at most {MAX_RANK} dimensions (NumPy's limit; the ANE takes 5)"
+def _rank_message(rank: int | None) -> str:
+    """Why a type of ``rank`` dimensions (None: more than the limit, not all read) is refused."""
+    shown = f"rank {rank}" if rank is not None else f"more than {MAX_RANK} dimensions"
+    return f"a type of {shown}: at most {MAX_RANK} dimensions (NumPy's limit; the ANE takes 5)"
 
 
 def _dim_message(value: int) -> str | None:
