@@ -172,3 +172,21 @@ def test_w8a8_calibration_leaves_the_model_cache_empty(model_dir: Path) -> None:
         assert len(cache) == 4 and not any(a.any() for a in cache)
         with pytest.raises(UsageError, match="calibration: token ids"):
             llm.load(model_dir, **load, compress="w8a8", calibration=[1, 10_000])
+
+
+@pytest.mark.parametrize("compress", [None, "int8"])
+def test_programs_made_for_m1_pass_its_checker_and_give_the_same_tokens(
+    model_dir: Path, compress: str | None
+) -> None:
+    """head_dim 16 and cache and chunk lengths 1-16: every contraction M1 rejects is padded."""
+    from anekit.hw.compat import check
+
+    load = dict(backend="reference", max_seq=MAX_SEQ, chunk=CHUNK, compress=compress)
+    with llm.load(model_dir, chip="m4", **load) as m4:
+        want = m4.generate(PROMPT, NEW, stop=())
+        unpadded = [d.rule for p in m4.programs() for d in check(p, "m1") if d.severity == "error"]
+    assert "m1-matmul-k" in unpadded  # the m4 programs would not run on m1
+    with llm.load(model_dir, chip="m1", **load) as m1:
+        assert m1.generate(PROMPT, NEW, stop=()) == want
+        errors = [d for p in m1.programs() for d in check(p, "m1") if d.severity == "error"]
+    assert errors == []

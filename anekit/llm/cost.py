@@ -109,10 +109,10 @@ def estimate_llm(
     slots = decode_cache(seq, prompt_tokens)  # the first decode step's
     if compress is not None:
         return _estimate_segments(config, profile, compress, prompt_tokens, seq, chunk, slots)
-    weights = set(K.block_weight_shapes(config))
+    weights, k = set(K.block_weight_shapes(config)), profile.matmul_k_multiple
     head_weights = {f"w{j}" for j in range(len(pieces))} | {"norm"}
-    block_decode = _seconds(K.block_program(config, K.BlockKey(1, slots)), weights, profile)
-    block_prefill = _seconds(K.block_program(config, K.BlockKey(chunk, seq)), weights, profile)
+    block_decode = _seconds(K.block_program(config, K.BlockKey(1, slots), k), weights, profile)
+    block_prefill = _seconds(K.block_program(config, K.BlockKey(chunk, seq), k), weights, profile)
     head = _seconds(K.head_program(config, K.HeadKey(1, pieces)), head_weights, profile)
     streamed = 2 * streamed_params(config)
     chunks = math.ceil(prompt_tokens / chunk)
@@ -138,11 +138,12 @@ def _estimate_segments(
 
     segments = plan_segments(config, check_scheme(scheme), 1 + len(decode_slots(seq)))
     pieces = K.head_pieces(config.vocab_size, chip.max_dim_channel)
+    k = chip.matmul_k_multiple
 
     def segments_s(key: K.BlockKey) -> float:
         return sum(
             compressed_seconds(
-                K.segment_program(config, key, _zeros(config, len(seg)), 0), scheme, chip
+                K.segment_program(config, key, _zeros(config, len(seg)), 0, k), scheme, chip
             )
             for seg in segments
         )

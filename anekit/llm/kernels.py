@@ -101,17 +101,26 @@ def block_input_shapes(cfg: LlmConfig, key: BlockKey) -> dict[str, tuple[int, ..
     }
 
 
-def block_program(cfg: LlmConfig, key: BlockKey) -> Program:
-    """One decoder block over ``key.tokens`` tokens reading ``key.cache`` cached positions."""
+def block_program(cfg: LlmConfig, key: BlockKey, k_multiple: int = 1) -> Program:
+    """One decoder block over ``key.tokens`` tokens reading ``key.cache`` cached positions.
+
+    ``k_multiple``: the attention's contractions (head_dim, the cache and chunk lengths) are
+    zero-padded to a multiple of it, the chip's inner-dimension rule (M1: 32); zeros on a
+    contracted axis leave the products unchanged.
+    """
     b = Builder()
     i = {n: b.input(n, shape, "fp16") for n, shape in block_input_shapes(cfg, key).items()}
-    for value in _block(b, cfg, key, i, "y"):
+    for value in _block(b, cfg, key, i, "y", k_multiple):
         b.output(value)
     return b.build()
 
 
 def segment_program(
-    cfg: LlmConfig, key: BlockKey, layers: Sequence[Mapping[str, np.ndarray]], first: int
+    cfg: LlmConfig,
+    key: BlockKey,
+    layers: Sequence[Mapping[str, np.ndarray]],
+    first: int,
+    k_multiple: int = 1,
 ) -> Program:
     """Consecutive decoder layers ``first, first + 1, ...`` with their weights compiled in.
 
@@ -120,6 +129,7 @@ def segment_program(
     from DRAM in its stored form, where a weight input crosses as fp16. Inputs: ``x``,
     ``cos``, ``sin``, ``mask`` as the block's, then ``k_cache{j}, v_cache{j}`` for each
     layer ``j`` of the segment. Outputs: ``y``, then ``k_new{j}, v_new{j}`` per layer.
+    ``k_multiple`` as :func:`block_program`'s.
     """
     b = Builder()
     shapes = block_input_shapes(cfg, key)
@@ -131,7 +141,8 @@ def segment_program(
     x, news = i["x"], []
     for j, weights in enumerate(layers):
         consts = {n: b.weight(f"l{first + j}_{n}", _fp16(w)) for n, w in weights.items()}
-        x, k_new, v_new = _block(b, cfg, key, {**i, "x": x, **caches[j], **consts}, f"x{j + 1}")
+        inputs = {**i, "x": x, **caches[j], **consts}
+        x, k_new, v_new = _block(b, cfg, key, inputs, f"x{j + 1}", k_multiple)
         news += [(k_new, f"k_new{j}"), (v_new, f"v_new{j}")]
     b.output(x, "y")
     for value, name in news:
@@ -145,10 +156,10 @@ def _fp16(w: np.ndarray) -> np.ndarray:
 
 
 def _block(
-    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value], out: str
+    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value], out: str, k_multiple: int
 ) -> tuple[Value, Value, Value]:
     """One decoder block on the values ``i`` (block inputs or constants); (y, k_new, v_new)."""
-    o, k_new, v_new = _attention(b, cfg, key, i)
+    o, k_new, v_new = _attention(b, cfg, key, i, k_multiple)
     h = b.add(x=i["x"], y=o, name="h")
     xn, _ = L.rmsnorm(b, h, i["ffn_norm"], cfg.norm_eps, "ffn_xn")
     f = cfg.hidden_dim
@@ -161,7 +172,7 @@ def _block(
 
 
 def _attention(
-    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value]
+    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value], k_multiple: int
 ) -> tuple[Value, Value, Value]:
     """RMSNorm, q/k/v, RoPE, cached grouped-query attention, the output projection; and new K/V."""
     t, s, hd = key.tokens, key.cache, cfg.head_dim
@@ -189,10 +200,17 @@ def _attention(
     )
     k_new = b.transpose(x=k, perm=[0, 1, 3, 2], name="k_new")
     v_new = b.transpose(x=v, perm=[0, 1, 3, 2], name="v_new")
+
+    def product(x: Value, y: Value, name: str, transpose_y: bool = False) -> Value:
+        # the contracted axes padded with zeros to the chip's multiple (a no-op for 1)
+        x = L.pad_axis(b, x, 3, k_multiple, f"{name}_x_padded")
+        y = L.pad_axis(b, y, 3 if transpose_y else 2, k_multiple, f"{name}_y_padded")
+        return b.matmul(x=x, y=y, transpose_y=transpose_y, name=name)
+
     scores = b.concat(
         values=(
-            b.matmul(x=q_rows, y=i["k_cache"], transpose_y=True, name="scores_cache"),
-            b.matmul(x=q_rows, y=k_new, transpose_y=True, name="scores_chunk"),
+            product(q_rows, i["k_cache"], "scores_cache", transpose_y=True),
+            product(q_rows, k_new, "scores_chunk", transpose_y=True),
         ),
         axis=3,
         interleave=False,
@@ -203,8 +221,8 @@ def _attention(
     p_cache = b.slice_by_size(x=probs, begin=[0, 0, 0, 0], size=[1, kv, rows, s], name="p_cache")
     p_chunk = b.slice_by_size(x=probs, begin=[0, 0, 0, s], size=[1, kv, rows, t], name="p_chunk")
     a = b.add(
-        x=b.matmul(x=p_cache, y=i["v_cache"], name="a_cache"),
-        y=b.matmul(x=p_chunk, y=v_new, name="a_chunk"),
+        x=product(p_cache, i["v_cache"], "a_cache"),
+        y=product(p_chunk, v_new, "a_chunk"),
         name="a_rows",
     )
     a = b.reshape(x=a, shape=[1, heads, t, hd], name="a_heads")

@@ -139,6 +139,7 @@ class Model:
         self.backend = backends.resolve_backend(backend)
         self.chip = get_chip(chip or default_chip()[0]).name
         limit = get_chip(self.chip).max_dim_channel
+        self._k_multiple = get_chip(self.chip).matmul_k_multiple  # programs made for the chip
         if chunk < 1:
             raise UsageError(f"chunk must be at least 1, found {chunk}")
         self._chunk = chunk
@@ -223,7 +224,7 @@ class Model:
         kernel = self._kernels.get(key)
         if kernel is None:
             if isinstance(key, K.BlockKey):  # also W8A8's calibration with compress
-                program = K.block_program(self.config, key)
+                program = K.block_program(self.config, key, self._k_multiple)
             elif isinstance(key, SegmentKey):
                 assert self._packed is not None
                 program = self._packed.segment_program(key)

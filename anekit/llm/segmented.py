@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from anekit.backends import Kernel
+from anekit.hw.chips import get_chip
 from anekit.llm import kernels as K
 from anekit.llm.compressed import FP16, MIN_ELEMENTS
 from anekit.llm.config import LlmConfig
@@ -87,7 +88,8 @@ class CompiledIn:
     def segment_program(self, key: SegmentKey) -> Program:
         """The program of the segment ``key.layers`` at ``key.block``'s shape, compressed."""
         layers = [self.layers[i] for i in key.layers]
-        program = K.segment_program(self.config, key.block, layers, key.layers.start)
+        k_multiple = get_chip(self.chip).matmul_k_multiple
+        program = K.segment_program(self.config, key.block, layers, key.layers.start, k_multiple)
         name = f"layers {key.layers.start}-{key.layers.stop - 1}"
         return self._compressed(name, program, lambda: self._segment_samples(key))
 
