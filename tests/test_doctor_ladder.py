@@ -20,6 +20,7 @@ from anekit.backends import ane, budget
 from anekit.backends.ane import kernel
 from anekit.doctor import ane_rungs, ladder
 from anekit.doctor.runner import Context, run_ladder
+from anekit.errors import EvaluationError
 from tests import ladder_rungs
 from tests.ane_fake import FakeFramework
 
@@ -233,3 +234,29 @@ def test_summary_names_the_first_failure_and_unmeasured_settings() -> None:
     assert summary["counts"] == {"pass": 1, "crash": 1, "skip": 1}
     assert summary["settings"]["layout"].startswith("not measured (eval_unaligned skipped")
     assert summary["settings"]["binding"] == "not measured"
+
+
+def test_shared_buffers_records_a_chained_surface_and_a_wide_request(ctx) -> None:
+    ane_rungs.shared_buffers(ctx)
+    chained, many = ctx.observed["chained"], ctx.observed["many_inputs"]
+    assert chained["match"] and chained["one_surface"]
+    assert many["match"] and many["request_inputs"] == 14
+
+
+def test_shared_buffers_fails_when_the_device_reads_a_shared_surface_wrong(
+    ctx, monkeypatch
+) -> None:
+    """A framework that ignores a bound surface (reads zeros) fails the rung, naming the case."""
+    from anekit.backends.base import BufferSet
+
+    real = BufferSet.run
+
+    def run_unbound(self: BufferSet) -> None:
+        for name in self.shared:
+            self.input(name)[...] = 0  # as if the request held a surface of its own
+        real(self)
+
+    monkeypatch.setattr(BufferSet, "run", run_unbound)
+    with pytest.raises(EvaluationError, match="wrong numbers with shared buffers: chained"):
+        ane_rungs.shared_buffers(ctx)
+    assert ctx.observed["chained"]["match"] is False

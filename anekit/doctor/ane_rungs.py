@@ -289,6 +289,32 @@ def binding(ctx: Context) -> None:
         raise EvaluationError("anekit's default binding (canonical names) gave wrong numbers")
 
 
+def shared_buffers(ctx: Context) -> None:
+    """Buffer sets: one surface in two kernels' requests, and a request of 14 separate inputs."""
+    case = cases.affine((1, 64, 1, 64), "fp16")
+    separate = dict(pack_inputs=False)  # a packed input cannot be bound on its own
+    first, second = (_compile(ctx, case.program, **separate) for _ in range(2))
+    with first, second:
+        head = first.buffers()
+        tail = second.buffers({"x": head.buffer("y", output=True)})  # the output, no copy
+        head.write("x", case.inputs["x"])
+        head.run()
+        tail.run()
+        want = case.expected["y"] * np.float16(2) + np.float16(1)
+        chain = cases.Case("chained", case.program, case.inputs, {"y": want})
+        record = cases.compare(chain, {"y": np.array(tail.output("y"))})
+        record["one_surface"] = tail.buffer("x").memory is head.buffer("y", output=True).memory
+    ctx.observe("chained", record)
+    wide = cases.many_inputs()
+    with _compile(ctx, wide.program, **separate) as k:
+        many = cases.compare(wide, k(**wide.inputs))
+        many["request_inputs"] = len(k.device_program.main.inputs)
+    ctx.observe("many_inputs", many)
+    failed = [name for name, r in (("chained", record), ("many_inputs", many)) if not r["match"]]
+    if failed:
+        raise EvaluationError(f"wrong numbers with shared buffers: {', '.join(failed)}")
+
+
 def dialect_rung(ctx: Context) -> None:
     """``ios18`` and ``legacy`` on the same program: which compile and run?"""
     case = cases.affine((1, 64, 1, 64), "fp16")

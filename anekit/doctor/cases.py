@@ -114,3 +114,16 @@ def compare(case: Case, got: dict[str, np.ndarray]) -> dict[str, Any]:
         value = np.asarray(got[name], np.float64)
         diffs[name] = float(np.max(np.abs(value - want.astype(np.float64)))) if want.size else 0.0
     return {"match": all(d <= case.atol for d in diffs.values()), "max_abs_diff": diffs}
+
+
+def many_inputs(n: int = 14, shape: tuple[int, ...] = (1, 16, 1, 32)) -> Case:
+    """``y = x0 + x1 + ... + x{n-1}``: one request with ``n`` inputs (an LLM block reads 13-14)."""
+    b = Builder()
+    xs = [b.input(f"x{i}", shape, "fp16") for i in range(n)]
+    y = xs[0]
+    for x in xs[1:]:
+        y = b.add(x=y, y=x)
+    b.output(y, "y")
+    inputs = {f"x{i}": quarters(shape, np.float16, 7 * i) for i in range(n)}
+    want = sum(v.astype(np.float64) for v in inputs.values())  # quarters: every partial sum exact
+    return Case(f"{n}_inputs", b.build(), inputs, {"y": want.astype(np.float16)})

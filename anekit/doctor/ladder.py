@@ -110,6 +110,9 @@ RUNGS: tuple[Rung, ...] = (
     _rung("binding", "Which rule binds 3 inputs and 3 outputs: the symbol arrays, signature, "
           "alphabetical or size order?", ane_rungs.binding, ("load", "iosurface"),
           timeout_s=120.0),
+    _rung("shared_buffers", "Does one IOSurface serve two kernels' requests (an output bound "
+          "as the next kernel's input), and one request 14 separate inputs (an LLM block)?",
+          ane_rungs.shared_buffers, ("eval_aligned",)),
     Rung("reference", "Do the same cases give the right numbers on the reference backend?",
          reference),
     _rung("dialect", "Which MIL dialect compiles and runs here: ios18 or legacy?",
