@@ -55,11 +55,12 @@ _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
 _INF = (float("inf"), float("-inf"))
-# magnitudes below the first and above the second are stored without overflow or underflow
-_FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
+# magnitudes below these are stored without overflow (to inf)
+_FLOAT_LARGEST = {DType.fp16: 65504.0, DType.fp32: 3.4e38}
 # literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
 # deleting a dict's first key is not once many have gone
 _LITERALS: OrderedDict[str, Value] = OrderedDict()
+_NOT_DECIMAL = re.compile(r"[.eEpPxX]")  # in a list of numbers: one that is not a decimal integer
 _RUN_ITEMS = 1024  # numbers per chunk of number_run
 _NUMBER_STARTS = frozenset("0123456789+-.")
 _FLOAT_RUN = re.compile(rf"{NUMBER}(?:,{NUMBER})*\Z", re.ASCII)
@@ -221,14 +222,14 @@ class LiteralReader(TokenReader):
             return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
         if t.dtype is DType.bool:
             return np.array(flat, dtype=np.bool_).reshape(t.shape)
-        largest, smallest = _FLOAT_LIMITS[t.dtype]
-        # the common case, decided without NumPy: every magnitude in range (a NaN anywhere
-        # makes a comparison fail, and then the exact check below decides)
-        if not flat or (
-            max(map(abs, flat)) < largest
-            and min(map(abs, filter(None, flat)), default=1) > smallest
-        ):
-            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+        largest = _FLOAT_LARGEST[t.dtype]
+        # the common case, decided by two C loops over the list and one over the array: every
+        # value below the largest finite one, and no nonzero value stored as 0 (a NaN passes,
+        # as NaN; a list whose min or max is NaN takes the exact check below)
+        if not flat or (-largest < min(flat) and max(flat) < largest):
+            array = np.array(flat, dtype=t.dtype.numpy)
+            if np.count_nonzero(array) + flat.count(0.0) == len(flat):
+                return array.reshape(t.shape)
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
@@ -290,9 +291,15 @@ class LiteralReader(TokenReader):
         parts = tok[1:-1].split(",")
         try:
             if dtype.is_float:
-                values: list[Any] = [
-                    float.fromhex(p) if "x" in p or "X" in p else float(p) for p in parts
-                ]
+                # every number is one NUMBER (the token's pattern), with at most one x: a list
+                # all decimal or all hex (as coremltools writes) is converted by one map
+                hexes = tok.count("x") + tok.count("X")
+                if hexes == 0:
+                    values: list[Any] = list(map(float, parts))
+                elif hexes == len(parts):
+                    values = list(map(float.fromhex, parts))
+                else:
+                    values = [float.fromhex(p) if "x" in p or "X" in p else float(p) for p in parts]
                 if _INF[0] in values or _INF[1] in values or 0.0 in values:
                     bad = next(
                         (
@@ -304,6 +311,12 @@ class LiteralReader(TokenReader):
                     )
                     if bad is not None:
                         raise _BadElement(bad)
+            elif dtype.is_int and len(tok) <= MAX_DIGITS and not _NOT_DECIMAL.search(tok):
+                values = list(map(int, parts))  # plain decimal integers, none too long
+                if check is not None:
+                    bad = next((k for k, v in enumerate(values) if check(v) is not None), None)
+                    if bad is not None:
+                        raise _BadElement(bad, check(values[bad]))
             elif dtype.is_int:
                 values = []
                 for k, p in enumerate(parts):
