@@ -20,6 +20,7 @@ from anekit.mil.lexer import (
     INT_TOKEN,
     MAX_DIGITS,
     NUMBER,
+    TOKEN,
     TokenReader,
     int_token,
     is_name,
@@ -219,17 +220,17 @@ class LiteralReader(TokenReader):
             if flat and (min(flat) < lo or max(flat) > hi):
                 bad = next(x for x in flat if not lo <= x <= hi)
                 raise self.error(f"value {bad} out of range for {t.dtype} ({lo}..{hi})", index)
-            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+            return _shaped(flat, t)
         if t.dtype is DType.bool:
-            return np.array(flat, dtype=np.bool_).reshape(t.shape)
+            return _shaped(flat, t)
         largest = _FLOAT_LARGEST[t.dtype]
         # the common case, decided by two C loops over the list and one over the array: every
         # value below the largest finite one, and no nonzero value stored as 0 (a NaN passes,
         # as NaN; a list whose min or max is NaN takes the exact check below)
         if not flat or (-largest < min(flat) and max(flat) < largest):
-            array = np.array(flat, dtype=t.dtype.numpy)
+            array = _shaped(flat, t)
             if np.count_nonzero(array) + flat.count(0.0) == len(flat):
-                return array.reshape(t.shape)
+                return array
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
@@ -488,6 +489,16 @@ class _BadElement(Exception):
         self.message = message
 
 
+def _shaped(flat: list[Any], t: TensorType) -> np.ndarray:
+    """The values as an array of ``t``; a scalar and a vector made without a reshape (half the cost)."""
+    rank = len(t.shape)
+    if rank == 0 and len(flat) == 1:
+        return np.array(flat[0], dtype=t.dtype.numpy)
+    if rank == 1:
+        return np.array(flat, dtype=t.dtype.numpy)
+    return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+
+
 def _is_list(tok: str) -> bool:
     """A list-of-numbers token (``[1, 2]``), as opposed to the ``[`` punctuation token."""
     return len(tok) > 1 and tok[0] == "["
@@ -574,12 +585,33 @@ def known_type(tok: str) -> TensorType | None:
 
 def standalone_literal(text: str) -> Value | None:
     """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
+    m = _ONE_TOKEN_LITERAL.match(text)
+    if m is not None:  # TYPE(token), the common shape: read without tokenising it again
+        t, body = known_type(m.group(1)), m.group(2)
+        token = TOKEN.match(body)
+        if (
+            t is not None
+            and t.is_static
+            and token is not None
+            and token.group(1) == body  # one whole token, no blanks (what the tokenizer makes)
+            and body not in ("-", "+")
+        ):
+            try:
+                return _QUIET.one_token_literal(t, body, 0)
+            except (MilSyntaxError, MilTypeError):
+                return None
     sub = LiteralReader.of_line(text)
     try:
         value = sub.literal()
     except (MilSyntaxError, MilTypeError):
         return None
     return None if sub.peek() else value
+
+
+# A literal's reader for text read without its own tokens: its errors only mean "not a literal"
+# (standalone_literal returns None), so where they point does not matter; it holds no state.
+_QUIET = LiteralReader.of_line("")
+_ONE_TOKEN_LITERAL = re.compile(r"(tensor<[^<>()]*>|[a-z]\w*)\(([^()]*)\)\Z", re.ASCII)
 
 
 def remember_literal(text: str, value: Value) -> None:
