@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -66,6 +67,8 @@ SUB_BYTE_CODES: dict[tuple[int, bool], int] = {
     (6, False): 13,
 }
 _SUB_BYTE_OF_CODE = {code: key for key, code in SUB_BYTE_CODES.items()}
+_LITTLE = {dtype: dtype.newbyteorder("<") for dtype in DTYPE_TO_CODE}  # as stored
+_NATIVE_IS_LITTLE = sys.byteorder == "little"
 
 
 class BlobRecord(NamedTuple):
@@ -387,12 +390,12 @@ class BlobFile:
             return unpack_bits(raw, record.bits, record.count, signed=record.dtype.kind == "i")
         stored = np.frombuffer(
             data,
-            dtype=record.dtype.newbyteorder("<"),
+            dtype=_LITTLE[record.dtype],
             count=record.size // record.dtype.itemsize,
             offset=record.data_offset,
         )
-        if not copy and isinstance(data, bytes) and stored.dtype == record.dtype:
-            return stored
+        if not copy and _NATIVE_IS_LITTLE and isinstance(data, bytes):
+            return stored  # the stored dtype is the native one: a view
         return stored.astype(record.dtype)
 
     def tensor(
@@ -408,8 +411,8 @@ class BlobFile:
 
         The record is checked against the declaration before any data is read.
         """
-        record = self.record(offset)
-        if record.dtype != dtype or record.bits != bits:
+        record = self._records.get(offset) or self.record(offset)
+        if (record.dtype is not dtype and record.dtype != dtype) or record.bits != bits:
             raise WeightFileError(
                 f"expected the declared dtype {_name(dtype, bits)}, found "
                 f"{_name(record.dtype, record.bits)} in the blob",

@@ -404,20 +404,16 @@ class _Parser(LiteralReader):
         path, which also reports errors with exact positions.
         """
         m = _CONST_LINE.match(line)
-        if m is None or not is_name(m.group("name")):
+        if m is None:
             return False
-        declared = known_type(m.group("type"))
-        text = m.group("literal")
+        type_text, name, op_name, text = m.group("type", "name", "op_name", "literal")
+        declared = known_type(type_text)
+        if declared is None or not is_name(name):
+            return False
         literal = self.literal_text(text)
-        if declared is None or literal is None or literal.type != declared:
+        if literal is None or (literal.type is not declared and literal.type != declared):
             return False
-        self.fast[len(self.toks)] = (
-            m.group("name"),
-            declared,
-            literal,
-            line_no,
-            m.group("op_name"),
-        )
+        self.fast[len(self.toks)] = (name, declared, literal, line_no, op_name)
         self.toks.append(line.strip())  # readable if an error message ever shows it
         return True
 

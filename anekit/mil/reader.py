@@ -87,10 +87,13 @@ class LiteralReader(TokenReader):
     def blob_literal(self, text: str) -> Value | None:
         """A ``BLOBFILE`` literal read directly, or None to let the general path report errors."""
         m = _BLOB_LITERAL.match(text)
-        t = known_type(m.group("type")) if m else None
-        if m is None or t is None or not t.is_static:
+        if m is None:
             return None
-        path, offset = m.group("path"), int(m.group("offset"))
+        type_text, path, offset_text = m.group("type", "path", "offset")
+        t = known_type(type_text)
+        if t is None or not t.is_static:
+            return None
+        offset = int(offset_text)
         try:
             array = self.weights.tensor(path, offset, t)
         except WeightFileError:

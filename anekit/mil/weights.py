@@ -144,7 +144,7 @@ class WeightSource:
         shape = t.shape if t.is_static else tuple(int(d) for d in t.shape)
         if self.shapes_only:
             return np.broadcast_to(np.zeros((), dtype), shape).view(Placeholder)
-        nbytes = math.prod(shape) * dtype.itemsize
+        nbytes = (t.numel if t.is_static else math.prod(shape)) * dtype.itemsize
         if self._limit is None:
             self._limit = read_limit()
         if self._copied + nbytes > self._limit:
