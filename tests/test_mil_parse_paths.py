@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from anekit import mil
-from anekit.errors import MilSyntaxError, WeightFileError
+from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
 from anekit.mil import blob, parser
 from anekit.mil.types import DType, TensorType
 from anekit.mil.weights import WeightSource
@@ -196,3 +196,13 @@ def test_a_parse_makes_no_garbage_cycles() -> None:
         assert gc.collect() == 0  # nothing unreachable: no cycles were made and dropped
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_a_type_error_in_a_plain_statement_points_at_its_parameter() -> None:
+    """The plain-token reader keeps no positions; an error reads the statement again for them."""
+    text = SMALL.replace("tensor<fp16, [2]> x)", "tensor<fp16, [2]> x, tensor<int32, [2]> k)")
+    text = text.replace("y = tensor<fp16, [2]>([1, 2])", "y = k")
+    with pytest.raises(MilTypeError, match="dtype int32 differs from fp16") as info:
+        mil.parse(text)
+    line = text.splitlines()[3]
+    assert (info.value.line, info.value.column) == (4, line.index("y = k") + 1)

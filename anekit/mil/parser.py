@@ -37,9 +37,15 @@ _CONST_LINE = re.compile(
 )
 _PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
 # what a statement read is: declared (type, name, token) per output, the op, its inputs and
-# where each was given, its attributes, and where the op's name is
+# where each was given (None: not kept, read again on an error), its attributes, and where the
+# op's name is
 _Read = tuple[
-    list[tuple[TensorType, str, int]], registry.OpDef, dict[str, Any], dict[str, int], dict, int
+    list[tuple[TensorType, str, int]],
+    registry.OpDef,
+    dict[str, Any],
+    dict[str, int] | None,
+    dict,
+    int,
 ]
 
 
@@ -203,6 +209,9 @@ class _Parser(LiteralReader):
         try:
             types = check_op(opdef, inputs)
         except MilTypeError as e:
+            if positions is None:  # plain_statement keeps none: read again to point at the place
+                self.i = start
+                positions = self.any_statement(opset)[3]
             raise self.type_error(e, positions.get(e.param or "", op_index)) from None
         if len(types) != len(declared):
             raise self.type_error(
@@ -223,7 +232,9 @@ class _Parser(LiteralReader):
                     ),
                     start,
                 )
-            outs.append(Value(name, inferred))
+            # the declared type object, not the inferred one (equal): types read from text are
+            # one object per spelling, so the inference cache compares its keys by identity
+            outs.append(Value(name, declared_type))
         op = Operation(opdef, inputs, tuple(outs), attrs, line)
         env = self.env
         for v, (_, _, index) in zip(outs, declared):
@@ -255,7 +266,7 @@ class _Parser(LiteralReader):
         while True:
             t = known_type(toks[i])
             name = toks[i + 1]
-            if t is None or not is_name(name) or name in env:
+            if t is None or not (name.isidentifier() and name.isascii()) or name in env:
                 return None
             declared.append((t, name, i + 1))
             i += 2
@@ -269,13 +280,11 @@ class _Parser(LiteralReader):
         if opdef is None:
             return None
         inputs: dict[str, Any] = {}
-        positions: dict[str, int] = {}
         i += 3
         while toks[i] != ")":
             key = toks[i]
-            if toks[i + 1] != "=" or key in inputs or not is_name(key):
+            if toks[i + 1] != "=" or key in inputs or not (key.isidentifier() and key.isascii()):
                 return None
-            positions[key] = i
             known = env.get(toks[i + 2])
             if known is not None:
                 inputs[key] = known
@@ -317,8 +326,12 @@ class _Parser(LiteralReader):
         if toks[i] == "[":
             name = toks[i + 5]
             if (
-                toks[i + 1 : i + 5] == ["name", "=", "string", "("]
-                and toks[i + 6 : i + 8] == [")", "]"]
+                toks[i + 1] == "name"
+                and toks[i + 2] == "="
+                and toks[i + 3] == "string"
+                and toks[i + 4] == "("
+                and toks[i + 6] == ")"
+                and toks[i + 7] == "]"
                 and _PLAIN_STRING.match(name)
             ):
                 attrs["name"] = name[1:-1]
@@ -326,14 +339,14 @@ class _Parser(LiteralReader):
             else:
                 self.i = i + 1
                 try:
-                    self.attributes(opdef, inputs, positions, attrs)
+                    self.attributes(opdef, inputs, {}, attrs)
                 except AnekitError:
                     return None
                 i = self.i
         if i != end:
             return None
         self.i = end + 1
-        return declared, opdef, inputs, positions, attrs, op_index
+        return declared, opdef, inputs, None, attrs, op_index
 
     def any_statement(self, opset: str) -> _Read:
         """Read any statement, token by token, raising the error at its exact place."""
