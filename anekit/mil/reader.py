@@ -56,8 +56,9 @@ _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
 _INF = (float("inf"), float("-inf"))
-# magnitudes below these are stored without overflow (to inf)
-_FLOAT_LARGEST = {DType.fp16: 65504.0, DType.fp32: 3.4e38}
+# magnitudes below the first are stored without overflow (to inf), and above the second
+# (half the smallest subnormal) without underflow (to 0)
+_FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
 # literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
 # deleting a dict's first key is not once many have gone
 _LITERALS: OrderedDict[str, Value] = OrderedDict()
@@ -226,11 +227,14 @@ class LiteralReader(TokenReader):
             return _shaped(flat, t)
         if t.dtype is DType.bool:
             return _shaped(flat, t)
-        largest = _FLOAT_LARGEST[t.dtype]
-        # the common case, decided by two C loops over the list and one over the array: every
-        # value below the largest finite one, and no nonzero value stored as 0 (a NaN passes,
-        # as NaN; a list whose min or max is NaN takes the exact check below)
-        if not flat or (-largest < min(flat) and max(flat) < largest):
+        largest, smallest = _FLOAT_LIMITS[t.dtype]
+        # the common cases, decided without the exact check below (a NaN takes it):
+        if len(flat) == 1:  # a scalar: within range, and 0 or above what rounds to 0
+            v = flat[0]
+            if -largest < v < largest and (v == 0 or not -smallest <= v <= smallest):
+                return _shaped(flat, t)
+        elif not flat or (-largest < min(flat) and max(flat) < largest):
+            # a list: two C loops over it and one over the array; no nonzero value became 0
             array = _shaped(flat, t)
             if np.count_nonzero(array) + flat.count(0.0) == len(flat):
                 return array

@@ -124,9 +124,7 @@ def _signature(opdef: OpDef, inputs: dict[str, Any]) -> tuple | None:
             return None  # an error: not worth caching
         if given.__class__ is Value and given.const is None:  # the common case, inline
             producer = given.producer
-            key.append(name)
-            key.append(given.type)
-            key.append(producer is not None and CONSTEXPR in producer.opdef.traits)
+            key += (name, given.type, producer is not None and CONSTEXPR in producer.opdef.traits)
             continue
         reads = name in readable
         if isinstance(given, tuple):
@@ -138,8 +136,7 @@ def _signature(opdef: OpDef, inputs: dict[str, Any]) -> tuple | None:
             part = _value_key(given, reads)
             if part is None:
                 return None
-            key.append(name)
-            key.append(part)
+            key += (name, part)
     return tuple(key)
 
 
