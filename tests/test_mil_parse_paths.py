@@ -206,3 +206,33 @@ def test_a_type_error_in_a_plain_statement_points_at_its_parameter() -> None:
         mil.parse(text)
     line = text.splitlines()[3]
     assert (info.value.line, info.value.column) == (4, line.index("y = k") + 1)
+
+
+CONST_LINE = """program(1.3)
+{{
+    func main<ios18>(tensor<{dtype}, [{n}]> x) {{
+        tensor<{dtype}, [{n}]> c = const()[name = string("c"), val = tensor<{dtype}, [{n}]>([{values}])];
+        tensor<{dtype}, [{n}]> y = add(x = x, y = c)[name = string("y")];
+    }} -> (y);
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    "values",
+    ["1e, 2", "0x, 1", "1.5.5, 1", "1, , 2", "+.5, 0x.8p1", "ab, 1", "1_0, 2", "0x1p, 2", "1 2, 3"]
+    + ["5., -0X1P-3", "1E5, .5e-2", "0x1.8p+1, 2"],
+)
+@pytest.mark.parametrize("dtype", ["fp32", "int32"])
+def test_a_const_lines_list_reads_as_the_token_path_reads_it(values, dtype) -> None:
+    """A whole-line const's list is checked by converting it, not by the token pattern."""
+    n = values.count(",") + 1
+
+    def outcome(template: str):
+        try:
+            op = mil.parse(template.format(dtype=dtype, n=n, values=values)).ops[-1]
+        except (MilSyntaxError, MilTypeError) as e:
+            return type(e).__name__
+        return op.inputs["y"].const.tolist()
+
+    assert outcome(CONST_LINE) == outcome(LIST)

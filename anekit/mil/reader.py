@@ -595,18 +595,11 @@ def standalone_literal(text: str) -> Value | None:
     m = _ONE_TOKEN_LITERAL.match(text)
     if m is not None:  # TYPE(token), the common shape: read without tokenising it again
         t, body = known_type(m.group(1)), m.group(2)
-        token = TOKEN.match(body)
-        if (
-            t is not None
-            and t.is_static
-            and token is not None
-            and token.group(1) == body  # one whole token, no blanks (what the tokenizer makes)
-            and body not in ("-", "+")
-        ):
+        if t is not None and t.is_static and body not in ("-", "+") and _one_token(body):
             try:
                 return _QUIET.one_token_literal(t, body, 0)
-            except (MilSyntaxError, MilTypeError):
-                return None
+            except (MilSyntaxError, MilTypeError, ValueError):
+                return None  # ValueError: a list's element float() or int() refuses
     sub = LiteralReader.of_line(text)
     try:
         value = sub.literal()
@@ -615,6 +608,21 @@ def standalone_literal(text: str) -> Value | None:
     return None if sub.peek() else value
 
 
+def _one_token(body: str) -> bool:
+    """The text is one token: a list of numbers is taken as one on its characters alone.
+
+    Converting a list's elements (float, float.fromhex, int) accepts exactly the spellings
+    of the token pattern's NUMBER over these characters, so the list-token match, which
+    costs more than the conversion, is not needed; one the conversion refuses is not a
+    literal here (the general path reports it).
+    """
+    if body[:1] == "[":
+        return _LIST_BODY.match(body) is not None
+    token = TOKEN.match(body)
+    return token is not None and token.group(1) == body  # whole, without blanks
+
+
+_LIST_BODY = re.compile(r"\[[0-9a-fA-FxXpP.+\-, \t]*\]\Z", re.ASCII)
 # A literal's reader for text read without its own tokens: its errors only mean "not a literal"
 # (standalone_literal returns None), so where they point does not matter; it holds no state.
 _QUIET = LiteralReader.of_line("")
