@@ -17,14 +17,9 @@ from anekit.mil.lexer import is_name
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
-from anekit.mil.reader import (
-    _LITERALS,
-    SCALAR_NAMES,
-    LiteralReader,
-    known_type,
-    remember_literal,
-)
+from anekit.mil.reader import _LITERALS, LiteralReader, remember_literal
 from anekit.mil.types import DType, TensorType
+from anekit.mil.typetokens import SCALAR_NAMES, known_type
 from anekit.mil.verify import check_op, check_returns
 from anekit.mil.weights import WeightSource
 

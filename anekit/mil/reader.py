@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,21 @@ from anekit.mil.lexer import (
     show,
 )
 from anekit.mil.types import DType, TensorType, storage_loss
+from anekit.mil.typetokens import (
+    CACHE_ENTRIES,
+    CACHED_LITERAL_CHARS,
+    MAX_DIM,
+    MAX_RANK,
+    SCALAR_NAMES,
+    SCALAR_TYPES,
+    TYPE_PARTS,
+    BadTypeToken,
+    dim_message,
+    known_type,
+    rank_message,
+    read_type,
+    tensor_type,
+)
 from anekit.mil.values import BlobRef, Value
 
 _FLOAT = re.compile(
@@ -35,17 +49,7 @@ _FLOAT = re.compile(
     re.ASCII,
 )
 _STRING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"\Z')
-_DIM = re.compile(r"-?\d+\Z", re.ASCII)
-_TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
-SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
-SCALAR_NAMES = {d.value for d in DType}
-# The parser remembers the types and small literals it has read, across programs, because real
-# programs repeat a few of them thousands of times; bounded, so the memory is not kept for good.
-CACHE_ENTRIES = 4096
-CACHED_LITERAL_CHARS = 256  # a longer literal (or type token) is read each time it occurs
 MAX_NESTING = 64  # brackets in a literal, dicts in a dict type: far beyond any real program
-MAX_DIM = 2**63 - 1  # MIL dimensions are int64
-MAX_RANK = 64  # NumPy's limit on an array's dimensions (the ANE takes 5: the checker says so)
 _BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tensor<uint64, []>)
     r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
     r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
@@ -116,24 +120,24 @@ class LiteralReader(TokenReader):
         self.expect(",")
         if _is_list(self.peek()):  # [1, 2] of numbers, one token
             index = self.i
-            dims = self.number_list(self.next(), DType.int32, index, check=_dim_message)
+            dims = self.number_list(self.next(), DType.int32, index, check=dim_message)
             if len(dims) > MAX_RANK:
-                raise self.error(_rank_message(len(dims)), index)
+                raise self.error(rank_message(len(dims)), index)
             self.expect(">")
             return TensorType(dtype, tuple(dims))
         self.expect("[")
         dims = []
         while self.peek() != "]":
             if len(dims) >= MAX_RANK:
-                raise self.error(_rank_message(len(dims) + 1))
-            self.number_run(DType.int32, dims, check=_dim_message)
+                raise self.error(rank_message(len(dims) + 1))
+            self.number_run(DType.int32, dims, check=dim_message)
             tok = self.peek()
             if is_name(tok):
                 dims.append(self.next())
             else:
                 value = self.integer("a dimension")
                 if not 0 <= value <= MAX_DIM:
-                    raise self.error(_dim_message(value), self.i - 1)
+                    raise self.error(dim_message(value), self.i - 1)
                 dims.append(value)
             if not self.accept(","):
                 break
@@ -144,8 +148,8 @@ class LiteralReader(TokenReader):
     def type_token(self, tok: str, index: int) -> TensorType:
         """Parse a whole ``tensor<dtype, [dims]>`` token; errors point inside it."""
         try:
-            return _tensor_type(tok) if len(tok) <= CACHED_LITERAL_CHARS else _read_type(tok)
-        except _BadTypeToken as e:
+            return tensor_type(tok) if len(tok) <= CACHED_LITERAL_CHARS else read_type(tok)
+        except BadTypeToken as e:
             raise self.error_in(index, e.offset, e.message) from None
 
     def dtype(self) -> DType:
@@ -434,7 +438,7 @@ class LiteralReader(TokenReader):
 
     def uint64(self) -> int:
         index = self.i
-        m = _TYPE_PARTS.match(self.peek())
+        m = TYPE_PARTS.match(self.peek())
         if m and m.group("dtype") == "uint64" and not m.group("dims").strip():
             self.i += 1  # the legacy spelling tensor<uint64, []>
         else:
@@ -511,15 +515,6 @@ def _is_list(tok: str) -> bool:
     return len(tok) > 1 and tok[0] == "["
 
 
-class _BadTypeToken(Exception):
-    """A tensor type token that is not a type: what is wrong, and where inside the token."""
-
-    def __init__(self, offset: int, message: str) -> None:
-        super().__init__(message)
-        self.offset = offset
-        self.message = message
-
-
 def _beyond_float(value: float, tok: str) -> bool:
     """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
     if value in _INF:
@@ -530,64 +525,6 @@ def _beyond_float(value: float, tok: str) -> bool:
     digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
     mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
     return any(c not in "0.+-" for c in mantissa)
-
-
-def _rank_message(rank: int) -> str:
-    return f"a type of rank {rank}: at most {MAX_RANK} dimensions (NumPy's limit; the ANE takes 5)"
-
-
-def _dim_message(value: int) -> str | None:
-    """Why a dimension is wrong, or None if it is a dimension."""
-    if 0 <= value <= MAX_DIM:
-        return None
-    if value < 0:
-        return f"dimension must be >= 0, found {value}"
-    return f"dimension {value} is beyond int64 (at most {MAX_DIM})"
-
-
-def _read_type(tok: str) -> TensorType:
-    """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken."""
-    m = _TYPE_PARTS.fullmatch(tok)
-    if m is None:  # not from the tokenizer, which only emits tokens of this shape
-        raise _BadTypeToken(0, f"expected a type, found {show(tok)}")
-    name = m.group("dtype")
-    if name not in SCALAR_NAMES:
-        known = ", ".join(sorted(SCALAR_NAMES))
-        raise _BadTypeToken(
-            m.start("dtype"), f"unknown dtype {show(name)}; expected one of {known}"
-        )
-    dims: list[int | str] = []
-    body_start = m.start("dims")
-    for d in re.finditer(r"[^\s,]+", m.group("dims")):
-        text = d.group()
-        if is_name(text):
-            dims.append(text)
-            continue
-        if not _DIM.match(text) or len(text) > MAX_DIGITS:
-            raise _BadTypeToken(
-                body_start + d.start(), f"expected a dimension (an integer), found {show(text)}"
-            )
-        value = int(text)
-        if not 0 <= value <= MAX_DIM:
-            raise _BadTypeToken(body_start + d.start(), _dim_message(value))
-        dims.append(value)
-    if len(dims) > MAX_RANK:
-        raise _BadTypeToken(body_start, _rank_message(len(dims)))
-    return TensorType(DType(name), tuple(dims))
-
-
-_tensor_type = lru_cache(maxsize=CACHE_ENTRIES)(_read_type)  # for tokens of ordinary length
-
-
-def known_type(tok: str) -> TensorType | None:
-    """The type a whole type token spells (``fp16``, ``tensor<fp16, [2]>``), None if it is none."""
-    scalar = SCALAR_TYPES.get(tok)
-    if scalar is not None or len(tok) > CACHED_LITERAL_CHARS or not tok.startswith("tensor<"):
-        return scalar
-    try:
-        return _tensor_type(tok)
-    except _BadTypeToken:
-        return None
 
 
 def standalone_literal(text: str) -> Value | None:
@@ -640,9 +577,12 @@ def remember_literal(text: str, value: Value) -> None:
     _LITERALS[text] = value
 
 
+_tensor_type = tensor_type  # the LRU of type tokens (tests read its size)
+
+
 def clear_caches() -> None:
     """Forget the types and literals remembered across programs (benchmarks read text cold)."""
-    _tensor_type.cache_clear()
+    tensor_type.cache_clear()
     _LITERALS.clear()
 
 
