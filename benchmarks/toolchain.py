@@ -15,8 +15,10 @@ not produced by anekit's printer, so no parser path fitted to our own output hel
 - ``BLOBFILE constants``: a deep stack of linear layers whose weights are BLOBFILE consts.
 
 The candidates run interleaved (the order rotates every round) and each figure is the
-minimum and median of several rounds, one thread for BLAS. Target (issue 13): parse at
-least 50,000 statements/s on every shape.
+best and median of several rounds, one thread for BLAS, by wall clock (the headline) and
+by this process's CPU time (``time.process_time``: the machine may be shared, and a
+round that lost the CPU to another process shows as a wall-clock figure below its CPU
+one). Target (issue 13): parse at least 50,000 statements/s on every shape.
 """
 
 from __future__ import annotations
