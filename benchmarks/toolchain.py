@@ -15,8 +15,10 @@ not produced by anekit's printer, so no parser path fitted to our own output hel
 - ``BLOBFILE constants``: a deep stack of linear layers whose weights are BLOBFILE consts.
 
 The candidates run interleaved (the order rotates every round) and each figure is the
-minimum and median of several rounds, one thread for BLAS. Target (issue 13): parse at
-least 50,000 statements/s on every shape.
+best and median of several rounds, one thread for BLAS, by wall clock (the headline) and
+by this process's CPU time (``time.process_time``: the machine may be shared, and a
+round that lost the CPU to another process shows as a wall-clock figure below its CPU
+one). Target (issue 13): parse at least 50,000 statements/s on every shape.
 """
 
 from __future__ import annotations
@@ -251,6 +253,7 @@ def main(rounds: int = 9) -> None:
         label: sum(len(f.ops) for f in p.functions.values()) for label, p in programs.items()
     }
     times: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     labels = list(texts)
     with threadpool_limits(1):
         for r in range(rounds):
@@ -260,29 +263,36 @@ def main(rounds: int = 9) -> None:
                           ("warm", partial(mil.parse, text, files)),
                           ("print", programs[label].to_text))  # fmt: skip
                 for stage, fn in stages:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     fn()
-                    times.setdefault((label, stage), []).append(time.perf_counter() - t0)
-    print(
-        f"statements/s, best and median of {rounds} interleaved rounds (wall clock, one BLAS thread)"
-    )
+                    c1, t1 = time.process_time(), time.perf_counter()
+                    times.setdefault((label, stage), []).append(t1 - t0)
+                    cpu.setdefault((label, stage), []).append(c1 - c0)
+    print(f"statements/s, best and median of {rounds} interleaved rounds, one BLAS thread")
     print("cold: the parser's caches emptied first; warm: the same text parsed again")
+    print("wall: wall clock (the headline); cpu: this process's CPU time (the machine is shared)")
     print(f"{'shape':34} {'stmts':>6} {'kB':>5}  {'cold best':>10} {'median':>8}  "
           f"{'warm best':>10} {'median':>8}  {'print best':>10} {'median':>8}")  # fmt: skip
-    below = []
+    below, below_cpu = [], []
     for label in labels:
         n = statements[label]
-        cells = []
-        for stage in ("cold", "warm", "print"):
-            t = times[(label, stage)]
-            cells.append(f"{n / min(t):10,.0f} {n / statistics.median(t):8,.0f}")
-            if max(t) / min(t) > 2:
-                print(f"  warning: {label} {stage}: spread {max(t) / min(t):.1f}x (a busy machine)")
-        if n / statistics.median(times[(label, "cold")]) < TARGET and not label.startswith("ours"):
-            below.append(label)
-        print(f"{label:34} {n:6d} {len(texts[label][0]) / 1e3:5.0f}  " + "  ".join(cells))
-    verdict = "every shape meets it" if not below else f"below it: {', '.join(below)}"
-    print(f"target: cold parse >= {TARGET:,} statements/s (median) on each new shape: {verdict}")
+        for clock, table in (("wall", times), ("cpu", cpu)):
+            cells = []
+            for stage in ("cold", "warm", "print"):
+                t = [max(x, 1e-9) for x in table[(label, stage)]]  # process_time ticks coarsely
+                cells.append(f"{n / min(t):10,.0f} {n / statistics.median(t):8,.0f}")
+                if clock == "wall" and max(t) / min(t) > 2:
+                    print(
+                        f"  warning: {label} {stage}: spread {max(t) / min(t):.1f}x (busy machine)"
+                    )
+            rate = n / statistics.median(table[(label, "cold")])
+            if rate < TARGET and not label.startswith("ours"):
+                (below if clock == "wall" else below_cpu).append(label)
+            name = label if clock == "wall" else "  (cpu)"
+            print(f"{name:34} {n:6d} {len(texts[label][0]) / 1e3:5.0f}  " + "  ".join(cells))
+    for clock, missed in (("wall clock", below), ("cpu time", below_cpu)):
+        verdict = "every shape meets it" if not missed else f"below it: {', '.join(missed)}"
+        print(f"target: cold parse >= {TARGET:,} statements/s (median, {clock}): {verdict}")
 
 
 def _cold_parse(text: str, files: dict) -> None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,11 +67,16 @@ SUB_BYTE_CODES: dict[tuple[int, bool], int] = {
     (6, False): 13,
 }
 _SUB_BYTE_OF_CODE = {code: key for key, code in SUB_BYTE_CODES.items()}
+_LITTLE = {dtype: dtype.newbyteorder("<") for dtype in DTYPE_TO_CODE}  # as stored
+_NATIVE_IS_LITTLE = sys.byteorder == "little"
 
 
-@dataclass(frozen=True)
-class BlobRecord:
-    """One blob's record: where it is, its element type, and where its data lies."""
+class BlobRecord(NamedTuple):
+    """One blob's record: where it is, its element type, and where its data lies.
+
+    A named tuple, not a dataclass: one is made per weight a parse reads, and a frozen
+    dataclass costs several times as much to make.
+    """
 
     offset: int  # of the record; what a MIL BLOBFILE offset names
     dtype: np.dtype  # the NumPy dtype holding one element (uint8/int8 for sub-byte elements)
@@ -325,28 +331,8 @@ def read_blob(
     With ``copy=False`` and immutable ``bytes`` on a little-endian machine, the result is a
     read-only view of ``data`` (no copy of large weights); otherwise a writable copy.
     """
-    return _read(data, offset, file, copy)[1]
-
-
-def _read(data: bytes, offset: int, file: str | None, copy: bool) -> tuple[BlobRecord, np.ndarray]:
-    if _check_header(data, file) == 0:
-        raise WeightFileError(
-            "expected a file holding blobs, found header count 0", file=file, offset=offset
-        )
-    record = _read_record(data, offset, file)
-    if record.bits is not None:
-        raw = np.frombuffer(data, dtype=np.uint8, count=record.size, offset=record.data_offset)
-        signed = record.dtype.kind == "i"
-        return record, unpack_bits(raw, record.bits, record.count, signed=signed)
-    stored = np.frombuffer(
-        data,
-        dtype=record.dtype.newbyteorder("<"),
-        count=record.size // record.dtype.itemsize,
-        offset=record.data_offset,
-    )
-    if not copy and isinstance(data, bytes) and stored.dtype == record.dtype:
-        return record, stored
-    return record, stored.astype(record.dtype)
+    reader = BlobFile(data, file)
+    return reader.array(reader.record(offset), copy)
 
 
 def read_tensor(
@@ -364,24 +350,84 @@ def read_tensor(
     ``bits`` declares a sub-byte element of that width held in ``dtype`` (uint8, int8 for
     int4); the blob must store exactly that sub-byte type.
     """
-    record, array = _read(data, offset, file, copy)
-    declared = np.dtype(dtype)
-    if array.dtype != declared or record.bits != bits:
-        raise WeightFileError(
-            f"expected the declared dtype {_name(declared, bits)}, found "
-            f"{_name(array.dtype, record.bits)} in the blob",
-            file=file,
-            offset=offset,
+    return BlobFile(data, file).tensor(offset, np.dtype(dtype), shape, copy=copy, bits=bits)
+
+
+class BlobFile:
+    """A MILBlob file read blob by blob: its header checked once, each record once.
+
+    A parse reads thousands of blobs from one file; this reads each record's 64 bytes
+    and validates them the first time its offset is named, and never rereads the header.
+    """
+
+    __slots__ = ("data", "file", "_count", "_records")
+
+    def __init__(self, data: bytes, file: str | None = None) -> None:
+        self.data = data
+        self.file = file
+        self._count = _check_header(data, file)
+        # offset -> its validated record: at most one per 64 bytes of the file
+        self._records: dict[int, BlobRecord] = {}
+
+    def record(self, offset: int) -> BlobRecord:
+        """The validated record at ``offset`` (see _read_record)."""
+        record = self._records.get(offset)
+        if record is None:
+            if self._count == 0:
+                raise WeightFileError(
+                    "expected a file holding blobs, found header count 0",
+                    file=self.file,
+                    offset=offset,
+                )
+            record = self._records[offset] = _read_record(self.data, offset, self.file)
+        return record
+
+    def array(self, record: BlobRecord, copy: bool) -> np.ndarray:
+        """The 1-D array of a record (a read-only view of immutable bytes if not ``copy``)."""
+        data = self.data
+        if record.bits is not None:
+            raw = np.frombuffer(data, dtype=np.uint8, count=record.size, offset=record.data_offset)
+            return unpack_bits(raw, record.bits, record.count, signed=record.dtype.kind == "i")
+        stored = np.frombuffer(
+            data,
+            dtype=_LITTLE[record.dtype],
+            count=record.size // record.dtype.itemsize,
+            offset=record.data_offset,
         )
-    numel = math.prod(shape)
-    if array.size != numel:
-        raise WeightFileError(
-            f"expected the declared shape {tuple(shape)} ({numel} elements), found {array.size} "
-            "elements in the blob",
-            file=file,
-            offset=offset,
-        )
-    return array.reshape(shape)
+        if not copy and _NATIVE_IS_LITTLE and isinstance(data, bytes):
+            return stored  # the stored dtype is the native one: a view
+        return stored.astype(record.dtype)
+
+    def tensor(
+        self,
+        offset: int,
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        *,
+        copy: bool = True,
+        bits: int | None = None,
+    ) -> np.ndarray:
+        """The blob at ``offset`` as ``dtype`` and ``shape`` (see :func:`read_tensor`).
+
+        The record is checked against the declaration before any data is read.
+        """
+        record = self._records.get(offset) or self.record(offset)
+        if (record.dtype is not dtype and record.dtype != dtype) or record.bits != bits:
+            raise WeightFileError(
+                f"expected the declared dtype {_name(dtype, bits)}, found "
+                f"{_name(record.dtype, record.bits)} in the blob",
+                file=self.file,
+                offset=offset,
+            )
+        numel, count = math.prod(shape), record.count
+        if count != numel:
+            raise WeightFileError(
+                f"expected the declared shape {tuple(shape)} ({numel} elements), found {count} "
+                "elements in the blob",
+                file=self.file,
+                offset=offset,
+            )
+        return self.array(record, copy).reshape(shape)
 
 
 def _name(dtype: np.dtype, bits: int | None = None) -> str:

@@ -125,7 +125,12 @@ class TokenReader:
         if toks and toks[-1] is _MORE:
             toks.pop()
         start, budget, findall = len(toks), _FILL_CHARS, TOKEN.findall
-        lines = self.lines
+        lines, n_lines, line_starts, take_line = (
+            self.lines,
+            len(self.lines),
+            self.line_starts,
+            self.take_line,
+        )
         while budget > 0 or len(toks) == start:
             if self._pending is not None:
                 matches = list(islice(self._pending, _CHUNK_TOKENS))
@@ -138,18 +143,19 @@ class TokenReader:
                     self._pending = None
                 continue
             line_no = self._next_line
-            if line_no >= len(lines):
+            if line_no >= n_lines:
                 toks.append("")  # end of input
                 return
-            self._next_line += 1
+            self._next_line = line_no + 1
             line = lines[line_no]
-            self.line_starts.append(len(toks))
-            budget -= len(line) + 1
-            if not line:  # blank lines are common (and a hostile text may be nothing else)
+            line_starts.append(len(toks))
+            size = len(line)
+            budget -= size + 1
+            if not size:  # blank lines are common (and a hostile text may be nothing else)
                 continue
-            if len(line) > _LONG_LINE:
+            if size > _LONG_LINE:
                 self._pending = TOKEN.finditer(line.rstrip(BLANKS))
-            elif not self.take_line(line, line_no):
+            elif not take_line(line, line_no):
                 found = findall(line.rstrip(BLANKS))
                 if found and found[-1].startswith(_COMMENT):
                     found.pop()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import re
+import threading
 from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -13,15 +17,10 @@ from anekit.mil.lexer import is_name
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
-from anekit.mil.reader import (
-    _LITERALS,
-    SCALAR_NAMES,
-    LiteralReader,
-    known_type,
-    remember_literal,
-)
+from anekit.mil.reader import _LITERALS, LiteralReader, remember_literal
 from anekit.mil.types import DType, TensorType
-from anekit.mil.verify import check_function, check_op
+from anekit.mil.typetokens import SCALAR_NAMES, known_type
+from anekit.mil.verify import check_op, check_returns
 from anekit.mil.weights import WeightSource
 
 # A whole-line const statement: `TYPE name = const()[name = string("op"), val = LITERAL];`,
@@ -33,9 +32,15 @@ _CONST_LINE = re.compile(
 )
 _PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
 # what a statement read is: declared (type, name, token) per output, the op, its inputs and
-# where each was given, its attributes, and where the op's name is
+# where each was given (None: not kept, read again on an error), its attributes, and where the
+# op's name is
 _Read = tuple[
-    list[tuple[TensorType, str, int]], registry.OpDef, dict[str, Any], dict[str, int], dict, int
+    list[tuple[TensorType, str, int]],
+    registry.OpDef,
+    dict[str, Any],
+    dict[str, int] | None,
+    dict,
+    int,
 ]
 
 
@@ -55,7 +60,44 @@ def parse(
         file (str): a name for error messages.
     """
     source = weights if isinstance(weights, WeightSource) else WeightSource(weights)
-    return _Parser(text, source, file).program()
+    with gc_paused():
+        return _Parser(text, source, file).program()
+
+
+_GC_LOCK = threading.Lock()
+_gc_pauses = 0  # parses running now (threads): the last one to finish restores the collector
+_gc_was_enabled = False
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Suspend the cyclic garbage collector while a parse runs, then restore its state.
+
+    A parse allocates tens of thousands of objects that all stay alive (the program). The
+    collector's passes over them free nothing, and each pass that reaches the oldest
+    generation walks the whole heap: with a large heap that is 10-25% of a parse. The parse
+    makes no garbage cycles (what it drops is freed by reference counting; a failed parse's
+    partial program is collected once the collector runs again). On leaving, the youngest
+    generation (the parse's objects) is collected once, so that cost is paid here, not by
+    whatever allocates next. Nested and concurrent parses share one pause: the collector is
+    enabled again only if it was enabled before the first of them began.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _GC_LOCK:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_pauses -= 1
+            resume = _gc_pauses == 0 and _gc_was_enabled
+            if resume:
+                gc.enable()
+        if resume:
+            gc.collect(0)
 
 
 class _Parser(LiteralReader):
@@ -147,7 +189,7 @@ class _Parser(LiteralReader):
         self.expect(")")
         self.expect(";")
         fn = Function(name, tuple(inputs), tuple(ops), tuple(outputs), opset)
-        check_function(fn)
+        check_returns(fn)  # the rest of SSA form holds by construction: names resolve via env
         return fn
 
     def statement(self, opset: str) -> Operation:
@@ -162,6 +204,9 @@ class _Parser(LiteralReader):
         try:
             types = check_op(opdef, inputs)
         except MilTypeError as e:
+            if positions is None:  # plain_statement keeps none: read again to point at the place
+                self.i = start
+                positions = self.any_statement(opset)[3]
             raise self.type_error(e, positions.get(e.param or "", op_index)) from None
         if len(types) != len(declared):
             raise self.type_error(
@@ -182,7 +227,9 @@ class _Parser(LiteralReader):
                     ),
                     start,
                 )
-            outs.append(Value(name, inferred))
+            # the declared type object, not the inferred one (equal): types read from text are
+            # one object per spelling, so the inference cache compares its keys by identity
+            outs.append(Value(name, declared_type))
         op = Operation(opdef, inputs, tuple(outs), attrs, line)
         env = self.env
         for v, (_, _, index) in zip(outs, declared):
@@ -214,7 +261,7 @@ class _Parser(LiteralReader):
         while True:
             t = known_type(toks[i])
             name = toks[i + 1]
-            if t is None or not is_name(name) or name in env:
+            if t is None or not (name.isidentifier() and name.isascii()) or name in env:
                 return None
             declared.append((t, name, i + 1))
             i += 2
@@ -228,13 +275,11 @@ class _Parser(LiteralReader):
         if opdef is None:
             return None
         inputs: dict[str, Any] = {}
-        positions: dict[str, int] = {}
         i += 3
         while toks[i] != ")":
             key = toks[i]
-            if toks[i + 1] != "=" or key in inputs or not is_name(key):
+            if toks[i + 1] != "=" or key in inputs or not (key.isidentifier() and key.isascii()):
                 return None
-            positions[key] = i
             known = env.get(toks[i + 2])
             if known is not None:
                 inputs[key] = known
@@ -276,8 +321,12 @@ class _Parser(LiteralReader):
         if toks[i] == "[":
             name = toks[i + 5]
             if (
-                toks[i + 1 : i + 5] == ["name", "=", "string", "("]
-                and toks[i + 6 : i + 8] == [")", "]"]
+                toks[i + 1] == "name"
+                and toks[i + 2] == "="
+                and toks[i + 3] == "string"
+                and toks[i + 4] == "("
+                and toks[i + 6] == ")"
+                and toks[i + 7] == "]"
                 and _PLAIN_STRING.match(name)
             ):
                 attrs["name"] = name[1:-1]
@@ -285,14 +334,14 @@ class _Parser(LiteralReader):
             else:
                 self.i = i + 1
                 try:
-                    self.attributes(opdef, inputs, positions, attrs)
+                    self.attributes(opdef, inputs, {}, attrs)
                 except AnekitError:
                     return None
                 i = self.i
         if i != end:
             return None
         self.i = end + 1
-        return declared, opdef, inputs, positions, attrs, op_index
+        return declared, opdef, inputs, None, attrs, op_index
 
     def any_statement(self, opset: str) -> _Read:
         """Read any statement, token by token, raising the error at its exact place."""
@@ -363,20 +412,16 @@ class _Parser(LiteralReader):
         path, which also reports errors with exact positions.
         """
         m = _CONST_LINE.match(line)
-        if m is None or not is_name(m.group("name")):
+        if m is None:
             return False
-        declared = known_type(m.group("type"))
-        text = m.group("literal")
+        type_text, name, op_name, text = m.group("type", "name", "op_name", "literal")
+        declared = known_type(type_text)
+        if declared is None or not is_name(name):
+            return False
         literal = self.literal_text(text)
-        if declared is None or literal is None or literal.type != declared:
+        if literal is None or (literal.type is not declared and literal.type != declared):
             return False
-        self.fast[len(self.toks)] = (
-            m.group("name"),
-            declared,
-            literal,
-            line_no,
-            m.group("op_name"),
-        )
+        self.fast[len(self.toks)] = (name, declared, literal, line_no, op_name)
         self.toks.append(line.strip())  # readable if an error message ever shows it
         return True
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -20,12 +19,28 @@ from anekit.mil.lexer import (
     INT_TOKEN,
     MAX_DIGITS,
     NUMBER,
+    TOKEN,
     TokenReader,
     int_token,
     is_name,
     show,
 )
 from anekit.mil.types import DType, TensorType, storage_loss
+from anekit.mil.typetokens import (
+    CACHE_ENTRIES,
+    CACHED_LITERAL_CHARS,
+    MAX_DIM,
+    MAX_RANK,
+    SCALAR_NAMES,
+    SCALAR_TYPES,
+    TYPE_PARTS,
+    BadTypeToken,
+    dim_message,
+    known_type,
+    rank_message,
+    read_type,
+    tensor_type,
+)
 from anekit.mil.values import BlobRef, Value
 
 _FLOAT = re.compile(
@@ -34,17 +49,7 @@ _FLOAT = re.compile(
     re.ASCII,
 )
 _STRING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"\Z')
-_DIM = re.compile(r"-?\d+\Z", re.ASCII)
-_TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
-SCALAR_TYPES: dict[str, TensorType] = {d.value: TensorType(d, ()) for d in DType}
-SCALAR_NAMES = {d.value for d in DType}
-# The parser remembers the types and small literals it has read, across programs, because real
-# programs repeat a few of them thousands of times; bounded, so the memory is not kept for good.
-CACHE_ENTRIES = 4096
-CACHED_LITERAL_CHARS = 256  # a longer literal (or type token) is read each time it occurs
 MAX_NESTING = 64  # brackets in a literal, dicts in a dict type: far beyond any real program
-MAX_DIM = 2**63 - 1  # MIL dimensions are int64
-MAX_RANK = 64  # NumPy's limit on an array's dimensions (the ANE takes 5: the checker says so)
 _BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tensor<uint64, []>)
     r'(?P<type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
     r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
@@ -55,11 +60,13 @@ _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
 _INF = (float("inf"), float("-inf"))
-# magnitudes below the first and above the second are stored without overflow or underflow
+# magnitudes below the first are stored without overflow (to inf), and above the second
+# (half the smallest subnormal) without underflow (to 0)
 _FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
 # literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
 # deleting a dict's first key is not once many have gone
 _LITERALS: OrderedDict[str, Value] = OrderedDict()
+_NOT_DECIMAL = re.compile(r"[.eEpPxX]")  # in a list of numbers: one that is not a decimal integer
 _RUN_ITEMS = 1024  # numbers per chunk of number_run
 _NUMBER_STARTS = frozenset("0123456789+-.")
 _FLOAT_RUN = re.compile(rf"{NUMBER}(?:,{NUMBER})*\Z", re.ASCII)
@@ -85,10 +92,13 @@ class LiteralReader(TokenReader):
     def blob_literal(self, text: str) -> Value | None:
         """A ``BLOBFILE`` literal read directly, or None to let the general path report errors."""
         m = _BLOB_LITERAL.match(text)
-        t = known_type(m.group("type")) if m else None
-        if m is None or t is None or not t.is_static:
+        if m is None:
             return None
-        path, offset = m.group("path"), int(m.group("offset"))
+        type_text, path, offset_text = m.group("type", "path", "offset")
+        t = known_type(type_text)
+        if t is None or not t.is_static:
+            return None
+        offset = int(offset_text)
         try:
             array = self.weights.tensor(path, offset, t)
         except WeightFileError:
@@ -110,24 +120,24 @@ class LiteralReader(TokenReader):
         self.expect(",")
         if _is_list(self.peek()):  # [1, 2] of numbers, one token
             index = self.i
-            dims = self.number_list(self.next(), DType.int32, index, check=_dim_message)
+            dims = self.number_list(self.next(), DType.int32, index, check=dim_message)
             if len(dims) > MAX_RANK:
-                raise self.error(_rank_message(len(dims)), index)
+                raise self.error(rank_message(len(dims)), index)
             self.expect(">")
             return TensorType(dtype, tuple(dims))
         self.expect("[")
         dims = []
         while self.peek() != "]":
             if len(dims) >= MAX_RANK:
-                raise self.error(_rank_message(None))  # the rest is not read
-            self.number_run(DType.int32, dims, check=_dim_message, limit=MAX_RANK)
+                raise self.error(rank_message(None))  # the rest is not read
+            self.number_run(DType.int32, dims, check=dim_message, limit=MAX_RANK)
             tok = self.peek()
             if is_name(tok):
                 dims.append(self.next())
             else:
                 value = self.integer("a dimension")
                 if not 0 <= value <= MAX_DIM:
-                    raise self.error(_dim_message(value), self.i - 1)
+                    raise self.error(dim_message(value), self.i - 1)
                 dims.append(value)
             if not self.accept(","):
                 break
@@ -138,8 +148,8 @@ class LiteralReader(TokenReader):
     def type_token(self, tok: str, index: int) -> TensorType:
         """Parse a whole ``tensor<dtype, [dims]>`` token; errors point inside it."""
         try:
-            return _tensor_type(tok) if len(tok) <= CACHED_LITERAL_CHARS else _read_type(tok)
-        except _BadTypeToken as e:
+            return tensor_type(tok) if len(tok) <= CACHED_LITERAL_CHARS else read_type(tok)
+        except BadTypeToken as e:
             raise self.error_in(index, e.offset, e.message) from None
 
     def dtype(self) -> DType:
@@ -218,17 +228,20 @@ class LiteralReader(TokenReader):
             if flat and (min(flat) < lo or max(flat) > hi):
                 bad = next(x for x in flat if not lo <= x <= hi)
                 raise self.error(f"value {bad} out of range for {t.dtype} ({lo}..{hi})", index)
-            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+            return _shaped(flat, t)
         if t.dtype is DType.bool:
-            return np.array(flat, dtype=np.bool_).reshape(t.shape)
+            return _shaped(flat, t)
         largest, smallest = _FLOAT_LIMITS[t.dtype]
-        # the common case, decided without NumPy: every magnitude in range (a NaN anywhere
-        # makes a comparison fail, and then the exact check below decides)
-        if not flat or (
-            max(map(abs, flat)) < largest
-            and min(map(abs, filter(None, flat)), default=1) > smallest
-        ):
-            return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+        # the common cases, decided without the exact check below (a NaN takes it):
+        if len(flat) == 1:  # a scalar: within range, and 0 or above what rounds to 0
+            v = flat[0]
+            if -largest < v < largest and (v == 0 or not -smallest <= v <= smallest):
+                return _shaped(flat, t)
+        elif not flat or (-largest < min(flat) and max(flat) < largest):
+            # a list: two C loops over it and one over the array; no nonzero value became 0
+            array = _shaped(flat, t)
+            if np.count_nonzero(array) + flat.count(0.0) == len(flat):
+                return array
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
@@ -294,9 +307,15 @@ class LiteralReader(TokenReader):
         parts = tok[1:-1].split(",")
         try:
             if dtype.is_float:
-                values: list[Any] = [
-                    float.fromhex(p) if "x" in p or "X" in p else float(p) for p in parts
-                ]
+                # every number is one NUMBER (the token's pattern), with at most one x: a list
+                # all decimal or all hex (as coremltools writes) is converted by one map
+                hexes = tok.count("x") + tok.count("X")
+                if hexes == 0:
+                    values: list[Any] = list(map(float, parts))
+                elif hexes == len(parts):
+                    values = list(map(float.fromhex, parts))
+                else:
+                    values = [float.fromhex(p) if "x" in p or "X" in p else float(p) for p in parts]
                 if _INF[0] in values or _INF[1] in values or 0.0 in values:
                     bad = next(
                         (
@@ -308,6 +327,12 @@ class LiteralReader(TokenReader):
                     )
                     if bad is not None:
                         raise _BadElement(bad)
+            elif dtype.is_int and len(tok) <= MAX_DIGITS and not _NOT_DECIMAL.search(tok):
+                values = list(map(int, parts))  # plain decimal integers, none too long
+                if check is not None:
+                    bad = next((k for k, v in enumerate(values) if check(v) is not None), None)
+                    if bad is not None:
+                        raise _BadElement(bad, check(values[bad]))
             elif dtype.is_int:
                 values = []
                 for k, p in enumerate(parts):
@@ -417,7 +442,7 @@ class LiteralReader(TokenReader):
 
     def uint64(self) -> int:
         index = self.i
-        m = _TYPE_PARTS.match(self.peek())
+        m = TYPE_PARTS.match(self.peek())
         if m and m.group("dtype") == "uint64" and not m.group("dims").strip():
             self.i += 1  # the legacy spelling tensor<uint64, []>
         else:
@@ -479,18 +504,19 @@ class _BadElement(Exception):
         self.message = message
 
 
+def _shaped(flat: list[Any], t: TensorType) -> np.ndarray:
+    """The values as an array of ``t``; a scalar and a vector made without a reshape (half the cost)."""
+    rank = len(t.shape)
+    if rank == 0 and len(flat) == 1:
+        return np.array(flat[0], dtype=t.dtype.numpy)
+    if rank == 1:
+        return np.array(flat, dtype=t.dtype.numpy)
+    return np.array(flat, dtype=t.dtype.numpy).reshape(t.shape)
+
+
 def _is_list(tok: str) -> bool:
     """A list-of-numbers token (``[1, 2]``), as opposed to the ``[`` punctuation token."""
     return len(tok) > 1 and tok[0] == "["
-
-
-class _BadTypeToken(Exception):
-    """A tensor type token that is not a type: what is wrong, and where inside the token."""
-
-    def __init__(self, offset: int, message: str) -> None:
-        super().__init__(message)
-        self.offset = offset
-        self.message = message
 
 
 def _beyond_float(value: float, tok: str) -> bool:
@@ -505,74 +531,43 @@ def _beyond_float(value: float, tok: str) -> bool:
     return any(c not in "0.+-" for c in mantissa)
 
 
-def _rank_message(rank: int | None) -> str:
-    """Why a type of ``rank`` dimensions (None: more than the limit, not all read) is refused."""
-    shown = f"rank {rank}" if rank is not None else f"more than {MAX_RANK} dimensions"
-    return f"a type of {shown}: at most {MAX_RANK} dimensions (NumPy's limit; the ANE takes 5)"
-
-
-def _dim_message(value: int) -> str | None:
-    """Why a dimension is wrong, or None if it is a dimension."""
-    if 0 <= value <= MAX_DIM:
-        return None
-    if value < 0:
-        return f"dimension must be >= 0, found {value}"
-    return f"dimension {value} is beyond int64 (at most {MAX_DIM})"
-
-
-def _read_type(tok: str) -> TensorType:
-    """The type of a ``tensor<dtype, [dims]>`` token; raises _BadTypeToken."""
-    m = _TYPE_PARTS.fullmatch(tok)
-    if m is None:  # not from the tokenizer, which only emits tokens of this shape
-        raise _BadTypeToken(0, f"expected a type, found {show(tok)}")
-    name = m.group("dtype")
-    if name not in SCALAR_NAMES:
-        known = ", ".join(sorted(SCALAR_NAMES))
-        raise _BadTypeToken(
-            m.start("dtype"), f"unknown dtype {show(name)}; expected one of {known}"
-        )
-    dims: list[int | str] = []
-    body_start = m.start("dims")
-    for d in re.finditer(r"[^\s,]+", m.group("dims")):
-        text = d.group()
-        if is_name(text):
-            dims.append(text)
-            continue
-        if not _DIM.match(text) or len(text) > MAX_DIGITS:
-            raise _BadTypeToken(
-                body_start + d.start(), f"expected a dimension (an integer), found {show(text)}"
-            )
-        value = int(text)
-        if not 0 <= value <= MAX_DIM:
-            raise _BadTypeToken(body_start + d.start(), _dim_message(value))
-        dims.append(value)
-    if len(dims) > MAX_RANK:
-        raise _BadTypeToken(body_start, _rank_message(len(dims)))
-    return TensorType(DType(name), tuple(dims))
-
-
-_tensor_type = lru_cache(maxsize=CACHE_ENTRIES)(_read_type)  # for tokens of ordinary length
-
-
-def known_type(tok: str) -> TensorType | None:
-    """The type a whole type token spells (``fp16``, ``tensor<fp16, [2]>``), None if it is none."""
-    scalar = SCALAR_TYPES.get(tok)
-    if scalar is not None or len(tok) > CACHED_LITERAL_CHARS or not tok.startswith("tensor<"):
-        return scalar
-    try:
-        return _tensor_type(tok)
-    except _BadTypeToken:
-        return None
-
-
 def standalone_literal(text: str) -> Value | None:
     """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
+    m = _ONE_TOKEN_LITERAL.match(text)
+    if m is not None:  # TYPE(token), the common shape: read without tokenising it again
+        t, body = known_type(m.group(1)), m.group(2)
+        if t is not None and t.is_static and body not in ("-", "+") and _one_token(body):
+            try:
+                return _QUIET.one_token_literal(t, body, 0)
+            except (MilSyntaxError, MilTypeError, ValueError):
+                return None  # ValueError: a list's element float() or int() refuses
     sub = LiteralReader.of_line(text)
     try:
         value = sub.literal()
     except (MilSyntaxError, MilTypeError):
         return None
     return None if sub.peek() else value
+
+
+def _one_token(body: str) -> bool:
+    """The text is one token: a list of numbers is taken as one on its characters alone.
+
+    Converting a list's elements (float, float.fromhex, int) accepts exactly the spellings
+    of the token pattern's NUMBER over these characters, so the list-token match, which
+    costs more than the conversion, is not needed; one the conversion refuses is not a
+    literal here (the general path reports it).
+    """
+    if body[:1] == "[":
+        return _LIST_BODY.match(body) is not None
+    token = TOKEN.match(body)
+    return token is not None and token.group(1) == body  # whole, without blanks
+
+
+_LIST_BODY = re.compile(r"\[[0-9a-fA-FxXpP.+\-, \t]*\]\Z", re.ASCII)
+# A literal's reader for text read without its own tokens: its errors only mean "not a literal"
+# (standalone_literal returns None), so where they point does not matter; it holds no state.
+_QUIET = LiteralReader.of_line("")
+_ONE_TOKEN_LITERAL = re.compile(r"(tensor<[^<>()]*>|[a-z]\w*)\(([^()]*)\)\Z", re.ASCII)
 
 
 def remember_literal(text: str, value: Value) -> None:
@@ -586,9 +581,12 @@ def remember_literal(text: str, value: Value) -> None:
     _LITERALS[text] = value
 
 
+_tensor_type = tensor_type  # the LRU of type tokens (tests read its size)
+
+
 def clear_caches() -> None:
     """Forget the types and literals remembered across programs (benchmarks read text cold)."""
-    _tensor_type.cache_clear()
+    tensor_type.cache_clear()
     _LITERALS.clear()
 
 

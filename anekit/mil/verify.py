@@ -124,9 +124,7 @@ def _signature(opdef: OpDef, inputs: dict[str, Any]) -> tuple | None:
             return None  # an error: not worth caching
         if given.__class__ is Value and given.const is None:  # the common case, inline
             producer = given.producer
-            key.append(name)
-            key.append(given.type)
-            key.append(producer is not None and CONSTEXPR in producer.opdef.traits)
+            key += (name, given.type, producer is not None and CONSTEXPR in producer.opdef.traits)
             continue
         reads = name in readable
         if isinstance(given, tuple):
@@ -138,8 +136,7 @@ def _signature(opdef: OpDef, inputs: dict[str, Any]) -> tuple | None:
             part = _value_key(given, reads)
             if part is None:
                 return None
-            key.append(name)
-            key.append(part)
+            key += (name, part)
     return tuple(key)
 
 
@@ -224,10 +221,21 @@ def check_function(fn: Function) -> None:
                 )
         for v in op.outputs:
             _define(defined, v, op.line)
-    returned: set[str] = set()
     for v in fn.outputs:
         if v.name not in defined:
             raise MilTypeError(f"function {fn.name!r} returns undefined value {v.name!r}")
+    check_returns(fn)
+
+
+def check_returns(fn: Function) -> None:
+    """Check that a function returns each value once.
+
+    All that check_function checks beyond what a parser that resolves every name in
+    definition order has made sure of already (each name defined once, each use after its
+    definition, each output defined): the parser calls only this.
+    """
+    returned: set[str] = set()
+    for v in fn.outputs:
         if v.name in returned:  # output names are a kernel's interface: each names one output
             raise MilTypeError(f"function {fn.name!r} returns {v.name!r} more than once")
         returned.add(v.name)

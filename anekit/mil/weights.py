@@ -122,6 +122,9 @@ class WeightSource:
         self._directory: Path | None = None
         self.shapes_only = shapes_only
         self._copied = 0
+        self._limit: int | None = None  # read_limit(), asked once (it asks the system)
+        self._checked: set[str] = set()  # BLOBFILE paths check_weight_path accepted
+        self._blobs: dict[str, blob.BlobFile] = {}  # path -> its file, header checked
         if isinstance(weights, dict):
             self._files = {k: bytes(v) for k, v in weights.items()}
         elif weights is not None:
@@ -130,22 +133,31 @@ class WeightSource:
     def tensor(self, path: str, offset: int, t: TensorType) -> np.ndarray:
         """The tensor of type ``t`` whose MILBlob record is at ``offset`` of the weight file ``path``.
 
-        A sub-byte tensor (uint4, ...) is unpacked to one element per byte.
+        A sub-byte tensor (uint4, ...) is unpacked to one element per byte. A parse reads
+        thousands of tensors from one file: its path is checked, and the file opened and its
+        header validated, once; each record is validated the first time it is named.
         """
-        check_weight_path(path)
-        dtype, shape = t.dtype.numpy, tuple(int(d) for d in t.shape)
+        if path not in self._checked:
+            check_weight_path(path)
+            self._checked.add(path)
+        dtype = t.dtype.numpy
+        shape = t.shape if t.is_static else tuple(int(d) for d in t.shape)
         if self.shapes_only:
             return np.broadcast_to(np.zeros((), dtype), shape).view(Placeholder)
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        if self._copied + nbytes > read_limit():
+        nbytes = (t.numel if t.is_static else math.prod(shape)) * dtype.itemsize
+        if self._limit is None:
+            self._limit = read_limit()
+        if self._copied + nbytes > self._limit:
             raise WeightFileError(
                 f"the weights read so far and this {nbytes}-byte tensor exceed "
-                f"{read_limit()} bytes, half of this machine's memory",
+                f"{self._limit} bytes, half of this machine's memory",
                 file=path,
                 offset=offset,
             )
-        data, bits = self.read(path), t.dtype.packed_bits
-        array = blob.read_tensor(data, offset, dtype, shape, file=path, copy=False, bits=bits)
+        reader = self._blobs.get(path)
+        if reader is None:
+            reader = self._blobs[path] = blob.BlobFile(self.read(path), path)
+        array = reader.tensor(offset, dtype, shape, copy=False, bits=t.dtype.packed_bits)
         self._copied += nbytes
         return array
 

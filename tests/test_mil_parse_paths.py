@@ -1,0 +1,238 @@
+"""The parser's fast paths keep its guarantees: lists of numbers, weight reads, the collector.
+
+Lists of numbers all decimal or all hex are converted by one call each, the float range by
+min, max and a count of zeros; weight files are checked once per path and records once
+per offset; the cyclic garbage collector is paused during a parse. Each must give what the
+slow path gave: the same values, the same errors at the same places, the collector's state
+as it was.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+from anekit import mil
+from anekit.errors import MilSyntaxError, MilTypeError, WeightFileError
+from anekit.mil import blob, parser
+from anekit.mil.types import DType, TensorType
+from anekit.mil.weights import WeightSource
+
+LIST = """program(1.3)
+{{
+    func main<ios18>(tensor<{dtype}, [{n}]> x) {{
+        tensor<{dtype}, [{n}]> y = add(x = x, y = tensor<{dtype}, [{n}]>([{values}]))[name = string("y")];
+    }} -> (y);
+}}
+"""
+
+
+def parse_list(values: list[str], dtype: str = "fp16") -> np.ndarray:
+    text = LIST.format(dtype=dtype, n=len(values), values=", ".join(values))
+    return mil.parse(text).ops[0].inputs["y"].const
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        ["0x1.8p+1", "-0x1p-3", "0x1.4p+2"],  # all hex: one map of float.fromhex
+        ["1.5", "-2.25e1", ".5"],  # all decimal: one map of float
+        ["0x1.8p+1", "1.5", "-0x1p-3", "10"],  # mixed: each number by its own spelling
+    ],
+)
+def test_lists_of_floats_read_every_spelling_exactly(spellings) -> None:
+    expected = [float.fromhex(s) if "x" in s else float(s) for s in spellings]
+    got = parse_list(spellings, "fp32")
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.array(expected, dtype=np.float32))
+
+
+def test_a_list_keeps_nan_signed_zero_and_the_smallest_subnormal() -> None:
+    got = parse_list(["-0.0", "0x1p-24", "1"])
+    assert np.signbit(got[0]) and got[0] == 0  # -0.0 stays -0.0: not a value lost
+    assert got[1] == np.float16(2.0**-24)
+    nan = mil.parse(LIST.format(dtype="fp16", n=2, values="1, nan")).ops[0].inputs["y"].const
+    assert nan[0] == 1 and np.isnan(nan[1])
+
+
+@pytest.mark.parametrize(
+    ("values", "bad", "message"),
+    [
+        (["0x1p-3", "0x1p-30", "0x1p-2"], "0x1p-30", "would be stored as 0 in fp16"),
+        (["0.5", "1e-9", "0.25"], "1e-9", "would be stored as 0 in fp16"),
+        (["0.5", "-70000", "0x1p-2"], "-70000", "overflows fp16"),
+        (["0x1p+15", "0x1p+16"], "0x1p+16", "overflows fp16"),
+    ],
+)
+def test_a_value_fp16_cannot_hold_anywhere_in_a_list_is_an_error(values, bad, message) -> None:
+    with pytest.raises(MilSyntaxError, match=message) as info:
+        parse_list(values)
+    assert info.value.line == 4  # the literal's line; the message names the value
+    assert f"{float.fromhex(bad) if 'x' in bad else float(bad):g}" in str(info.value)
+
+
+def test_integer_lists_reject_floats_and_out_of_range_values_at_their_column() -> None:
+    np.testing.assert_array_equal(parse_list(["1", "-2", "+3"], "int32"), [1, -2, 3])
+    np.testing.assert_array_equal(parse_list(["0x10", "2"], "int32"), [16, 2])  # hex ints
+    text = LIST.format(dtype="int32", n=3, values="1, 2.5, 3")
+    with pytest.raises(MilSyntaxError, match="expected an integer for int32, found '2.5'") as info:
+        mil.parse(text)
+    line = text.splitlines()[3]
+    assert info.value.column == line.index("2.5") + 1
+    with pytest.raises(MilSyntaxError, match="out of range for int8"):
+        parse_list(["1", "200"], "int8")
+
+
+def test_a_negative_dimension_in_a_type_is_an_error_at_its_column() -> None:
+    text = LIST.format(dtype="fp16", n=2, values="1, 2").replace(
+        "(tensor<fp16, [2]> x)", "(tensor<fp16, [ 2, -1 ]> x)"
+    )
+    with pytest.raises(MilSyntaxError, match="dimension must be >= 0, found -1") as info:
+        mil.parse(text)
+    assert info.value.column == text.splitlines()[2].index("-1") + 1
+
+
+def blob_file() -> bytes:
+    return blob.write_blob_file([np.arange(4, dtype=np.float16), np.ones(3, np.float32)])
+
+
+def test_weight_source_reads_many_records_of_one_file_and_checks_each() -> None:
+    path = "@model_path/weights/w.bin"
+    data = blob_file()
+    first, second = blob.layout([np.zeros(4, np.float16), np.zeros(3, np.float32)])
+    source = WeightSource({path: data})
+    fp16 = TensorType(DType.fp16, (2, 2))
+    np.testing.assert_array_equal(source.tensor(path, first, fp16), [[0, 1], [2, 3]])
+    np.testing.assert_array_equal(source.tensor(path, first, fp16), [[0, 1], [2, 3]])  # again
+    np.testing.assert_array_equal(source.tensor(path, second, TensorType(DType.fp32, (3,))), 1)
+    with pytest.raises(WeightFileError, match="declared dtype fp16, found fp32") as info:
+        source.tensor(path, second, TensorType(DType.fp16, (3,)))
+    assert info.value.offset == second
+    with pytest.raises(WeightFileError, match=r"declared shape \(3,\)"):
+        source.tensor(path, first, TensorType(DType.fp16, (3,)))
+    with pytest.raises(WeightFileError, match="no blob record"):
+        source.tensor(path, first + 64, fp16)  # inside the first blob's data
+    for _ in range(2):  # a rejected path is rejected every time, not remembered as checked
+        with pytest.raises(WeightFileError, match="no '..'"):
+            source.tensor("@model_path/weights/../w.bin", first, fp16)
+
+
+def test_weight_source_bounds_what_one_parse_copies(monkeypatch) -> None:
+    monkeypatch.setattr("anekit.mil.weights.read_limit", lambda: 10)
+    path = "@model_path/weights/w.bin"
+    source = WeightSource({path: blob_file()})
+    source.tensor(path, 64, TensorType(DType.fp16, (4,)))  # 8 bytes: within the limit
+    with pytest.raises(WeightFileError, match="exceed 10 bytes"):
+        source.tensor(path, 64, TensorType(DType.fp16, (4,)))  # 16 in all
+
+
+def test_a_blob_file_of_no_blobs_names_the_offset_asked_for() -> None:
+    reader = blob.BlobFile(blob.write_blob_file([]), "w.bin")
+    with pytest.raises(WeightFileError, match="header count 0") as info:
+        reader.tensor(128, np.dtype(np.float16), (1,))
+    assert info.value.offset == 128
+
+
+SMALL = LIST.format(dtype="fp16", n=2, values="1, 2")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_parse_leaves_the_collector_as_it_found_it(enabled) -> None:
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        mil.parse(SMALL)
+        assert gc.isenabled() is enabled
+        with pytest.raises(MilSyntaxError):
+            mil.parse(SMALL.replace("add(", "add(("))
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+def test_nested_and_concurrent_pauses_resume_only_when_the_last_ends() -> None:
+    assert gc.isenabled()
+    with parser.gc_paused():
+        with parser.gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause still holds
+    assert gc.isenabled()
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with parser.gc_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    inside.wait(10)
+    with parser.gc_paused():
+        pass
+    assert not gc.isenabled()  # the other thread's pause is still running
+    release.set()
+    thread.join()
+    assert gc.isenabled()
+
+
+def test_a_parse_makes_no_garbage_cycles() -> None:
+    """What a parse drops is freed by reference counting: pausing the collector loses nothing."""
+    text = "\n".join(SMALL.splitlines()[:3])
+    body = "".join(
+        f"        tensor<fp16, [2]> v{i} = mul(x = {'x' if i == 0 else f'v{i - 1}'}, "
+        f'y = tensor<fp16, [2]>([{i}, 0x1p-{i % 9}]))[name = string("v{i}")];\n'
+        for i in range(200)
+    )
+    text += "\n" + body + "    } -> (v199);\n}\n"
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        program = mil.parse(text)
+        assert len(program.ops) == 200
+        assert gc.collect() == 0  # nothing unreachable: no cycles were made and dropped
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+def test_a_type_error_in_a_plain_statement_points_at_its_parameter() -> None:
+    """The plain-token reader keeps no positions; an error reads the statement again for them."""
+    text = SMALL.replace("tensor<fp16, [2]> x)", "tensor<fp16, [2]> x, tensor<int32, [2]> k)")
+    text = text.replace("y = tensor<fp16, [2]>([1, 2])", "y = k")
+    with pytest.raises(MilTypeError, match="dtype int32 differs from fp16") as info:
+        mil.parse(text)
+    line = text.splitlines()[3]
+    assert (info.value.line, info.value.column) == (4, line.index("y = k") + 1)
+
+
+CONST_LINE = """program(1.3)
+{{
+    func main<ios18>(tensor<{dtype}, [{n}]> x) {{
+        tensor<{dtype}, [{n}]> c = const()[name = string("c"), val = tensor<{dtype}, [{n}]>([{values}])];
+        tensor<{dtype}, [{n}]> y = add(x = x, y = c)[name = string("y")];
+    }} -> (y);
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    "values",
+    ["1e, 2", "0x, 1", "1.5.5, 1", "1, , 2", "+.5, 0x.8p1", "ab, 1", "1_0, 2", "0x1p, 2", "1 2, 3"]
+    + ["5., -0X1P-3", "1E5, .5e-2", "0x1.8p+1, 2"],
+)
+@pytest.mark.parametrize("dtype", ["fp32", "int32"])
+def test_a_const_lines_list_reads_as_the_token_path_reads_it(values, dtype) -> None:
+    """A whole-line const's list is checked by converting it, not by the token pattern."""
+    n = values.count(",") + 1
+
+    def outcome(template: str):
+        try:
+            op = mil.parse(template.format(dtype=dtype, n=n, values=values)).ops[-1]
+        except (MilSyntaxError, MilTypeError) as e:
+            return type(e).__name__
+        return op.inputs["y"].const.tolist()
+
+    assert outcome(CONST_LINE) == outcome(LIST)
