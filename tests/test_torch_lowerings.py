@@ -122,6 +122,39 @@ def test_conv1d_and_conv2d_parameters(
     check_both(model, torch.randn(1, 8, 20), torch.randn(1, 8, 12, 12))
 
 
+@pytest.mark.parametrize(
+    "stride,padding,output_padding,dilation,groups",
+    [(1, 0, 0, 1, 1), (2, 1, 1, 1, 1), (3, 2, 2, 2, 2), (2, 0, 1, 1, 4)],
+)
+def test_conv_transpose1d_and_2d_parameters(
+    stride: int, padding: int, output_padding: int, dilation: int, groups: int
+) -> None:
+    """output_padding lengthens the end: uncropped values where they reach, bias beyond."""
+    torch.manual_seed(7)
+    kw = dict(stride=stride, padding=padding, output_padding=output_padding,
+              dilation=dilation, groups=groups)  # fmt: skip
+    t1 = torch.nn.ConvTranspose1d(8, 12, 3, **kw)
+    t2 = torch.nn.ConvTranspose2d(8, 4, (3, 2), **kw)
+    model = Fn(lambda m, x, y: (t1(x), t2(y)))
+    ane = check_both(model, torch.randn(1, 8, 9), torch.randn(1, 8, 5, 6))
+    assert sum(op.op_type == "conv_transpose" for op in ane.main.ops) == 2
+
+
+def test_group_norm_and_its_statistics() -> None:
+    torch.manual_seed(8)
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.GroupNorm(4, 16))
+    with torch.no_grad():  # not the identity affine PyTorch starts from
+        net[1].weight.uniform_(0.5, 1.5)
+        net[1].bias.uniform_(-0.5, 0.5)
+    check_both(Fn(lambda m, x: F.silu(net(x))), torch.randn(2, 8, 6, 5))
+    w, b = torch.rand(6) + 0.5, torch.randn(6)
+
+    def stats(m, x):  # the mean and 1/std PyTorch also returns, [N, G]
+        return torch.ops.aten.native_group_norm(x, m.w, m.b, 2, 6, 7, 3, 1e-5)
+
+    check_both(Fn(stats, w=w, b=b), torch.randn(2, 6, 7) * 3 + 1)
+
+
 def test_pools_and_embedding_and_addmm() -> None:
     torch.manual_seed(7)
     emb = torch.nn.Embedding(50, 8)

@@ -63,22 +63,38 @@ def conv(
     groups: int = 1,
 ) -> Value:
     """``conv1d``/``conv2d``: MIL ``conv`` with explicit padding (or ``same``/``valid``)."""
+    return ctx.op("conv", **_conv_args(ctx, x, weight, bias, stride, padding, dilation, groups))
+
+
+def _conv_args(
+    ctx: Lower,
+    x: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: int,
+) -> dict[str, Any]:
+    """The MIL arguments ``conv`` and ``conv_transpose`` share; the weight must be a constant."""
     if not isinstance(weight, torch.Tensor):
         raise ctx.fail("the convolution weight must be a constant (a parameter or buffer)")
     dtype = ctx.out_dtype()
     spatial = weight.dim() - 2
-    params: dict[str, Any] = {
+    args: dict[str, Any] = {
+        "x": ctx.v(x, dtype),
+        "weight": ctx.v(weight, dtype),
+        "bias": None if bias is None else ctx.v(bias, dtype),
         "strides": pairs(stride, spatial),
         "dilations": pairs(dilation, spatial),
         "groups": int(groups),
     }
     if isinstance(padding, str):
-        params["pad_type"] = padding
+        args["pad_type"] = padding
     else:
-        params["pad_type"] = "custom"
-        params["pad"] = [p for p in pairs(padding, spatial) for _ in range(2)]
-    b = None if bias is None else ctx.v(bias, dtype)
-    return ctx.op("conv", x=ctx.v(x, dtype), weight=ctx.v(weight, dtype), bias=b, **params)
+        args["pad_type"] = "custom"
+        args["pad"] = [p for p in pairs(padding, spatial) for _ in range(2)]
+    return args
 
 
 def convolution(
@@ -93,10 +109,35 @@ def convolution(
     output_padding: Any,
     groups: int,
 ) -> Value:
-    """The generic ``aten.convolution``; transposed convolutions are not lowered."""
+    """The generic ``aten.convolution``: MIL ``conv``, or ``conv_transpose`` when ``transposed``."""
     if transposed:
-        raise ctx.fail("transposed convolution is not lowered")
+        return conv_transpose(
+            ctx, x, weight, bias, stride, padding, output_padding, groups, dilation
+        )
     return conv(ctx, x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose(
+    ctx: Lower,
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+) -> Value:
+    """``conv_transpose1d``/``2d``: MIL ``conv_transpose``, cropped by ``padding``.
+
+    ``output_padding`` lengthens the output at the end: the full output shape is passed
+    (``output_shape``), so those positions read the uncropped result where it reaches them
+    and are zero (plus the bias) beyond it, as in PyTorch.
+    """
+    args = _conv_args(ctx, x, weight, bias, stride, padding, dilation, groups)
+    if any(pairs(output_padding, len(args["strides"]))):
+        args["output_shape"] = np.array(ctx.out_shape(), dtype=np.int32)
+    return ctx.op("conv_transpose", **args)
 
 
 def _pool_params(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from anekit.frontends.torch.lowerings.common import axes, axis, float_operand
+from anekit.frontends.torch.lowerings.common import axes, axis, float_operand, reshape
 from anekit.mil import Value
 
 if TYPE_CHECKING:
@@ -105,6 +105,62 @@ def rms_norm(
     if weight is None:
         return normed
     return ctx.op("mul", x=normed, y=ctx.v(weight, value.dtype))
+
+
+def group_norm(
+    ctx: Lower,
+    x: Any,
+    num_groups: int,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    cudnn_enabled: bool = True,
+) -> Value:
+    """MIL ``layer_norm`` per group, then the per-channel affine (as ``native_group_norm``)."""
+    return _group_norm(ctx, x, weight, bias, int(num_groups), float(eps))[0]
+
+
+def native_group_norm(
+    ctx: Lower,
+    x: Any,
+    weight: Any,
+    bias: Any,
+    n: int,
+    c: int,
+    hxw: int,
+    group: int,
+    eps: float,
+) -> tuple[Value, Value, Value]:
+    """MIL ``layer_norm`` over each group's channels and positions, then the per-channel affine.
+
+    Also the group means and inverse standard deviations ``[N, G]`` PyTorch returns (dropped
+    as dead code when nothing reads them).
+    """
+    return _group_norm(ctx, x, weight, bias, int(group), float(eps))
+
+
+def _group_norm(
+    ctx: Lower, x: Any, weight: Any, bias: Any, groups: int, eps: float
+) -> tuple[Value, Value, Value]:
+    value = float_operand(ctx, x)
+    shape = ctx.static(value.shape)
+    n, c = shape[0], shape[1]  # torch.export has checked that the groups divide c
+    grouped = reshape(ctx, value, (n, groups, value.type.numel // (n * groups)), "grouped")
+    normed = ctx.op("layer_norm", "normed", x=grouped, axes=[2], epsilon=eps)
+    out = reshape(ctx, normed, shape, "ungrouped")
+    per_channel = (c, *([1] * (len(shape) - 2)))
+    if weight is not None:
+        w = _const_or_none(ctx, weight, "the group norm weight")
+        out = ctx.op("mul", "scaled", x=out, y=reshape(ctx, w, per_channel, "weight"))
+    if bias is not None:
+        b = _const_or_none(ctx, bias, "the group norm bias")
+        out = ctx.op("add", "shifted", x=out, y=reshape(ctx, b, per_channel, "bias"))
+    mean = ctx.op("reduce_mean", "mean", x=grouped, axes=[2], keep_dims=True)
+    centered = ctx.op("sub", "centered", x=grouped, y=mean)
+    square = ctx.op("mul", "square", x=centered, y=centered)
+    variance = ctx.op("reduce_mean", "variance", x=square, axes=[2], keep_dims=False)
+    rstd = ctx.op("pow", "rstd", x=ctx.op("add", "eps", x=variance, y=eps), y=-0.5)
+    return out, reshape(ctx, mean, (n, groups), "mean_ng"), rstd
 
 
 def softmax(ctx: Lower, x: Any, dim: int, dtype_or_half: Any = None) -> Value:
