@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,3 +131,15 @@ def save_tokenizer(directory: Path, vocab_size: int = 96) -> Any:
 def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
     """Largest absolute error relative to the largest reference magnitude."""
     return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+class RecordingSink(io.StringIO):
+    """A text sink that remembers each write, to see that text arrives piece by piece."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.writes.append(s)
+        return super().write(s)

@@ -167,3 +167,36 @@ def test_a_buffer_of_another_shape_or_kernel_is_refused(kernel) -> None:
     assert isinstance(kernel.buffers(), BufferSet)
     with pytest.raises(KeyError, match=r"no output 'x'; outputs: \['y'\]"):
         kernel.buffers().output("x")
+
+
+class NumpyKernel(anekit.backends.Kernel):
+    """A backend that implements only ``evaluate``: it gets the default host-array sets."""
+
+    backend = "numpy-test"
+
+    def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x, w = (inputs[n].astype(np.float32) for n in ("x", "w"))
+        return {"y": expected("mul", x.astype(np.float16), w.astype(np.float16))}
+
+
+def test_a_backend_with_only_evaluate_gets_host_buffer_sets(kernel) -> None:
+    first, second = NumpyKernel(gated()), NumpyKernel(gated())
+    x, w = values(), values()
+    first.input_buffer("x")[...] = x
+    first.input_buffer("w")[...] = w
+    first.run()
+    want = expected("mul", x, w)
+    np.testing.assert_array_equal(first.output_buffer("y"), want)
+    head = first.buffers()
+    head.write("x", x)
+    head.write("w", w)
+    tail = second.buffers({"x": head.buffer("y", output=True), "w": head.buffer("w")})
+    assert tail.shared == {"x", "w"} and tail.input("w") is head.input("w")  # one memory
+    head.run()
+    tail.run()
+    np.testing.assert_array_equal(tail.output("y"), expected("mul", want, w))
+    foreign = kernel.buffers().buffer("w")  # a reference buffer, in the executor's form
+    with pytest.raises(UsageError, match="NumpyKernel binds host arrays only, not a 'reference'"):
+        second.buffers({"w": foreign})
+    own = second.buffers({"w": foreign}, strict=False)
+    assert own.shared == frozenset() and own.input("w") is not foreign.array

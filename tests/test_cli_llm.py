@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ pytest.importorskip("tokenizers")
 from anekit import llm  # noqa: E402
 from anekit.cli import main  # noqa: E402
 from anekit.hw.chips import chips  # noqa: E402
-from tests.llm_models import Case, save_model, save_tokenizer  # noqa: E402
+from tests.llm_models import Case, RecordingSink, save_model, save_tokenizer  # noqa: E402
 
 PROMPT = "Once upon a time"
 
@@ -28,20 +27,8 @@ def model_dir(tmp_path_factory) -> Path:
     return directory
 
 
-class Recording(io.StringIO):
-    """stdout that remembers each write, to see the text arrive piece by piece."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, s: str) -> int:
-        self.writes.append(s)
-        return super().write(s)
-
-
 def test_generate_model_streams_the_prompt_then_the_continuation(model_dir, monkeypatch, capsys):
-    out = Recording()
+    out = RecordingSink()
     monkeypatch.setattr(sys, "stdout", out)
     argv = ["generate", "--model", str(model_dir), "--prompt", PROMPT, "--tokens", "10",
             "--temperature", "0", "--backend", "reference"]  # fmt: skip
@@ -132,7 +119,7 @@ def test_estimate_needs_a_program_or_a_model(model_dir, capsys):
 
 
 def test_generate_compressed_decodes_like_the_compressed_model(model_dir, monkeypatch, capsys):
-    out = Recording()
+    out = RecordingSink()
     monkeypatch.setattr(sys, "stdout", out)
     argv = ["generate", "--model", str(model_dir), "--prompt", PROMPT, "--tokens", "6",
             "--temperature", "0", "--backend", "reference", "--compress", "int8"]  # fmt: skip

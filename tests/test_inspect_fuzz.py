@@ -12,6 +12,7 @@ from anekit.errors import InspectError
 from anekit.inspect.flatbuf import read_flatbuffer, render, to_plain
 from anekit.inspect.hwx import read_hwx
 from anekit.inspect.report import describe
+from tests.fuzz_harness import flatbuffer_seed
 
 DATA = Path(__file__).parent / "data" / "hwx"
 CONV = (DATA / "conv.hwx").read_bytes()
@@ -78,22 +79,8 @@ def test_describe_any_bytes_raises_only_anekit_errors(data):
 
 
 def _sample_flatbuffer() -> bytes:
-    flatbuffers = pytest.importorskip("flatbuffers")
-    b = flatbuffers.Builder(0)
-    names = [b.CreateString(s) for s in ("a", "bc", "def")]
-    b.StartVector(4, len(names), 4)
-    for n in reversed(names):
-        b.PrependUOffsetTRelative(n)
-    vec = b.EndVector()
-    b.StartObject(1)
-    b.PrependInt64Slot(0, 12345, 0)
-    child = b.EndObject()
-    b.StartObject(3)
-    b.PrependUOffsetTRelativeSlot(0, vec, 0)
-    b.PrependUOffsetTRelativeSlot(1, child, 0)
-    b.PrependUint16Slot(2, 7, 0)
-    b.Finish(b.EndObject())
-    return bytes(b.Output())
+    pytest.importorskip("flatbuffers")
+    return flatbuffer_seed()
 
 
 @settings(max_examples=300, deadline=None)

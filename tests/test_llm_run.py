@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import subprocess
 import sys
 
@@ -17,18 +16,7 @@ from anekit.llm.config import config_from_hf
 from anekit.llm.cost import compare_published, estimate_llm, published, streamed_params
 from anekit.llm.run import estimate_report, stats_lines, stats_report, stream_text
 from anekit.llm.sampling import Sampler, Sampling
-
-
-class RecordingSink(io.StringIO):
-    """A text sink that remembers each write, to see that text arrives piece by piece."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, s: str) -> int:
-        self.writes.append(s)
-        return super().write(s)
+from tests.llm_models import RecordingSink
 
 
 def test_stream_text_writes_the_prompt_then_each_piece(tmp_path):

@@ -19,6 +19,7 @@ from anekit.mil.program import Program, Value
 from anekit.mil.types import DType
 
 QUEUE_DEPTH = 127  # evaluations the ANE accepts in flight (ANE_NOTES section 1)
+HOST = "host"  # the Buffer kind of the default buffer sets: NumPy arrays, read through evaluate
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,8 @@ class Buffer:
         array: the zero-copy view the host reads and writes.
         memory: the backend's handle (an IOSurface, a NumPy array, a shared-memory span);
             None where the memory cannot be bound elsewhere (part of a packed surface).
-        kind: which kernels can bind it: "ane", "reference" or "isolated".
+        kind: which kernels can bind it: "ane", "reference", "isolated", or "host" (plain
+            arrays of a backend without memory of its own).
     """
 
     spec: TensorSpec
@@ -231,17 +233,30 @@ class Kernel(ABC):
     def evaluate(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on validated inputs; return fresh output arrays. Must be thread-safe."""
 
+    # The three buffer-set hooks below default to host arrays run through ``evaluate`` (a copy
+    # each way per run); a backend with memory of its own to bind overrides all three.
     def _make_buffers(self, share: dict[str, Buffer], compact: bool) -> BufferSet:
         """A new buffer set whose ``share`` inputs bind those buffers (each checked already)."""
-        raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
+
+        def host(spec: TensorSpec) -> Buffer:
+            array = np.zeros(spec.shape, spec.dtype.numpy)
+            return Buffer(spec, array, array, HOST)
+
+        inputs = {s.name: share.get(s.name) or host(s) for s in self.inputs}
+        outputs = {s.name: host(s) for s in self.outputs}
+        return BufferSet(self, inputs, outputs, shared=frozenset(share))
 
     def _binding_problem(self, name: str, buf: Buffer) -> str | None:
         """Why input ``name`` cannot bind ``buf`` (shape and dtype match), or None if it can."""
-        raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
+        if buf.kind != HOST:
+            return f"of a {type(self).__name__} binds host arrays only, not a {buf.kind!r} buffer"
+        return None
 
     def _run_buffers(self, buffers: BufferSet) -> None:
         """Run once reading ``buffers``' inputs and writing its outputs (the set is locked)."""
-        raise NotImplementedError(f"{type(self).__name__} has no buffer sets")
+        results = self.evaluate({s.name: buffers.input(s.name) for s in self.inputs})
+        for name, value in results.items():
+            np.copyto(buffers.output(name), value)
 
     def _primary_buffers(self) -> BufferSet:
         """The set behind ``input_buffer``/``output_buffer``/``run()``, made when first needed."""

@@ -293,8 +293,10 @@ def shared_buffers(ctx: Context) -> None:
     """Buffer sets: one surface in two kernels' requests, and a request of 14 separate inputs."""
     case = cases.affine((1, 64, 1, 64), "fp16")
     separate = dict(pack_inputs=False)  # a packed input cannot be bound on its own
-    first, second = (_compile(ctx, case.program, **separate) for _ in range(2))
-    with first, second:
+    with (
+        _compile(ctx, case.program, **separate) as first,
+        _compile(ctx, case.program, **separate) as second,
+    ):
         head = first.buffers()
         tail = second.buffers({"x": head.buffer("y", output=True)})  # the output, no copy
         head.write("x", case.inputs["x"])
