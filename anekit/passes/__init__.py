@@ -1,0 +1,1 @@
+"""MIL->MIL passes: the convert and device pipelines over the one rewrite engine."""
