@@ -13,6 +13,15 @@ def env_backend() -> str | None:
     return value or None
 
 
+ENV_NUMERICS = "ANEKIT_NUMERICS"
+
+
+def env_numerics() -> str | None:
+    """The numerics profile named by ``$ANEKIT_NUMERICS`` ("ideal", a chip, a file), or None."""
+    value = os.environ.get(ENV_NUMERICS, "").strip()
+    return value or None
+
+
 # Where the system does not say (sysconf is POSIX; Windows has neither name).
 FALLBACK_PHYSICAL_MEMORY = 8 * 2**30
 

@@ -42,11 +42,13 @@ from anekit.mil.ops.registry import (
     Cost,
     CostFn,
     InferFn,
+    Numerics,
     OpDef,
     Param,
     param,
     register,
 )
+from anekit.mil.ops import device
 from anekit.mil.ops.traits import EXACT
 from anekit.mil.types import DType, TensorType
 
@@ -182,7 +184,9 @@ def _log_sum_exp(x: np.ndarray, axis: tuple[int, ...] | None, keepdims: bool) ->
     return total if keepdims else np.squeeze(total, axis=axis)
 
 
-def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> OpDef:
+def _reduce_axes(
+    name: str, fn: Callable[..., Any], flops: float, what: str, numerics: Numerics | None = None
+) -> OpDef:
     return register(
         OpDef(
             name=name,
@@ -194,6 +198,7 @@ def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> 
             infer=_infer_reduce_axes,
             reference=_reference_over_axes(name, fn),
             cost=_per_input_element(flops),
+            numerics=numerics,
             doc=f"""Reduce ``x`` over ``axes`` to {what}.
 
             Args:
@@ -222,11 +227,16 @@ for _name, _fn, _flops, _what in (
     ("reduce_l1_norm", _l1_norm, 2, "the sum of absolute values"),
     ("reduce_l2_norm", _l2_norm, 2, "the square root of the sum of squares"),
     ("reduce_log_sum", _log_sum, 1, "the natural log of the sum"),
-    # max, subtract, exp, add
-    ("reduce_log_sum_exp", _log_sum_exp, 3 + TRANSCENDENTAL, "log(sum(exp(x))), without overflow"),
     ("reduce_sum_square", _sum_square, 2, "the sum of squares"),
 ):
     _reduce_axes(_name, _fn, _flops, _what)
+_reduce_axes(  # flops: max, subtract, exp, add
+    "reduce_log_sum_exp",
+    _log_sum_exp,
+    3 + TRANSCENDENTAL,
+    "log(sum(exp(x))), without overflow",
+    device.LOGSUMEXP_UNSHIFTED,
+)
 
 
 # -- reduce_argmax / reduce_argmin -------------------------------------------------------------
