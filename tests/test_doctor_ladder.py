@@ -19,8 +19,8 @@ from anekit import cli
 from anekit.backends import ane, budget
 from anekit.backends.ane import kernel
 from anekit.doctor import ane_rungs, ladder
-from anekit.doctor.runner import Context, run_ladder
 from anekit.errors import EvaluationError
+from anekit.ladder.runner import Context, run_ladder
 from tests import ladder_rungs
 from tests.ane_fake import FakeFramework
 

@@ -16,7 +16,7 @@ import pytest
 
 from anekit.backends import budget
 from anekit.backends.ane import kernel
-from anekit.doctor.runner import Context
+from anekit.ladder.runner import Context
 from anekit.probe import cache, clients, dispatch, events, weights
 from anekit.probe.common import build, find
 from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber
