@@ -22,6 +22,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "config", "files", "fp16"}),
     frozenset({"mil"}),
     frozenset({"hw"}),
+    frozenset({"passes"}),
     frozenset({"backends"}),
     frozenset({"nn"}),
     frozenset({"train", "bench", "inspect", "frontends", "llm", "compress"}),
