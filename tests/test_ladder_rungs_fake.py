@@ -17,12 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anekit.backends import budget
-from anekit.backends.ane import kernel
 from anekit.doctor import ane_rungs, ladder
 from anekit.doctor.runner import Context
 from anekit.errors import CompileError, EvaluationError
-from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError
+from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError, rung_context
 
 
 @pytest.fixture
@@ -32,11 +30,9 @@ def fake(tmp_path: Path) -> FakeFramework:
 
 @pytest.fixture
 def ctx(tmp_path: Path, fake: FakeFramework, monkeypatch: pytest.MonkeyPatch) -> Context:
-    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
-    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
-    c = Context({"evaluations": 5, "evaluations_per_thread": 3}, None, tmp_path)
-    c.resources["framework"] = fake
-    return c
+    return rung_context(
+        tmp_path, monkeypatch, fake, {"evaluations": 5, "evaluations_per_thread": 3}
+    )
 
 
 # -- PyObjC itself: imports and bundle, through stand-in modules ------------------------------------
