@@ -12,10 +12,11 @@ Only NumPy is needed to import this package; ``tokenizers`` is imported when a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from anekit.errors import ModelError
+from anekit.errors import ModelError, UsageError
 from anekit.llm.config import ARCHITECTURES, LlmConfig, read_config
 from anekit.llm.model import GenerationStats, Model
 from anekit.llm.sampling import Sampling
@@ -56,6 +57,8 @@ def load(
     hold: str | None = None,
     compress: str | None = None,
     calibration: Sequence[int] | None = None,
+    numerics: str | None = None,
+    residual_scale: float | str = "auto",
 ) -> Model:
     """Load a model: a Hugging Face directory, or a llama2.c ``.bin`` checkpoint.
 
@@ -76,8 +79,15 @@ def load(
             "fp16": compiled in, uncompressed): the layers run as segment programs with
             their weights compiled in (``anekit.llm.compressed``). Default: None, the
             dynamic-weight kernels.
-        calibration: token ids whose activations calibrate W8A8's int8 steps (default:
-            seeded random tokens).
+        calibration: token ids whose activations calibrate W8A8's int8 steps and the
+            residual scale (default: seeded random tokens).
+        numerics: the reference backend's numerics profile ("ideal", a chip, a profile
+            file; default: the default chip's, ``anekit.hw.numerics``).
+        residual_scale: alpha, the power of two the residual stream is held at
+            (``anekit.llm.residual``); "auto" (default) measures the stream on
+            ``calibration`` tokens first and picks the largest alpha that keeps it inside
+            fp16 and the matmul range (1.0 for most models). ``m.config.residual_scale``
+            says what was chosen, ``m.residual_calibration`` what was measured.
     """
     from anekit.llm.model import DEFAULT_CHUNK
 
@@ -90,17 +100,21 @@ def load(
         "hold": hold,
         "compress": compress,
         "calibration": calibration,
+        "numerics": numerics,
     }
+    return _scaled_model(_opener(p, tokenizer), residual_scale, options)
+
+
+def _opener(p: Path, tokenizer: str | Path | None) -> Callable[[], tuple[LlmConfig, Any, Any]]:
+    """What opens the model at ``p``: its config, tensor source and tokenizer, read afresh."""
     if p.is_file() and p.suffix == ".bin":
         from anekit.llm import llama2c
 
-        config, source, tok = llama2c.read(p, tokenizer)
-        return Model(config, source, tokenizer=tok, **options)
+        return lambda: llama2c.read(p, tokenizer)
     if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
         from anekit.llm.training import read_training_checkpoint
 
-        config, source, tok = read_training_checkpoint(p)
-        return Model(config, source, tokenizer=tok, **options)
+        return lambda: read_training_checkpoint(p)
     if not p.is_dir():
         raise ModelError(
             "expected a Hugging Face model directory or a llama2.c .bin file", path=str(p)
@@ -108,5 +122,30 @@ def load(
     from anekit.llm.tokenizer import load_tokenizer
     from anekit.llm.weights import WeightStore
 
-    config = read_config(p)
-    return Model(config, WeightStore(p), tokenizer=load_tokenizer(p), **options)
+    return lambda: (read_config(p), WeightStore(p), load_tokenizer(p))
+
+
+def _scaled_model(
+    open_model: Callable[[], tuple[LlmConfig, Any, Any]], residual_scale: float | str, options: dict
+) -> Model:
+    """The Model with its residual scale: given, or calibrated ("auto", ``llm.residual``).
+
+    A calibration reads the tensors once itself; the model opens its source afresh (a
+    source may release what it has read).
+    """
+    from dataclasses import replace
+
+    from anekit.llm.residual import calibrate
+
+    measured = None
+    if residual_scale == "auto":
+        config, source, _ = open_model()
+        measured = calibrate(config, source, options["calibration"], chip=options["chip"])
+        residual_scale = measured.alpha
+    if isinstance(residual_scale, bool) or not isinstance(residual_scale, (int, float)):
+        raise UsageError(f"residual_scale: expected 'auto' or a number, found {residual_scale!r}")
+    config, source, tokenizer = open_model()
+    model = Model(replace(config, residual_scale=float(residual_scale)), source,
+                  tokenizer=tokenizer, **options)  # fmt: skip
+    model.residual_calibration = measured
+    return model

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anekit.hw.numerics import MASK_MIN
 from anekit.llm.config import LlmConfig
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program, Value
@@ -161,13 +162,13 @@ def _block(
     """One decoder block on the values ``i`` (block inputs or constants); (y, k_new, v_new)."""
     o, k_new, v_new = _attention(b, cfg, key, i, k_multiple)
     h = b.add(x=i["x"], y=o, name="h")
-    xn, _ = L.rmsnorm(b, h, i["ffn_norm"], cfg.norm_eps, "ffn_xn")
+    xn = L.prescaled_rmsnorm(b, h, i["ffn_norm"], cfg.residual_eps, "ffn_xn")
     f = cfg.hidden_dim
     h13 = L.project(b, i["w13"], xn, "h13", transpose_w=False)
     gate = L.channels(b, h13, 0, f, "gate")
     up = L.channels(b, h13, f, f, "up")
     u = b.mul(x=b.silu(x=gate, name="silu"), y=up, name="u")
-    ffn = L.project(b, i["w2"], u, "ffn", transpose_w=False)
+    ffn = L.project(b, i["w2"], _to_residual(b, cfg, u, "u"), "ffn", transpose_w=False)
     return b.add(x=h, y=ffn, name=out), k_new, v_new
 
 
@@ -177,7 +178,7 @@ def _attention(
     """RMSNorm, q/k/v, RoPE, cached grouped-query attention, the output projection; and new K/V."""
     t, s, hd = key.tokens, key.cache, cfg.head_dim
     heads, kv, q_dim, kv_dim = cfg.n_heads, cfg.n_kv_heads, cfg.q_dim, cfg.kv_dim
-    xn, _ = L.rmsnorm(b, i["x"], i["attn_norm"], cfg.norm_eps, "attn_xn")
+    xn = L.prescaled_rmsnorm(b, i["x"], i["attn_norm"], cfg.residual_eps, "attn_xn")
     qkv = L.project(b, i["wqkv"], xn, "qkv_lin", transpose_w=False)
     if cfg.qkv_bias:
         qkv = b.add(x=qkv, y=i["bqkv"], name="qkv")
@@ -229,10 +230,21 @@ def _attention(
     a = b.reshape(
         x=b.transpose(x=a, perm=[0, 1, 3, 2], name="a_hdt"), shape=[1, 1, q_dim, t], name="a"
     )
-    o = L.project(b, i["wo"], a, "o_lin", transpose_w=False)
+    o = L.project(b, i["wo"], _to_residual(b, cfg, a, "a"), "o_lin", transpose_w=False)
     if cfg.o_bias:
-        o = b.add(x=o, y=i["bo"], name="o")
+        o = b.add(x=o, y=_to_residual(b, cfg, i["bo"], "bo"), name="o")
     return o, k_new, v_new
+
+
+def _to_residual(b: Builder, cfg: LlmConfig, x: Value, name: str) -> Value:
+    """``x`` scaled by the residual scale alpha before it is projected into the stream.
+
+    Scaling a projection's input scales its output, whether its weight is a program
+    input or a constant, so the product itself stays inside the matmul range (N1).
+    """
+    if cfg.residual_scale == 1.0:
+        return x
+    return b.mul(x=x, y=cfg.residual_scale, name=f"{name}_scaled")
 
 
 def _rope(b: Builder, x: Value, i: Mapping[str, Value], name: str) -> Value:
@@ -283,7 +295,7 @@ def head_constants_program(
 
 
 def _head(b: Builder, cfg: LlmConfig, x: Value, norm: Value, ws: Sequence[Value]) -> Program:
-    xn, _ = L.rmsnorm(b, x, norm, cfg.norm_eps, "xn")
+    xn = L.prescaled_rmsnorm(b, x, norm, cfg.residual_eps, "xn")
     for j, w in enumerate(ws):
         b.output(L.project(b, w, xn, f"logits{j}", transpose_w=False))
     return b.build()
@@ -317,5 +329,5 @@ def attention_mask(cfg: LlmConfig, key: BlockKey, start: int, valid: int) -> np.
     seen |= ~in_cache & (k_pos == q_pos)  # padding rows see themselves
     if cfg.sliding_window is not None:
         seen &= q_pos - k_pos < cfg.sliding_window
-    mask = np.where(seen, 0.0, L.MASK_VALUE).astype(np.float32)
+    mask = np.where(seen, 0.0, MASK_MIN).astype(np.float32)
     return np.tile(mask, (cfg.group, 1))[None, None]

@@ -28,7 +28,7 @@ the sets hold no weights, and the caches and tables are bound as above.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,12 +131,23 @@ class Model:
         hold: str | None = None,
         compress: str | None = None,
         calibration: Sequence[int] | None = None,
+        numerics: str | None = None,
+        compile_options: dict[str, Any] | None = None,
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
         self.config = config
         self.tokenizer = tokenizer
         self.backend = backends.resolve_backend(backend)
+        # backend options of every kernel: numerics= (a reference profile), storage=...
+        self._options = {
+            **COMPILE_OPTIONS.get(self.backend, {}),
+            **({} if numerics is None else {"numerics": numerics}),
+            **(compile_options or {}),
+        }
+        # called with each block output and the number of real tokens (residual calibration)
+        self.observe: Callable[[np.ndarray, int], None] | None = None
+        self.residual_calibration: Any = None  # what llm.load measured to choose alpha
         self.chip = get_chip(chip or default_chip()[0]).name
         limit = get_chip(self.chip).max_dim_channel
         self._k_multiple = get_chip(self.chip).matmul_k_multiple  # programs made for the chip
@@ -232,8 +243,7 @@ class Model:
                 program = self._packed.head_program(key, K.BlockKey(self.chunk, self.max_seq))
             else:
                 program = K.head_program(self.config, key)
-            options = COMPILE_OPTIONS.get(self.backend, {})
-            kernel = self._kernels[key] = backends.compile(program, self.backend, **options)
+            kernel = self._kernels[key] = backends.compile(program, self.backend, **self._options)
         return kernel
 
     def _runs(self, key: K.BlockKey) -> list[tuple[K.BlockKey | SegmentKey, range]]:
@@ -383,11 +393,15 @@ class Model:
             for name, value in tables.items():
                 if bs is first or name not in bs.shared:
                     bs.write(name, value)
-        fp16.cast_into(first.input("x"), self._embedding(padded).T[None, None])
+        rows = self._embedding(padded).T[None, None]
+        alpha = self.config.residual_scale  # the stream is held at alpha * x (llm.residual)
+        fp16.cast_into(first.input("x"), rows if alpha == 1.0 else rows * np.float32(alpha))
         for u, (bs, (_, layers)) in enumerate(zip(sets, runs)):
             if u:
                 np.copyto(bs.input("x"), sets[u - 1].output("y"))
             bs.run()
+            if self.observe is not None:
+                self.observe(bs.output("y"), n)
             for j in range(len(layers)):  # only the chunk's new rows go into the cache, in place
                 for kind in "kv":
                     rows = bs.output(self._cache_name(f"{kind}_new", j))[0, :, :n]

@@ -70,6 +70,7 @@ class Trainer:
         backend: str | None = None,
         tokenizer: Tokenizer | None = None,
         chip: str | None = None,
+        numerics: str | None = None,
     ) -> None:
         check_memory(model_cfg, train_cfg.batch_size)  # before the first allocation
         self.model_cfg = model_cfg
@@ -82,7 +83,7 @@ class Trainer:
         self.scaler = LossScaler(train_cfg.loss_scale, train_cfg.scale_growth_interval)
         self.data = Batches(tokens, model_cfg.seq_len, train_cfg.seed)
         self.step = 0
-        self.model = Model(model_cfg, train_cfg.batch_size, backend, chip=chip)
+        self.model = Model(model_cfg, train_cfg.batch_size, backend, chip=chip, numerics=numerics)
         self.model.load(self.params)
 
     @property
@@ -100,6 +101,7 @@ class Trainer:
         lr = learning_rate(self.step, cfg)
         scale = self.scaler.scale
         self.grads.flat[:] = 0.0
+        self.model.overflows = 0
         losses = [
             self.model.loss_and_grads(
                 self.params, self.grads, self.data.next(cfg.batch_size), scale / cfg.grad_accum
@@ -108,7 +110,8 @@ class Trainer:
         ]
         stopping = stop is not None and stop.requested
         self.grads.flat *= np.float32(1.0 / scale)
-        finite = bool(np.isfinite(self.grads.flat).all())
+        # under an engine profile an overflow comes out finite (N8): the cliff events tell it
+        finite = bool(np.isfinite(self.grads.flat).all()) and not self.model.overflows
         applied = self.scaler.update(finite)
         norm = clip_grad_norm(self.grads, cfg.grad_clip) if finite else float("inf")
         if applied:

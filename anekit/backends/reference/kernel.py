@@ -200,8 +200,8 @@ class ReferenceKernel(Kernel):
         counts = self._last_counts
         rows = []
         if counts is not None:
-            for step in (s for s, c in zip(self.plan.steps, counts) if c.any()):
-                op, (sat, flushed, replaced) = step.op, counts[step.index].tolist()
+            for i in np.flatnonzero(counts.any(axis=1)).tolist():
+                op, (sat, flushed, replaced) = self.plan.steps[i].op, counts[i].tolist()
                 name = op.outputs[0].name if op.outputs else op.name
                 rows.append(CliffRow(name, op.op_type, op.line, sat, flushed, replaced))
         return CliffEvents(self.profile.name, tuple(rows))

@@ -283,7 +283,9 @@ class Planner:
         args = self._args(op)
         ins = tuple(s for a in args.values() for s in (a if isinstance(a, tuple) else (a,)))
         storages = tuple(
-            storage_for(op.op_type, op.opdef.numerics, self.profile) if self._device(op, v) else None
+            storage_for(op.op_type, op.opdef.numerics, self.profile)
+            if self._device(op, v)
+            else None
             for v in op.outputs
         )
         stores = [

@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops import integers
+from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
-from anekit.mil.ops import device
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import EvaluationError, MilTypeError
-from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
 from anekit.mil.ops import device
+from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.shape import (
     T15,

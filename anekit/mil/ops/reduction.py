@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.mil.ops import integers
+from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import (
     BOOL,
     FP,
@@ -48,7 +48,6 @@ from anekit.mil.ops.registry import (
     param,
     register,
 )
-from anekit.mil.ops import device
 from anekit.mil.ops.traits import EXACT
 from anekit.mil.types import DType, TensorType
 
