@@ -430,6 +430,8 @@ class IsolatedKernel(Kernel):
     ) -> None:
         super().__init__(program)
         self.backend = backend
+        self.placement = Placement(backend, f"the {backend} backend's engine",
+                                   f"a worker process hosting the {backend} backend")  # fmt: skip
         self.timeout = timeout
         self.worker_layout: dict[str, Any] | None = None  # the hosted kernel's own layout
         self._options = options

@@ -23,7 +23,15 @@ from anekit.mil.program import Program
 NAME = "ane"
 DEFAULT_QOS = 21  # the QoS every published client uses (ANE_NOTES 2.1)
 
-__all__ = ["COMPILE_BUDGET", "DEFAULT_QOS", "NAME", "available", "compile", "compile_mlmodelc"]
+__all__ = [
+    "COMPILE_BUDGET",
+    "DEFAULT_QOS",
+    "NAME",
+    "available",
+    "compile",
+    "compile_mlmodelc",
+    "default_ready",
+]
 
 
 def available() -> tuple[bool, str]:
@@ -58,6 +66,17 @@ def _probe() -> tuple[bool, str]:
         f"({facts.brand or chip.name}, ANE {info.get('aneSubType')}, macOS {facts.macos}, "
         f"dialect {chip.dialect})"
     )
+
+
+def default_ready() -> tuple[bool, str]:
+    """Whether ``compile(backend=None)`` may pick the private route: its self-check passed on
+    this macOS build (:mod:`.selfcheck`, cached per build and anekit version)."""
+    ok, reason = available()
+    if not ok:
+        return False, reason
+    from anekit.backends.ane import selfcheck
+
+    return selfcheck.verdict()
 
 
 def compile(program: Program, *, framework: Any = None, **options: Any) -> Any:

@@ -115,6 +115,8 @@ class InMemoryModel(Loaded):
 class InMemoryKernel(SurfaceKernel):
     """A Program compiled and loaded through ``_ANEInMemoryModel`` (see the module docstring)."""
 
+    route = "private AppleNeuralEngine.framework, in memory (_ANEInMemoryModel)"
+
     def __init__(
         self,
         program: Program,
