@@ -26,7 +26,8 @@ _LAZY: dict[str, str] = {
     "from_torch": "anekit.frontends.torch",
     "from_onnx": "anekit.frontends.onnx",
     "trace": "anekit.probe.tracing",
-    "compress": "anekit.compress",  # a callable module: anekit.compress(program, scheme)
+    "compress": "anekit.compression",
+    "compress_with_report": "anekit.compression",
 }
 
 

@@ -15,7 +15,7 @@ from anekit.frontends.fidelity import Fidelity
 from anekit.mil import Program
 
 if TYPE_CHECKING:
-    from anekit.compress import CompressReport
+    from anekit.compression import CompressReport
 
 
 @dataclass
@@ -48,7 +48,7 @@ def save_conversion(
     """Compress when asked (measured on ``inputs``), save, check and estimate for ``chip``."""
     report = None
     if compress is not None:
-        from anekit.compress import compress_with_report
+        from anekit.compression import compress_with_report
 
         packed = compress_with_report(
             program, compress, chip=chip, calibration=inputs, max_error=max_error

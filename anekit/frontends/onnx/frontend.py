@@ -17,8 +17,9 @@ from anekit.frontends.fidelity import TOLERANCE, Fidelity, compare_arrays, verif
 from anekit.frontends.onnx.lower import ProgressFn, convert_model
 from anekit.frontends.onnx.model import OnnxModel, read_model
 from anekit.frontends.onnx.ops import OPS
-from anekit.frontends.passes import Pass, chip_profile, run_passes
 from anekit.mil import Program
+from anekit.passes import Pass, chip_profile
+from anekit.passes import convert as convert_pipeline
 
 Source = str | os.PathLike[str] | onnx.ModelProto
 REFERENCE = "onnxruntime fp32"
@@ -49,7 +50,7 @@ def from_onnx(
         source: the model. External-data files are read only from the model's directory.
         chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
-            ``anekit.frontends.passes.DEFAULT_PASSES``; ``()`` keeps the fp32 program.
+            ``anekit.passes.CONVERT_PASSES``; ``()`` keeps the fp32 program.
         verify (bool): run the program once on the reference backend against onnxruntime
             on random inputs and raise ConversionError if an output's relative error
             exceeds ``tolerance``. Default: True (needs onnxruntime).
@@ -64,7 +65,9 @@ def from_onnx(
         names; others are renamed (:func:`anekit.frontends.onnx.io_names` gives the map).
     """
     model = read_model(source, input_shapes)
-    program = run_passes(convert_model(model, OPS, name=name, progress=progress), passes, chip)
+    program = convert_pipeline(
+        convert_model(model, OPS, name=name, progress=progress), passes, chip
+    )
     if verify:
         check_fidelity(model, program, tolerance)
     return program
@@ -178,7 +181,7 @@ def convert_file(
     ``anekit.frontends.torch.convert_file``. ``Conversion.renamed`` lists renamed I/O names."""
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     model = read_model(path, input_shapes)
-    program = run_passes(convert_model(model, OPS, progress=progress), passes, chip)
+    program = convert_pipeline(convert_model(model, OPS, progress=progress), passes, chip)
     feeds = example_inputs(model)
     fidelity = compare(model, program, feeds)
     result = save_conversion(

@@ -14,11 +14,12 @@ from anekit import hw
 from anekit.errors import ConversionError
 from anekit.frontends.conversion import Conversion, save_conversion
 from anekit.frontends.fidelity import TOLERANCE, Fidelity, compare_arrays, verify
-from anekit.frontends.passes import Pass, chip_profile, run_passes
 from anekit.frontends.torch.capture import capture, decompose
 from anekit.frontends.torch.compare import compare, program_inputs, torch_outputs
 from anekit.frontends.torch.lower import ProgressFn, convert_exported
 from anekit.mil import Program
+from anekit.passes import Pass, chip_profile
+from anekit.passes import convert as convert_pipeline
 
 
 def from_torch(
@@ -43,7 +44,7 @@ def from_torch(
         dynamic: ``dynamic_shapes`` for ``torch.export``. Default: None (static).
         name (str): the MIL function's name. Default: ``"main"``.
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
-            ``anekit.frontends.passes.DEFAULT_PASSES``; ``()`` keeps the fp32 program in
+            ``anekit.passes.CONVERT_PASSES``; ``()`` keeps the fp32 program in
             PyTorch's layout.
         chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
         verify (bool): run the program once on the reference backend and raise
@@ -57,7 +58,9 @@ def from_torch(
         a dict or ModelOutput its keys; each keeps PyTorch's shape and layout.
     """
     exported = capture(module, example_inputs, dynamic=dynamic)
-    program = run_passes(convert_exported(exported, name=name, progress=progress), passes, chip)
+    program = convert_pipeline(
+        convert_exported(exported, name=name, progress=progress), passes, chip
+    )
     if verify:
         check_fidelity(module, example_inputs, program, tolerance)
     return program
@@ -116,7 +119,7 @@ def convert_file(
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     exported = load_exported(path)
     decomposed = decompose(exported)
-    program = run_passes(convert_exported(decomposed, progress=progress), passes, chip)
+    program = convert_pipeline(convert_exported(decomposed, progress=progress), passes, chip)
     fidelity = None
     inputs = None
     example = exported.example_inputs

@@ -90,7 +90,9 @@ def identity(ctx: Lower, x: Any) -> Value:
     return ctx.v(x)
 
 
-def dropout(ctx: Lower, x: Any, ratio: Any = None, training_mode: Any = None, seed: int = 0) -> Value:
+def dropout(
+    ctx: Lower, x: Any, ratio: Any = None, training_mode: Any = None, seed: int = 0
+) -> Value:
     """The input itself, as at inference (training mode and the mask output are refused)."""
     if training_mode is not None and (isinstance(training_mode, Value) or np.any(training_mode)):
         raise ctx.fail("Dropout in training mode is not lowered")
