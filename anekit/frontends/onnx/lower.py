@@ -24,6 +24,7 @@ from onnx import TensorProto, helper
 
 from anekit import mil
 from anekit.errors import ConversionError, MilTypeError
+from anekit.frontends.emit import Emitter
 from anekit.frontends.onnx.model import OnnxModel, mil_name
 from anekit.mil import DType, Value
 
@@ -75,7 +76,7 @@ def node_label(node: onnx.NodeProto) -> tuple[str, str, str]:
     return (node.name or node.output[0], f"{domain}::{node.op_type}", f"domain {domain!r}")
 
 
-class Lower:
+class Lower(Emitter):
     """What a lowering sees: the Builder, the current node and helpers to make MIL values."""
 
     def __init__(self, builder: mil.Builder, model: OnnxModel) -> None:
@@ -106,13 +107,6 @@ class Lower:
             f"cannot convert {label[1]} node {label[0]!r}: {message}", problems=(label,)
         )
 
-    def op(self, op_type: str, suffix: str = "", **params: Any) -> Any:
-        """Append MIL op ``op_type`` named after the node; MilTypeError becomes ConversionError."""
-        try:
-            return self.b.add_op(op_type, params, self.name(suffix))
-        except (MilTypeError, ValueError, TypeError) as e:
-            raise self.fail(f"MIL {op_type}: {e}") from e
-
     def v(self, x: Any, dtype: DType | None = None) -> Value:
         """``x`` (a Value or a constant array) as a MIL value of ``dtype`` when given."""
         if isinstance(x, Value):
@@ -121,11 +115,6 @@ class Lower:
             raise self.fail("a required input is missing")
         arr = np.asarray(x)
         return self._const(arr, dtype or array_dtype(arr))
-
-    def cast(self, x: Value, dtype: DType) -> Value:
-        if x.dtype is dtype:
-            return x
-        return self.op("cast", f"to_{dtype.value}", x=x, dtype=dtype.value)
 
     def _const(self, arr: np.ndarray, dtype: DType) -> Value:
         """A constant as a const op of ``dtype``, made once per array and dtype."""

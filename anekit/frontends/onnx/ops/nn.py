@@ -119,7 +119,9 @@ def conv(
 
 
 def _pool_params(ctx: Lower, kernel_shape: list[int], strides: Any, pads: Any, auto_pad: str,
-                 ceil_mode: int) -> dict[str, Any]:  # fmt: skip
+                 ceil_mode: int, dilations: Any) -> dict[str, Any]:  # fmt: skip
+    if any(d != 1 for d in dilations or []):
+        raise ctx.fail(f"pooling with dilations {dilations} is not lowered (only 1)")
     rank = len(kernel_shape)
     return {
         "kernel_sizes": list(kernel_shape),
@@ -141,9 +143,7 @@ def max_pool(
     strides: list[int] | None = None,
 ) -> Value:
     """MIL ``max_pool`` (dilation 1; the Indices output is refused)."""
-    if any(d != 1 for d in dilations or []):
-        raise ctx.fail(f"MaxPool with dilations {dilations} is not lowered (only 1)")
-    params = _pool_params(ctx, kernel_shape, strides, pads, auto_pad, ceil_mode)
+    params = _pool_params(ctx, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
     return ctx.op("max_pool", x=ctx.v(x), **params)
 
 
@@ -159,9 +159,7 @@ def average_pool(
     strides: list[int] | None = None,
 ) -> Value:
     """MIL ``avg_pool``; ``count_include_pad=0`` (ONNX's default) excludes padding."""
-    if any(d != 1 for d in dilations or []):
-        raise ctx.fail(f"AveragePool with dilations {dilations} is not lowered (only 1)")
-    params = _pool_params(ctx, kernel_shape, strides, pads, auto_pad, ceil_mode)
+    params = _pool_params(ctx, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
     return ctx.op(
         "avg_pool", x=ctx.v(x), exclude_padding_from_average=not count_include_pad, **params
     )
