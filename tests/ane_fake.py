@@ -581,7 +581,7 @@ def rung_context(tmp_path: Path, monkeypatch: Any, framework: Any, options: dict
     """A ladder rung's Context over ``framework``, with a fresh compile budget and no load pause."""
     from anekit.backends import budget
     from anekit.backends.ane import kernel
-    from anekit.doctor.runner import Context
+    from anekit.ladder.runner import Context
 
     monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
     monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)

@@ -18,8 +18,8 @@ import pytest
 from anekit import cli
 from anekit.backends import ane
 from anekit.doctor import ane_rungs, ladder
-from anekit.doctor.runner import Context, run_ladder
 from anekit.errors import EvaluationError
+from anekit.ladder.runner import Context, run_ladder
 from tests import ladder_rungs
 from tests.ane_fake import FakeFramework, rung_context
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from anekit.doctor import ane_rungs, ladder
-from anekit.doctor.runner import Context
 from anekit.errors import CompileError, EvaluationError
+from anekit.ladder.runner import Context
 from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError, rung_context
 
 

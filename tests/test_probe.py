@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from anekit.doctor.runner import Context
+from anekit.ladder.runner import Context
 from anekit.probe import cache, clients, dispatch, events, weights
 from anekit.probe.common import build, find
 from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber, rung_context

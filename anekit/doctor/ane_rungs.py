@@ -1,6 +1,6 @@
 """The ANE experiments of ``doctor --ladder``: one function per rung, each recording what it saw.
 
-Every function takes a :class:`~anekit.doctor.runner.Context` and runs in its own
+Every function takes a :class:`~anekit.ladder.runner.Context` and runs in its own
 process on a Mac (``ladder.py`` declares the order and prerequisites). They use the
 framework through the backend's one seam, ``framework.load()``, or a stand-in put in
 ``ctx.resources["framework"]`` (the tests do that). A function raises to fail its
@@ -30,9 +30,9 @@ from anekit.backends.ane.kernel import compile_step
 from anekit.backends.ane.layout import computed, parse_attributes
 from anekit.backends.ane.workdirs import WORKDIRS
 from anekit.backends.base import TensorSpec
-from anekit.doctor import cases
-from anekit.doctor.runner import Context, describe_exception
 from anekit.errors import CompileError, EvaluationError
+from anekit.ladder import cases
+from anekit.ladder.runner import Context, describe_exception
 from anekit.mil import Builder, Program
 from anekit.mil.types import DType
 

@@ -2,7 +2,7 @@
 
 A ladder of rungs, from "what is this machine" up to evaluation with unaligned
 shapes, binding rules, threads, memory and the compile budget. Each rung runs in
-its own process with a timeout (:mod:`anekit.doctor.runner`); the JSON report is
+its own process with a timeout (:mod:`anekit.ladder.runner`); the JSON report is
 rewritten after every rung, so a segfault or a hang costs one rung, not the
 report. A rung whose prerequisite failed is skipped with the reason. The summary
 names the first failing rung and the settings the evidence supports (layout
@@ -22,10 +22,11 @@ from typing import Any, TextIO
 import numpy as np
 
 from anekit.backends.ane import host
-from anekit.doctor import ane_rungs, cases
-from anekit.doctor.runner import Context, Rung, run_ladder
+from anekit.doctor import ane_rungs
 from anekit.errors import EvaluationError
 from anekit.files import write_atomic
+from anekit.ladder import cases
+from anekit.ladder.runner import Context, Rung, run_ladder
 
 PACKAGES = ("numpy", "pyobjc-core", "pyobjc-framework-Cocoa", "pyobjc-framework-IOSurface")
 FAILED = ("fail", "crash", "timeout")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from anekit import passes
 from anekit.backends import budget
 from anekit.backends.ane.device import prepare
 from anekit.backends.ane.kernel import (
@@ -27,7 +28,6 @@ from anekit.backends.ane.kernel import (
 from anekit.backends.ane.layout import check_choices
 from anekit.backends.ane.stats import perf_mask, set_perf_mask
 from anekit.errors import CompileError
-from anekit.mil import passes
 from anekit.mil.loading import load
 from anekit.mil.program import Program
 
