@@ -125,6 +125,7 @@ REQUIRED = {name: ["x.mil"] for name in ("fmt", "run", "check", "estimate")} | {
     "generate": ["--ckpt", "x"],
     "convert": ["x.pt2", "--out", "x"],
     "compress": ["x.mil", "out", "--scheme", "int8"],
+    "export": ["x.mil", "--mlpackage", "x.mlpackage"],
 }
 
 

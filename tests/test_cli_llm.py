@@ -39,7 +39,11 @@ def test_generate_model_streams_the_prompt_then_the_continuation(model_dir, monk
         continuation = m.tokenizer.decode(ids + new)[len(m.tokenizer.decode(ids)) :]
     assert out.getvalue() == PROMPT + continuation + "\n"
     assert out.writes[0] == PROMPT and len([w for w in out.writes[1:] if w.strip()]) >= 3
-    assert capsys.readouterr().err == ""
+    # stderr says where it ran, and nothing else
+    assert capsys.readouterr().err == (
+        "placement: reference (CPU via the NumPy reference backend (the ANE's numerics "
+        "modelled); asked for)\n"
+    )
 
 
 def test_generate_stats_go_to_stderr(model_dir, capsys):
@@ -48,7 +52,8 @@ def test_generate_stats_go_to_stderr(model_dir, capsys):
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert out.startswith(PROMPT)
-    lines = err.splitlines()
+    placement, *lines = err.splitlines()
+    assert placement.startswith("placement: reference (CPU via")
     assert lines[0].startswith("prompt tokens: ") and "new tokens: 4" in lines[0]
     assert lines[1].startswith("time to first token: ")
     assert lines[2].startswith("measured on reference: prefill ") and "decode" in lines[2]
@@ -56,6 +61,7 @@ def test_generate_stats_go_to_stderr(model_dir, capsys):
     assert main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().err)
     assert report["new_tokens"] == 4 and report["predicted"]["chip"] == "m5-pro"
+    assert report["placement"]["backend"] == "reference"
     assert report["decode_tokens_per_s"] > 0 and report["prefill_tokens_per_s"] > 0
 
 

@@ -87,4 +87,5 @@ class Placement:
             "devices": self.devices(),
             "ops": [op.as_dict() for op in self.ops],
             "notes": list(self.notes),
+            "lines": self.lines(),
         }

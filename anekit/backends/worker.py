@@ -42,6 +42,7 @@ import numpy as np
 from anekit.backends import shm, wire
 from anekit.backends.base import Buffer, BufferSet, Kernel, TensorSpec
 from anekit.backends.budget import DEFAULT_LIMIT
+from anekit.backends.placement import Placement
 from anekit.errors import EvaluationError
 from anekit.mil.program import Program
 

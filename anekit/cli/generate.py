@@ -115,4 +115,6 @@ def run(args: argparse.Namespace) -> int:
             report = stats_report(model, stats, chip)
             text = json.dumps(report, indent=1) if args.json else "\n".join(stats_lines(report))
             print(text, file=sys.stderr)
+        elif model.placement is not None:  # where it ran, and why (--stats includes it)
+            print("\n".join(model.placement.lines()), file=sys.stderr)
     return 0

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from anekit import backends
+from anekit.backends.placement import Placement
 from anekit.errors import UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
@@ -91,7 +92,7 @@ class Model:
 
         self.config = config
         self.tokenizer = tokenizer
-        self.backend = backends.resolve_backend(backend)
+        self.backend, self._skipped, self._chosen_by = backends.choose_backend(backend)
         self.chip = get_chip(chip or default_chip()[0]).name
         if chunk < 1:
             raise UsageError(f"chunk must be at least 1, found {chunk}")
@@ -273,6 +274,15 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def placement(self) -> Placement | None:
+        """Where the model's programs run and why (``Kernel.placement`` of the first compiled,
+        with how the backend was chosen); None before anything is compiled."""
+        placements = self.runner.placements()
+        if not placements:
+            return None
+        return placements[0].chosen(self._skipped, self._chosen_by)
 
     def __repr__(self) -> str:
         c = self.config

@@ -61,8 +61,10 @@ def stats_report(model: Model, stats: GenerationStats, chip: str | None = None) 
         max_seq=model.max_seq,
         compress=model.compress,
     )
+    placement = model.placement
     return {
         "backend": model.backend,
+        "placement": placement.as_dict() if placement is not None else None,
         "prompt_tokens": stats.prompt_tokens,
         "new_tokens": stats.new_tokens,
         "first_token_ms": round(stats.first_token_s * 1e3, 2),
@@ -75,8 +77,9 @@ def stats_report(model: Model, stats: GenerationStats, chip: str | None = None) 
 
 def stats_lines(report: dict[str, Any]) -> list[str]:
     """:func:`stats_report` as lines for a terminal."""
-    p = report["predicted"]
+    p, placed = report["predicted"], report.get("placement")
     return [
+        *(placed["lines"] if placed else []),
         f"prompt tokens: {report['prompt_tokens']}, new tokens: {report['new_tokens']}",
         f"time to first token: {report['first_token_ms']:.1f} ms",
         f"measured on {report['backend']}: prefill {report['prefill_tokens_per_s']:.1f} tok/s, "

@@ -45,6 +45,7 @@ import numpy as np
 
 from anekit import backends, fp16
 from anekit.backends import Buffer, BufferSet, Kernel
+from anekit.backends.placement import Placement
 from anekit.hw.chips import get_chip
 from anekit.llm import kernels as K
 from anekit.llm.compressed import plan_segments
@@ -202,6 +203,10 @@ class Runner(ABC):
     def programs(self) -> list[Program]:
         """The programs compiled so far, in order."""
         return [kernel.program for kernel in self._kernels.values()]
+
+    def placements(self) -> list[Placement]:
+        """Where each program compiled so far runs (``Kernel.placement``), in order."""
+        return [kernel.placement for kernel in self._kernels.values()]
 
     def close(self) -> None:
         """Release every compiled kernel (and so the buffers of the weights and cache)."""

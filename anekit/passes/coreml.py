@@ -60,7 +60,7 @@ def to_pymil(program: Program) -> Any:
 
     fn = program.main
     target = _target(ct, fn.opset)
-    specs = {v.name: mb.placeholder(shape=_shape(v), dtype=_dtype(v)) for v in fn.inputs}
+    specs = {v.name: _placeholder(mb, v) for v in fn.inputs}
     with _quiet(), Function(specs, opset_version=target) as func:
         made: dict[int, Any] = {id(v): func.inputs[v.name] for v in fn.inputs}
         for op in fn.ops:
@@ -111,7 +111,12 @@ def convert(program: Program, weights_dir: Path) -> Any:
     weights_dir.mkdir(parents=True, exist_ok=True)
     target = _target(ct, program.main.opset)
     with _quiet():
-        proto = load(pymil, str(weights_dir), specification_version=target)
+        try:
+            proto = load(pymil, str(weights_dir), specification_version=target)
+        except Exception as e:  # coremltools' serializer raises many types; each is a finding
+            raise ConversionError(
+                f"coremltools' ML Program serializer rejects the program: {type(e).__name__}: {e}"
+            ) from e
         return ct.models.MLModel(proto, weights_dir=str(weights_dir), skip_model_load=True)
 
 
@@ -124,13 +129,51 @@ def _add(mb: Any, op: Operation, made: dict[int, Any]) -> None:
         made[id(value)] = mb.const(val=_literal(value), name=name)
         return
     arguments = {param: _argument(v, made) for param, v in op.inputs.items()}
+    results = _build(mb, op, arguments, name)
+    wrong = _disagreement(op, results)
+    if wrong and traits.ELEMENTWISE in op.opdef.traits:
+        # coremltools 9 infers select(a=scalar, b=scalar, cond=[...]) as a scalar: constants
+        # broadcast to the output's shape give the same elements and the right type
+        results[0].op.enclosing_block.remove_ops([results[0].op])
+        shape = tuple(int(d) for d in op.outputs[0].shape)
+        arguments = {p: _broadcast(mb, a, shape, f"{name}_{p}") for p, a in arguments.items()}
+        results = _build(mb, op, arguments, name)
+        wrong = _disagreement(op, results)
+    if wrong:
+        raise _rejected(op, ValueError(wrong))
+    for ours, theirs in zip(op.outputs, results):
+        made[id(ours)] = theirs
+
+
+def _build(mb: Any, op: Operation, arguments: dict[str, Any], name: str) -> tuple[Any, ...]:
     try:
         result = getattr(mb, op.op_type)(**arguments, name=name)
     except Exception as e:  # coremltools' inference raises many types; each is a finding
         raise _rejected(op, e) from e
-    results = result if isinstance(result, (list, tuple)) else (result,)
+    return tuple(result) if isinstance(result, (list, tuple)) else (result,)
+
+
+def _disagreement(op: Operation, results: tuple[Any, ...]) -> str | None:
+    """How coremltools' inferred output types differ from anekit's, or None if they agree."""
+    from coremltools.converters.mil.mil import types
+
     for ours, theirs in zip(op.outputs, results):
-        made[id(ours)] = theirs
+        shape = tuple(int(d) if isinstance(d, int) else d for d in theirs.shape)
+        kind = types.builtin_to_string(theirs.dtype)
+        if shape != tuple(ours.shape) or kind != str(ours.dtype):
+            return (
+                f"coremltools infers {ours.name!r} as {kind} {list(shape)}, anekit as "
+                f"{ours.dtype} {list(ours.shape)}"
+            )
+    return None
+
+
+def _broadcast(mb: Any, argument: Any, shape: tuple[int, ...], name: str) -> Any:
+    """A constant argument broadcast to ``shape`` (tensors and other arguments as they are)."""
+    value = getattr(argument, "val", None)
+    if isinstance(value, np.ndarray | np.generic) and np.ndim(value) < len(shape):
+        return mb.const(val=np.ascontiguousarray(np.broadcast_to(value, shape)), name=name)
+    return argument
 
 
 def _argument(v: Value | tuple[Value, ...], made: dict[int, Any]) -> Any:
@@ -183,25 +226,22 @@ def _check_io(program: Program) -> None:
         )
 
 
-
 def _target(ct: Any, opset: str) -> Any:
     return getattr(ct.target, TARGETS[opset])
 
 
-def _shape(v: Value) -> tuple[int, ...]:
-    if not all(isinstance(d, int) for d in v.shape):
-        raise ConversionError(
-            f"input {v.name!r} has a symbolic shape {list(v.shape)}; CoreML export needs fixed "
-            "shapes",
-            problems=((v.name, "input", ""),),
-        )
-    return tuple(int(d) for d in v.shape)
-
-
-def _dtype(v: Value) -> Any:
+def _placeholder(mb: Any, v: Value) -> Any:
+    """A function input of ``v``'s shape and dtype; ConversionError where CoreML has none."""
     from coremltools.converters.mil.mil import types
 
-    return getattr(types, str(v.dtype))
+    problem = None
+    if not all(isinstance(d, int) for d in v.shape):
+        problem = f"a symbolic shape {list(v.shape)}: CoreML export needs fixed shapes"
+    elif not v.shape:
+        problem = "rank 0: coremltools' placeholders have rank 1 or more"
+    if problem is not None:
+        raise ConversionError(f"input {v.name!r} has {problem}", problems=((v.name, "input", ""),))
+    return mb.placeholder(shape=tuple(int(d) for d in v.shape), dtype=getattr(types, str(v.dtype)))
 
 
 @contextmanager
