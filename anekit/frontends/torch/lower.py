@@ -25,6 +25,7 @@ import torch
 from anekit import mil
 from anekit.errors import ConversionError, MilTypeError
 from anekit.frontends.torch.lowerings import LOWERINGS
+from anekit.frontends.torch.pytree import leaf_names, select
 from anekit.mil import DType, Value
 
 # constants up to this many elements are written inline; larger ones get a weight file
@@ -240,21 +241,12 @@ def unsupported_nodes(exported: torch.export.ExportedProgram) -> list[torch.fx.N
 
 
 def output_names(exported: torch.export.ExportedProgram, count: int) -> list[str]:
-    """``output`` for one tensor, a ModelOutput's or dict's keys, else ``output_0..``."""
+    """Each user output's name from its pytree path (``logits``, ``output_0``, ``output``)."""
     spec = exported.call_spec.out_spec
-    if spec is None or spec.is_leaf():
+    names = leaf_names(spec) if spec is not None else []
+    if len(names) != count:
         return ["output"] if count == 1 else [f"output_{i}" for i in range(count)]
-    keys = spec.context
-    if (
-        isinstance(keys, list)
-        and len(keys) == count
-        and all(isinstance(k, str) for k in keys)
-        and all(c.is_leaf() for c in spec.children())
-    ):
-        names = [re.sub(r"\W", "_", k) for k in keys]
-        if len(set(names)) == count and all(re.match(r"[A-Za-z_]", n) for n in names):
-            return names
-    return [f"output_{i}" for i in range(count)]
+    return names
 
 
 def convert_exported(
@@ -262,8 +254,12 @@ def convert_exported(
     *,
     name: str = "main",
     progress: ProgressFn | None = None,
+    outputs: Sequence[str] | str | None = None,
 ) -> mil.Program:
-    """Lower a decomposed ExportedProgram to a verified MIL program (fp32, PyTorch layout)."""
+    """Lower a decomposed ExportedProgram to a verified MIL program (fp32, PyTorch layout).
+
+    ``outputs`` keeps some of the outputs, by name (default: all).
+    """
     missing = unsupported_nodes(exported)
     if missing:
         ops = sorted({op_name(n) for n in missing})
@@ -286,7 +282,7 @@ def convert_exported(
         elif node.op == "call_function":
             env[node] = _call(ctx, node, env)
         elif node.op == "output":
-            _outputs(ctx, exported, node, env)
+            _outputs(ctx, exported, node, env, outputs)
         if progress is not None:
             progress(i + 1, len(nodes))
     try:
@@ -295,12 +291,16 @@ def convert_exported(
         raise ConversionError(f"the converted program does not verify: {e}") from e
 
 
-def _input(b: mil.Builder, node: torch.fx.Node) -> Value:
+def _input(b: mil.Builder, node: torch.fx.Node) -> Any:
+    """A tensor argument becomes a program input; a Python value (``use_cache=False``) stays
+    the constant ``torch.export`` fixed it to."""
     val = node.meta["val"]
+    if val is None or isinstance(val, (bool, int, float, str)):
+        return val
     if not isinstance(val, torch.Tensor):
         raise ConversionError(
-            f"input {node.name!r}: expected a tensor, found {type(val).__name__}; "
-            "non-tensor arguments of forward() are fixed at export"
+            f"input {node.name!r}: expected a tensor or a Python constant, found "
+            f"{type(val).__name__}"
         )
     dynamic = [str(d) for d in val.shape if not isinstance(d, int)]
     if dynamic:
@@ -348,7 +348,11 @@ def _fold(ctx: Lower, node: torch.fx.Node, args: Any, kwargs: dict[str, Any]) ->
 
 
 def _outputs(
-    ctx: Lower, exported: torch.export.ExportedProgram, node: torch.fx.Node, env: dict
+    ctx: Lower,
+    exported: torch.export.ExportedProgram,
+    node: torch.fx.Node,
+    env: dict,
+    wanted: Sequence[str] | str | None,
 ) -> None:
     kinds = torch.export.graph_signature.OutputKind
     specs = exported.graph_signature.output_specs
@@ -356,11 +360,15 @@ def _outputs(
     results = [env[n] if isinstance(n, torch.fx.Node) else n for n, s in zip(flat, specs)]
     results = [r for r, s in zip(results, specs) if s.kind == kinds.USER_OUTPUT]
     names = output_names(exported, len(results))
+    keep = set(select(names, wanted))
     seen: set[int] = set()
     for result, out_name in zip(results, names):
+        if out_name not in keep:
+            continue
         if not isinstance(result, (Value, torch.Tensor)):
             raise ConversionError(
-                f"output {out_name!r}: expected a tensor, found {type(result).__name__}"
+                f"output {out_name!r}: expected a tensor, found {type(result).__name__}; "
+                "leave it out with outputs="
             )
         value = ctx.v(result)
         if id(value) in seen or value.producer is None:  # an input or a repeated output
