@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -79,6 +78,3 @@ def test_truncated_and_garbage_archives_are_conversion_errors(source, tmp_path) 
         path.write_bytes(blob)
         with pytest.raises(ConversionError):
             archive.load_exported(path)
-
-
-

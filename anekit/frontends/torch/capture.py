@@ -102,8 +102,7 @@ def export(
         if "Cache" in str(e):
             hint = " (a cache object in the outputs: pass use_cache=False in kwargs)"
         raise ConversionError(
-            f"torch.export.export failed on {type(module).__name__}{hint}: "
-            f"{type(e).__name__}: {e}"
+            f"torch.export.export failed on {type(module).__name__}{hint}: {type(e).__name__}: {e}"
         ) from e
 
 

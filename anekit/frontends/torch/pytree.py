@@ -65,9 +65,7 @@ def named_tensors(result: Any) -> dict[str, torch.Tensor]:
     """An eager result's tensors by leaf name (the names the converted program uses)."""
     leaves, spec = _pytree.tree_flatten(result)
     return {
-        name: leaf
-        for name, leaf in zip(leaf_names(spec), leaves)
-        if isinstance(leaf, torch.Tensor)
+        name: leaf for name, leaf in zip(leaf_names(spec), leaves) if isinstance(leaf, torch.Tensor)
     }
 
 
