@@ -25,7 +25,8 @@ _LAZY: dict[str, str] = {
     "llm": "anekit.llm",
     "from_torch": "anekit.frontends.torch",
     "trace": "anekit.probe.tracing",
-    "compress": "anekit.compress",  # a callable module: anekit.compress(program, scheme)
+    "compress": "anekit.compression",
+    "compress_with_report": "anekit.compression",
 }
 
 

@@ -14,7 +14,7 @@ from anekit.errors import UsageError
 
 
 def _schemes() -> list[str]:
-    from anekit.compress import CHOICES
+    from anekit.compression import CHOICES
 
     return list(CHOICES)
 
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _passes(text: str | None) -> Any:
     """``--passes`` as convert_file takes it: None (all), () or a list of known names."""
-    from anekit.frontends.passes import PASSES
+    from anekit.passes import PASSES
 
     if text is None:
         return None

@@ -182,9 +182,9 @@ def compressed_seconds(program: Program, scheme: str, chip: Chip) -> float:
     ``scheme`` "fp16" costs the program as it is. The weights need not hold real values:
     what they cost depends on their shapes and the scheme's stored form only.
     """
-    from anekit.compress import SCHEMES, find_layers
-    from anekit.compress.auto import compressed_work
-    from anekit.compress.schemes import Options
+    from anekit.compression import SCHEMES, find_layers
+    from anekit.compression.auto import compressed_work
+    from anekit.compression.schemes import Options
     from anekit.llm.compressed import MIN_ELEMENTS
 
     work = analyze(program)

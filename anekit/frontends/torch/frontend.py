@@ -13,7 +13,6 @@ import torch
 
 from anekit import hw
 from anekit.errors import ConversionError
-from anekit.frontends.passes import Pass, chip_profile, run_passes
 from anekit.frontends.torch.archive import load_exported
 from anekit.frontends.torch.capture import as_kwargs, capture, decompose, without_cache
 from anekit.frontends.torch.compare import (
@@ -27,9 +26,11 @@ from anekit.frontends.torch.compare import (
 )
 from anekit.frontends.torch.lower import ProgressFn, convert_exported
 from anekit.mil import Program
+from anekit.passes import Pass, chip_profile
+from anekit.passes import convert as convert_pipeline
 
 if TYPE_CHECKING:
-    from anekit.compress import CompressReport
+    from anekit.compression import CompressReport
 
 
 def from_torch(
@@ -61,7 +62,7 @@ def from_torch(
         dynamic: ``dynamic_shapes`` for ``torch.export``. Default: None (static).
         name (str): the MIL function's name. Default: ``"main"``.
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
-            ``anekit.frontends.passes.DEFAULT_PASSES``; ``()`` keeps the fp32 program in
+            ``anekit.passes.CONVERT_PASSES``; ``()`` keeps the fp32 program in
             PyTorch's layout.
         chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
         verify (bool): run the program once on the reference backend and raise
@@ -85,7 +86,7 @@ def from_torch(
         kwargs = retry
         exported = capture(module, example_inputs, kwargs, dynamic=dynamic)
     converted = convert_exported(exported, name=name, progress=progress, outputs=outputs)
-    program = run_passes(converted, passes, chip)
+    program = convert_pipeline(converted, passes, chip)
     if verify:
         check_fidelity(module, example_inputs, program, tolerance, kwargs=kwargs)
     return program
@@ -150,7 +151,7 @@ def convert_file(
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     exported = load_exported(path, verbose=verbose)
     decomposed = decompose(exported)
-    program = run_passes(convert_exported(decomposed, progress=progress), passes, chip)
+    program = convert_pipeline(convert_exported(decomposed, progress=progress), passes, chip)
     fidelity = None
     inputs = None
     example = exported.example_inputs
@@ -161,7 +162,7 @@ def convert_file(
         fidelity = compare_arrays(program, inputs, want, "reference")
     report = None
     if compress is not None:
-        from anekit.compress import compress_with_report
+        from anekit.compression import compress_with_report
 
         packed = compress_with_report(
             program, compress, chip=chip, calibration=inputs, max_error=max_error

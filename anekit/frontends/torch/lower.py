@@ -8,7 +8,7 @@ nodes that depend on a program input need a lowering; all of them are checked
 before anything is built, so one :class:`ConversionError` lists every missing one.
 
 The program this module builds is faithful to PyTorch: fp32 stays fp32, tensors
-keep PyTorch's layout. The ANE rewrite passes (:mod:`anekit.frontends.passes`) turn
+keep PyTorch's layout. The ANE rewrite passes (:mod:`anekit.passes`) turn
 it into an fp16, conv-in-``[1, C, 1, S]`` program afterwards.
 """
 
