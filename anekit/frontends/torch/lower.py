@@ -64,13 +64,21 @@ def to_numpy(t: torch.Tensor, what: str) -> np.ndarray:
 
 
 def source_line(node: torch.fx.Node) -> str:
-    """The user's source line that made ``node`` ("file:line (function): code"), or ""."""
+    """Where ``node`` came from: the module path that made it and the user's source line
+    ("in module encoder.layer.0 (BertLayer), file:line (function): code"), or ""."""
     trace = node.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
-    if not frames:
-        return ""
-    file, line, func, code = frames[-1]
-    return f"{file}:{line} ({func}): {code.strip()}"
+    where = ""
+    if frames:
+        file, line, func, code = frames[-1]
+        where = f"{file}:{line} ({func}): {code.strip()}"
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        path, kind = list(stack.values())[-1]
+        name = re.sub(r"^L\['self'\]\.?", "", str(path)) or "(top)"
+        kind_name = getattr(kind, "__name__", str(kind).rsplit(".", 1)[-1].strip("'>"))
+        where = f"in module {name} ({kind_name})" + (f", {where}" if where else "")
+    return where
 
 
 def op_name(node: torch.fx.Node) -> str:
@@ -265,7 +273,8 @@ def convert_exported(
         ops = sorted({op_name(n) for n in missing})
         raise ConversionError(
             f"{len(missing)} node(s) use {len(ops)} ATen op(s) with no lowering "
-            f"({', '.join(ops)}); add them to anekit/frontends/torch/lowerings (docs/torch.md)",
+            f"({', '.join(ops)}); please open an issue naming the op(s) and the model "
+            "(docs/torch.md lists the ops converted today)",
             problems=tuple((n.name, op_name(n), source_line(n)) for n in missing),
         )
     b = mil.Builder(function=name)

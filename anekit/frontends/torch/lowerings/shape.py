@@ -222,6 +222,21 @@ def _linear_index(ctx: Lower, indices: list[Any], sizes: list[int]) -> Value:
     return total
 
 
+def gather(ctx: Lower, x: Any, dim: int, index: Any, sparse_grad: bool = False) -> Value:
+    """``torch.gather``: MIL ``gather_along_axis`` (negative indices wrapped)."""
+    value = ctx.v(x)
+    shape = ctx.static(value.shape)
+    d = axis(dim, len(shape))
+    if isinstance(index, torch.Tensor):
+        indices = ctx.v(index.to(torch.int64) % shape[d], DType.int32)
+    else:
+        indices = ctx.op("mod", "wrap", x=ctx.v(index, DType.int32), y=np.int32(shape[d]))
+    if value.dtype is DType.bool:
+        out = ctx.op("gather_along_axis", x=ctx.cast(value, DType.int32), indices=indices, axis=d)
+        return ctx.cast(out, DType.bool)
+    return ctx.op("gather_along_axis", x=value, indices=indices, axis=d)
+
+
 def flip(ctx: Lower, x: Any, dims: Any) -> Value:
     """MIL ``reverse``."""
     value = ctx.v(x)
