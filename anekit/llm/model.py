@@ -27,24 +27,24 @@ the sets hold no weights, and the caches and tables are bound as above.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from anekit import backends, fp16
 from anekit.backends import Buffer, BufferSet, Kernel
-from anekit.errors import UsageError
+from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme, plan_segments
 from anekit.llm.config import LlmConfig
-from anekit.llm.sampling import Sampler, Sampling
 from anekit.llm.segmented import CompiledIn, SegmentKey
+from anekit.llm.session import CacheState, GenerationStats, Session
 from anekit.llm.source import Parts, TensorSource, fill, head_name, layer_parts
 
-__all__ = ["GenerationStats", "Model", "TensorSource", "decode_cache", "decode_slots"]
+__all__ = ["GenerationStats", "Model", "Session", "TensorSource", "decode_cache", "decode_slots"]
 
 DEFAULT_MAX_SEQ = 1024  # cache slots when neither the caller nor a smaller model limit says
 DEFAULT_CHUNK = 64  # prompt tokens per prefill call
@@ -54,26 +54,6 @@ HOLD = {"fp16": np.float16, "fp32": np.float32}  # host form of weights and cach
 # when each input has its own (packing puts all inputs into one surface).
 COMPILE_OPTIONS: dict[str, dict[str, Any]] = {"ane": {"pack_inputs": False}}
 TABLES = ("cos", "sin", "mask")  # block inputs that depend on the step, not on the layer
-
-
-@dataclass
-class GenerationStats:
-    """Timings of the last ``generate``/``stream`` call (seconds, wall clock on this backend)."""
-
-    prompt_tokens: int = 0
-    new_tokens: int = 0
-    first_token_s: float = 0.0  # from the call to the first token: prefill and one head
-    prefill_s: float = 0.0  # the prompt's blocks and head
-    decode_s: float = 0.0  # every later token: one decode step and one head each
-
-    @property
-    def prefill_tokens_per_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        steps = max(self.new_tokens - 1, 0)
-        return steps / self.decode_s if self.decode_s > 0 else 0.0
 
 
 def decode_slots(max_seq: int) -> tuple[int, ...]:
@@ -153,15 +133,16 @@ class Model:
         self._segments: list[range] = []  # with compress: the layers of each segment
         self._packed: CompiledIn | None = None  # with compress: the host weights
         self._kernels: dict[K.BlockKey | K.HeadKey | SegmentKey, Kernel] = {}
-        self._block_sets: dict[K.BlockKey, list[BufferSet]] = {}
         self._head_sets: dict[K.HeadKey, BufferSet] = {}
         self._weights: list[dict[str, Buffer]] = []  # per layer, bound into every block set
         self._head_weights: dict[str, Buffer] = {}
-        self._caches: dict[int, list[tuple[Buffer, Buffer]]] = {}  # cache length -> per layer
-        self._cache_of: dict[K.BlockKey, list[tuple[Buffer, Buffer]]] = {}  # each program's
-        self._cache_at: list[tuple[Buffer, Buffer]] | None = None  # the buffers with the context
         self._embed: np.ndarray | None = None  # host rows (untied, or compress); else the head's
-        self.stats = GenerationStats()
+        self._lock = (
+            threading.RLock()
+        )  # one step of one session at a time (sessions share the head)
+        self._closed = False
+        self.compile_s = 0.0  # seconds spent compiling programs (and compressing their weights)
+        self._own = Session(self)  # the session of Model.stream, generate and logits
         self.reserve(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
         self._pieces = K.head_pieces(config.vocab_size, limit)
         self._source: TensorSource | None = source  # read once, while the buffers are made
@@ -178,7 +159,7 @@ class Model:
                     dense=self._kernel,
                 )
                 self._embed = self._packed.embed
-            self._sets_for(K.BlockKey(self.chunk, self.max_seq))
+            self._sets_for(K.BlockKey(self.chunk, self.max_seq), self._own.cache)
             self._head_set(K.HeadKey(1, self._pieces))
         except BaseException:
             self.close()
@@ -203,7 +184,7 @@ class Model:
         self._segments = plan_segments(c, self.compress, widths) if self.compress else []
         self.max_seq = max_seq
         self.chunk = min(self._chunk, max_seq)
-        self._cache_at = None  # every later prefill starts at position 0
+        self._own.cache.cache_at = None  # every later prefill starts at position 0
 
     # -- kernels and their buffer sets ----------------------------------------------------------
     @property
@@ -223,18 +204,24 @@ class Model:
     def _kernel(self, key: K.BlockKey | K.HeadKey | SegmentKey) -> Kernel:
         kernel = self._kernels.get(key)
         if kernel is None:
-            if isinstance(key, K.BlockKey):  # also W8A8's calibration with compress
-                program = K.block_program(self.config, key, self._k_multiple)
-            elif isinstance(key, SegmentKey):
-                assert self._packed is not None
-                program = self._packed.segment_program(key)
-            elif self._packed is not None:
-                program = self._packed.head_program(key, K.BlockKey(self.chunk, self.max_seq))
-            else:
-                program = K.head_program(self.config, key)
-            options = COMPILE_OPTIONS.get(self.backend, {})
-            kernel = self._kernels[key] = backends.compile(program, self.backend, **options)
+            begin = time.perf_counter()
+            kernel = self._kernels[key] = self._compile(key)
+            self.compile_s += time.perf_counter() - begin
         return kernel
+
+    def _compile(self, key: K.BlockKey | K.HeadKey | SegmentKey) -> Kernel:
+        """Make and compile the program of ``key`` (and, with compress, compress its weights)."""
+        if isinstance(key, K.BlockKey):  # also W8A8's calibration with compress
+            program = K.block_program(self.config, key, self._k_multiple)
+        elif isinstance(key, SegmentKey):
+            assert self._packed is not None
+            program = self._packed.segment_program(key)
+        elif self._packed is not None:
+            program = self._packed.head_program(key, K.BlockKey(self.chunk, self.max_seq))
+        else:
+            program = K.head_program(self.config, key)
+        options = COMPILE_OPTIONS.get(self.backend, {})
+        return backends.compile(program, self.backend, **options)
 
     def _runs(self, key: K.BlockKey) -> list[tuple[K.BlockKey | SegmentKey, range]]:
         """The programs one step at ``key``'s shape runs, in order, and the layers of each:
@@ -248,8 +235,8 @@ class Model:
         a segment numbers them per layer, the block program has one layer."""
         return f"{name}{j}" if self._segments else name
 
-    def _sets_for(self, key: K.BlockKey) -> list[BufferSet]:
-        """One buffer set per program run of a step at ``key``'s shape, made once.
+    def _sets_for(self, key: K.BlockKey, state: CacheState) -> list[BufferSet]:
+        """One buffer set per program run of a step at ``key``'s shape, made once per session.
 
         The first block program's sets receive the weights (read from the source now);
         later ones bind them, and the cache buffers of their cache length if another
@@ -259,10 +246,10 @@ class Model:
         moved when this program takes over the context (see ``_use_cache``). Segment
         programs hold their weights themselves: their sets bind caches and tables only.
         """
-        sets = self._block_sets.get(key)
+        sets = state.block_sets.get(key)
         if sets is not None:
             return sets
-        caches = self._caches.get(key.cache)
+        caches = state.caches.get(key.cache)
         sets, pairs = [], []
         for program, layers in self._runs(key):
             share: dict[str, Buffer] = {}
@@ -281,9 +268,9 @@ class Model:
                 names = self._cache_name("k_cache", j), self._cache_name("v_cache", j)
                 pairs.append((bs.buffer(names[0]), bs.buffer(names[1])))
             sets.append(bs)
-        self._cache_of[key] = pairs
-        self._caches.setdefault(key.cache, pairs)
-        self._block_sets[key] = sets
+        state.cache_of[key] = pairs
+        state.caches.setdefault(key.cache, pairs)
+        state.block_sets[key] = sets
         return sets
 
     def _hold_weights(self, i: int, bs: BufferSet) -> None:
@@ -348,32 +335,34 @@ class Model:
             rows[inside] = piece[ids[inside] - lo]
         return rows
 
-    def _use_cache(self, key: K.BlockKey, start: int) -> None:
+    def _use_cache(self, key: K.BlockKey, start: int, state: CacheState) -> None:
         """Make ``key``'s cache buffers hold the context (its first ``start`` rows).
 
         Programs of one cache length share their buffers; one of another length (or one
         that could not bind them) has its own, and taking over the context copies the rows
         once (a decode step moving to the next longer cache: once per doubling).
         """
-        target, home = self._cache_of[key], self._cache_at
+        target, home = state.cache_of[key], state.cache_at
         if home is not None and start > 0:
             for (k_from, v_from), (k_to, v_to) in zip(home, target):
                 if k_to.memory is not k_from.memory:
                     k_to.array[0, :, :start] = k_from.array[0, :, :start]
                 if v_to.memory is not v_from.memory:
                     v_to.array[0, :, :start] = v_from.array[0, :, :start]
-        self._cache_at = target
+        state.cache_at = target
 
     # -- forward ------------------------------------------------------------------------------
-    def _blocks(self, ids: Sequence[int], start: int, key: K.BlockKey) -> np.ndarray:
+    def _blocks(
+        self, ids: Sequence[int], start: int, key: K.BlockKey, state: CacheState
+    ) -> np.ndarray:
         """Run every block on ``ids`` at positions ``start...`` (padded to the key's width).
 
         Writes the new keys and values into the cache; returns the last residual stream
         ``[1, 1, D, T]`` (a view of the last layer's output buffer).
         """
         n, t = len(ids), key.tokens
-        sets, runs = self._sets_for(key), self._runs(key)
-        self._use_cache(key, start)
+        sets, runs = self._sets_for(key, state), self._runs(key)
+        self._use_cache(key, start, state)
         padded = np.zeros(t, np.int64)
         padded[:n] = ids
         first = sets[0]
@@ -403,89 +392,53 @@ class Model:
         rows = [bs.output(f"logits{j}")[0, 0] for j in range(len(self._pieces))]
         return np.concatenate(rows, axis=0).T.astype(np.float32)
 
-    def _prefill(self, ids: Sequence[int], *, all_logits: bool) -> np.ndarray:
+    def _prefill(self, ids: Sequence[int], state: CacheState, *, all_logits: bool) -> np.ndarray:
         """Fill the cache with ``ids`` from position 0; logits of every token, or of the last."""
         key = K.BlockKey(self.chunk, self.max_seq)
         rows = []
         for start in range(0, len(ids), self.chunk):
             part = ids[start : start + self.chunk]
-            h = self._blocks(part, start, key)
+            h = self._blocks(part, start, key, state)
             if all_logits:
                 rows.append(self._head_logits(h)[: len(part)])
             elif start + self.chunk >= len(ids):
                 rows.append(self._head_logits(h[..., len(part) - 1 : len(part)]))
         return np.concatenate(rows, axis=0)
 
-    def _decode(self, token: int, pos: int) -> np.ndarray:
+    def _decode(self, token: int, pos: int, state: CacheState) -> np.ndarray:
         """One token at position ``pos`` (the cache holds ``pos`` tokens); its logits ``[V]``."""
-        h = self._blocks([token], pos, K.BlockKey(1, decode_cache(self.max_seq, pos)))
+        h = self._blocks([token], pos, K.BlockKey(1, decode_cache(self.max_seq, pos)), state)
         return self._head_logits(h)[0]
 
     # -- public API ---------------------------------------------------------------------------
+    def session(self) -> Session:
+        """A new generation context with its own KV cache, sharing this model's weights and
+        programs (:class:`~anekit.llm.session.Session`): one per concurrent generation."""
+        if self._closed:
+            raise ModelClosed("the model is closed; load it again")
+        return Session(self)
+
+    @property
+    def stats(self) -> GenerationStats:
+        """Timings of the last generation of the model's own session (``stream``, ``generate``)."""
+        return self._own.stats
+
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits ``float32 [T, vocab]`` of every position of ``ids`` (a full prefill, for evaluation)."""
-        ids = self._check_ids(ids, 0)
-        return self._prefill(ids, all_logits=True)
+        return self._own.logits(ids)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int, **sampling: Any) -> list[int]:
         """The new tokens (not the prompt) continuing ``ids``; keywords as :meth:`stream`."""
-        return list(self.stream(ids, max_new_tokens, **sampling))
+        return self._own.generate(ids, max_new_tokens, **sampling)
 
-    def stream(
-        self,
-        ids: Sequence[int],
-        max_new_tokens: int,
-        *,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: int | Iterable[int] | None = None,
-    ) -> Iterator[int]:
-        """Yield new tokens as they are decoded: prefill once, then one KV-cached step per token.
+    def stream(self, ids: Sequence[int], max_new_tokens: int, **sampling: Any) -> Iterator[int]:
+        """Yield new tokens as they are decoded (:meth:`Session.stream` on the model's own session).
 
-        Args:
-            ids: the prompt's token ids (at least one).
-            max_new_tokens: the most tokens to generate.
-            temperature, top_k, top_p, repetition_penalty, seed: see :class:`~anekit.llm.sampling.Sampling`.
-            stop: token ids that end generation (not yielded); None: the model's EOS tokens.
+        A later ``stream``, ``generate`` or ``logits`` call takes over the cache: a generator of
+        an earlier one then raises SessionReused. Use :meth:`session` for generations that run
+        alongside each other.
         """
-        sampler = Sampler(Sampling(temperature, top_k, top_p, repetition_penalty, seed))
-        if max_new_tokens < 0:
-            raise UsageError(f"max_new_tokens must be at least 0, found {max_new_tokens}")
-        ids = self._check_ids(ids, max_new_tokens)
-        stops = set(
-            self.config.eos_token_ids
-            if stop is None
-            else ([stop] if isinstance(stop, int) else stop)
-        )
-        return self._stream(ids, max_new_tokens, sampler, stops)
-
-    def _stream(
-        self, ids: list[int], limit: int, sampler: Sampler, stops: set[int]
-    ) -> Iterator[int]:
-        stats = self.stats = GenerationStats(prompt_tokens=len(ids))
-        if limit == 0:
-            return
-        begin = time.perf_counter()
-        logits = self._prefill(ids, all_logits=False)[-1]
-        stats.prefill_s = time.perf_counter() - begin
-        history = list(ids)
-        while True:
-            token = sampler(logits, history)
-            if token in stops:
-                return
-            if stats.new_tokens == 0:
-                stats.first_token_s = time.perf_counter() - begin
-            stats.new_tokens += 1
-            yield token
-            history.append(token)
-            if stats.new_tokens == limit:
-                return
-            step = time.perf_counter()
-            logits = self._decode(token, len(history) - 1)
-            stats.decode_s += time.perf_counter() - step
+        return self._own.stream(ids, max_new_tokens, **sampling)
 
     def _tokens(self, ids: Sequence[int], what: str = "calibration") -> list[int]:
         """``ids`` as ints: at least one, each in the vocabulary (else UsageError naming ``what``)."""
@@ -510,13 +463,21 @@ class Model:
         return ids
 
     # -- lifetime -----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has been called (every later call raises ModelClosed)."""
+        return self._closed
+
     def close(self) -> None:
-        """Release every compiled kernel (and so the buffers of the weights and cache)."""
-        for kernel in self._kernels.values():
-            kernel.close()
-        self._kernels = {}
-        self._block_sets, self._head_sets, self._caches, self._cache_of = {}, {}, {}, {}
-        self._weights, self._head_weights = [], {}
+        """Release every compiled kernel (and so the buffers of the weights and every cache)."""
+        with self._lock:
+            self._closed = True
+            for kernel in self._kernels.values():
+                kernel.close()
+            self._kernels = {}
+            self._own.close()
+            self._head_sets = {}
+            self._weights, self._head_weights = [], {}
         if self._packed is not None:
             self._packed.release()
 
