@@ -51,7 +51,7 @@ def test_interleaved_sessions_give_each_its_tokens_alone(model_dir, alone):
         assert got == alone
         # weights are held once: every session's block sets bind the model's buffers
         key = K.BlockKey(m.chunk, m.max_seq)
-        own = m._own.cache.block_sets[key][0]
+        own = m.runner.cache.block_sets[key][0]
         other = sessions[1].cache.block_sets[key][0]
         assert other.buffer("wqkv").memory is own.buffer("wqkv").memory
         assert other.buffer("k_cache").memory is not own.buffer("k_cache").memory

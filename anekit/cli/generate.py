@@ -152,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
                 report["startup"] = {
                     "imports_ms": round((imported - begin) * 1e3, 1),
                     "load_ms": round((loaded - imported) * 1e3, 1),
-                    "compiles_at_load_ms": round((model.compile_s - stats.compile_s) * 1e3, 1),
+                    "compiles_at_load_ms": round(
+                        (model.runner.compile_s - stats.compile_s) * 1e3, 1
+                    ),
                     "threads": describe(threads),
                 }
                 text = json.dumps(report, indent=1) if args.json else "\n".join(stats_lines(report))

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from anekit.errors import ModelClosed, SessionReused, UsageError
+from anekit.llm.runners import CacheState
 from anekit.llm.sampling import Sampler, Sampling
 
 if TYPE_CHECKING:
-    from anekit.backends import Buffer, BufferSet
     from anekit.llm.model import Model
 
 __all__ = ["CacheState", "GenerationStats", "Session"]
@@ -54,27 +54,6 @@ class GenerationStats:
         return steps / self.decode_s if self.decode_s > 0 else 0.0
 
 
-Pairs = list[tuple["Buffer", "Buffer"]]  # (k, v) cache buffers, one pair per layer
-
-
-@dataclass
-class CacheState:
-    """One session's block-program buffer sets and the cache buffers in them.
-
-    Attributes:
-        block_sets: per program shape, one set per program run of a step.
-        caches: per cache length, the first (k, v) buffers made for it, shared by later
-            programs of that length.
-        cache_of: per program shape, the (k, v) buffers its sets read.
-        cache_at: the buffers that hold the context now (None before the first prefill).
-    """
-
-    block_sets: dict[Any, list[BufferSet]] = field(default_factory=dict)
-    caches: dict[int, Pairs] = field(default_factory=dict)
-    cache_of: dict[Any, Pairs] = field(default_factory=dict)
-    cache_at: Pairs | None = None
-
-
 class Session:
     """A generation context of a :class:`~anekit.llm.model.Model`: its own KV cache, the model's
     weights and programs. Made by ``model.session()``; ``close()`` (or ``with``) frees the cache.
@@ -83,9 +62,9 @@ class Session:
         stats: timings of this session's last generation.
     """
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, cache: CacheState | None = None) -> None:
         self.model = model
-        self.cache = CacheState()
+        self.cache = cache if cache is not None else CacheState()
         self.stats = GenerationStats()
         self._generation = 0  # bumped by each generation; an older generator then refuses
         self._closed = False
@@ -156,9 +135,9 @@ class Session:
             stats = self.stats = GenerationStats(prompt_tokens=len(ids))
             if limit == 0:
                 return
-            begin, compiled = time.perf_counter(), model.compile_s
+            begin, compiled = time.perf_counter(), model.runner.compile_s
             logits = model._prefill(ids, self.cache, all_logits=False)[-1]
-            stats.compile_s = model.compile_s - compiled
+            stats.compile_s = model.runner.compile_s - compiled
             stats.prefill_s = time.perf_counter() - begin - stats.compile_s
         history = list(ids)
         while True:
@@ -180,9 +159,9 @@ class Session:
                         "session (another stream, generate or logits call); use model.session() "
                         "for each generation that must run alongside another"
                     )
-                step, compiled = time.perf_counter(), model.compile_s
+                step, compiled = time.perf_counter(), model.runner.compile_s
                 logits = model._decode(token, len(history) - 1, self.cache)
-                compiling = model.compile_s - compiled
+                compiling = model.runner.compile_s - compiled
                 stats.compile_s += compiling
                 stats.decode_s += time.perf_counter() - step - compiling
 

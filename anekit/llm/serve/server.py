@@ -38,7 +38,7 @@ def health_facts(model: Any, path: str) -> dict[str, Any]:
                 if hasattr(kernel, k)
             },
         }
-        for i, kernel in enumerate(model._kernels.values())
+        for i, kernel in enumerate(model.runner.kernels())
     ]
     return {
         "model": str(path),
