@@ -31,7 +31,8 @@ from anekit.hw.chips import Chip, get_chip
 from anekit.hw.cost import ProgramWork, analyze, estimate_work, padded_bytes
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig, config_from_hf
-from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ, decode_cache, decode_slots
+from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ
+from anekit.llm.runners import decode_cache, decode_slots
 from anekit.mil.program import Program
 
 

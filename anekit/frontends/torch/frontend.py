@@ -5,32 +5,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from anekit import hw
 from anekit.errors import ConversionError
+from anekit.frontends.conversion import Conversion, save_conversion
+from anekit.frontends.fidelity import TOLERANCE, Fidelity, compare_arrays, verify
 from anekit.frontends.torch.archive import load_exported
 from anekit.frontends.torch.capture import as_kwargs, capture, decompose, without_cache
 from anekit.frontends.torch.compare import (
-    TOLERANCE,
-    Fidelity,
     compare,
-    compare_arrays,
+    in_program_order,
     program_inputs,
     torch_outputs,
-    verify,
 )
 from anekit.frontends.torch.lower import ProgressFn, convert_exported
 from anekit.mil import Program
 from anekit.passes import Pass, chip_profile
 from anekit.passes import convert as convert_pipeline
-
-if TYPE_CHECKING:
-    from anekit.compression import CompressReport
 
 
 def from_torch(
@@ -114,19 +108,6 @@ def _runnable(program: Program) -> Program:
     return Program({"main": fn}, version=program.version, build_info=program.build_info)
 
 
-@dataclass
-class Conversion:
-    """What ``convert_file`` made and found."""
-
-    program: Program
-    out_dir: Path
-    nodes: int
-    fidelity: Fidelity | None = None
-    diagnostics: list[hw.Diagnostic] = field(default_factory=list)
-    estimate: hw.Estimate | None = None
-    compression: CompressReport | None = None  # what ``compress=`` did, if asked
-
-
 def convert_file(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
@@ -146,7 +127,9 @@ def convert_file(
     ``compress`` (a scheme of ``anekit.compress``, or "auto") compresses the converted
     program's weights for ``chip``, within ``max_error`` when given, measured on the saved
     example inputs (random ones if there are none); the fidelity is the conversion's, before
-    compression, and ``Conversion.compression`` reports what compressing did.
+    compression, and ``Conversion.compression`` reports what compressing did. The file is
+    read as data (``anekit.frontends.torch.archive``): one that would run code is refused;
+    ``verbose`` lets torch's log through.
     """
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     exported = load_exported(path, verbose=verbose)
@@ -157,24 +140,11 @@ def convert_file(
     example = exported.example_inputs
     if example is not None:
         args, kwargs = example
-        want = torch_outputs(exported.module(), args, kwargs)
+        want = in_program_order(program, torch_outputs(exported.module(), args, kwargs))
         inputs = program_inputs(program, args, kwargs)
         fidelity = compare_arrays(program, inputs, want, "reference")
-    report = None
-    if compress is not None:
-        from anekit.compression import compress_with_report
-
-        packed = compress_with_report(
-            program, compress, chip=chip, calibration=inputs, max_error=max_error
-        )
-        program, report = packed.program, packed.report
-    out = program.save(out_dir)
-    return Conversion(
-        program=program,
-        out_dir=out,
-        nodes=len(decomposed.graph.nodes),
-        fidelity=fidelity,
-        diagnostics=hw.check(program, chip=chip) if check else [],
-        estimate=hw.estimate(program, chip=chip) if estimate else None,
-        compression=report,
-    )
+    return save_conversion(
+        program, out_dir, nodes=len(decomposed.graph.nodes), chip=chip, check=check,
+        estimate=estimate, fidelity=fidelity, inputs=inputs, compress=compress,
+        max_error=max_error,
+    )  # fmt: skip
