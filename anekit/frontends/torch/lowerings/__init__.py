@@ -139,7 +139,7 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.max_pool2d.default: _l.max_pool2d,
     aten.avg_pool2d.default: _l.avg_pool2d,
     aten.adaptive_avg_pool2d.default: _l.adaptive_avg_pool2d,
-    aten.constant_pad_nd.default: _l.pad_constant,
+    aten.constant_pad_nd.default: _r.pad_constant,
     # resampling, padding modes, rolling
     aten.upsample_nearest2d.vec: _r.upsample_nearest,
     aten.upsample_nearest1d.vec: _r.upsample_nearest,

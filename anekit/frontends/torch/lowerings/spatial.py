@@ -148,6 +148,11 @@ def pad(ctx: Lower, x: Any, pad: Any, mode: str = "constant", value: float | Non
     return ctx.op("pad", x=tensor, pad=flat, mode=mode, constant_val=fill)
 
 
+def pad_constant(ctx: Lower, x: Any, pad_widths: Any, value: float = 0.0) -> Value:
+    """``constant_pad_nd``: PyTorch lists (before, after) from the last dim backwards."""
+    return pad(ctx, x, pad_widths, "constant", value)
+
+
 def _circular(ctx: Lower, x: Value, widths: list[list[int]]) -> Value:
     for d, (before, after) in enumerate(widths):
         if before or after:
