@@ -60,6 +60,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=D,D,..",
         help="ONNX: the static shape of an input declared with dynamic dimensions (repeatable)",
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="let torch's log and warnings through while loading"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -107,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert_file(
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
             passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
+            verbose=args.verbose,
         )  # fmt: skip
     from anekit.frontends.fidelity import TOLERANCE
 
