@@ -48,7 +48,11 @@ def bert_masked():
     )  # fmt: skip
     mask = torch.ones(2, 8, dtype=torch.long)
     mask[1, 5:] = 0
-    return transformers.BertModel(config), (torch.randint(0, 100, (2, 8)),), {"attention_mask": mask}
+    return (
+        transformers.BertModel(config),
+        (torch.randint(0, 100, (2, 8)),),
+        {"attention_mask": mask},
+    )
 
 
 MODELS = {"vit": vit, "llama": llama, "bert_masked": bert_masked}

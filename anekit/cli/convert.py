@@ -175,6 +175,7 @@ def _as_json(result: Any, chip: str) -> dict:
         "statements": len(result.program.main.ops),
         "fidelity": None if result.fidelity is None else result.fidelity.to_dict(),
         "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
+        "converter_notes": [dataclasses.asdict(d) for d in result.converter_notes],
         "estimate": None
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
@@ -209,5 +210,10 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         print(
             f"{chip}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
         )
+        if result.converter_notes:
+            print(
+                f"({len(result.converter_notes)} layout finding(s) on tensors inside the program, "
+                "placed by the converter, are not advice: --json lists them as converter_notes)"
+            )
     if args.estimate:
         print(estimate_table(result.estimate))
