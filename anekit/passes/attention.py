@@ -12,7 +12,7 @@ from anekit.hw.rules.base import legacy_chip
 from anekit.mil.program import Operation, Program
 from anekit.mil.rewrite import Rebuild, rebuild
 from anekit.mil.types import DType
-from anekit.passes.base import ChipRule, by_op_type
+from anekit.passes.base import ChipRule, by_op_type, has_op_types
 
 MASKED = -65504.0  # a bool mask's "never attend": the most negative finite fp16
 
@@ -42,6 +42,6 @@ _ATTENTION_RULES: dict[str, ChipRule] = {"scaled_dot_product_attention": _expand
 
 def expand_attention(program: Program, chip: Chip) -> Program:
     """Fused attention written out for M1/M2 (unchanged for later chips)."""
-    if not legacy_chip(chip):
+    if not legacy_chip(chip) or not has_op_types(program, _ATTENTION_RULES):
         return program
     return rebuild(program, by_op_type(_ATTENTION_RULES, chip))

@@ -11,7 +11,7 @@ import numpy as np
 from anekit.hw import Chip
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.rewrite import Rebuild, rebuild
-from anekit.passes.base import ChipRule, by_op_type
+from anekit.passes.base import ChipRule, by_op_type, has_op_types
 
 
 def _flag(op: Operation, name: str) -> bool:
@@ -51,6 +51,6 @@ _CONTRACTION_RULES: dict[str, ChipRule] = {"matmul": _pad_matmul}  # K -> the ch
 
 def pad_contractions(program: Program, chip: Chip) -> Program:
     """Matmuls whose inner dimension breaks the chip's multiple are zero-padded to it."""
-    if chip.matmul_k_multiple <= 1:
+    if chip.matmul_k_multiple <= 1 or not has_op_types(program, _CONTRACTION_RULES):
         return program
     return rebuild(program, by_op_type(_CONTRACTION_RULES, chip))

@@ -12,7 +12,7 @@ import numpy as np
 from anekit.hw import Chip
 from anekit.mil.program import Operation, Program
 from anekit.mil.rewrite import Rebuild, rebuild
-from anekit.passes.base import ChipRule, by_op_type
+from anekit.passes.base import ChipRule, by_op_type, has_op_types
 
 _ONE, _ZERO = np.float16(1), np.float16(0)
 
@@ -41,4 +41,6 @@ _LOGIC_RULES: dict[str, ChipRule] = {
 
 def bool_logic(program: Program, chip: Chip) -> Program:
     """Logical and/or/xor of bool tensors as select, add and a comparison."""
+    if not has_op_types(program, _LOGIC_RULES):
+        return program
     return rebuild(program, by_op_type(_LOGIC_RULES, chip))
