@@ -42,7 +42,7 @@ from anekit.llm.compressed import check_scheme, plan_segments
 from anekit.llm.config import LlmConfig
 from anekit.llm.sampling import Sampler, Sampling
 from anekit.llm.segmented import CompiledIn, SegmentKey
-from anekit.llm.source import Parts, TensorSource, fill, head_name, layer_parts
+from anekit.llm.source import Parts, TensorSource, check_shapes, fill, head_name, layer_parts
 
 __all__ = ["GenerationStats", "Model", "TensorSource", "decode_cache", "decode_slots"]
 
@@ -134,6 +134,7 @@ class Model:
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
+        check_shapes(config, source)  # before any buffer is made
         self.config = config
         self.tokenizer = tokenizer
         self.backend = backends.resolve_backend(backend)
