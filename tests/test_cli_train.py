@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from anekit.errors import UsageError  # noqa: E402
 from anekit.train.checkpoint import FORMAT  # noqa: E402
 from anekit.train.config import TrainConfig  # noqa: E402
 from anekit.train.data import load_data  # noqa: E402
-from anekit.train.loop import Trainer  # noqa: E402
+from anekit.train.model import Model  # noqa: E402
 from tests.test_train_data import small_vocab, write_tokenizer  # noqa: E402
 
 FAST = ["--batch-size", "1", "--backend", "reference", "--warmup", "1"]
@@ -43,25 +45,47 @@ def test_train_logs_checkpoints_and_samples(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out.startswith("class")
 
 
-def test_interrupted_and_resumed_run_logs_the_same_losses(tmp_path: Path, monkeypatch) -> None:
-    args = ["train", "--steps", "4", "--sample-tokens", "0", "--save-every", "0", *FAST]
+def _sigint_during(monkeypatch, step: int, micro_batch: int, count: int = 1) -> None:
+    """Send SIGINT ``count`` times from inside ``micro_batch`` (0-based) of step ``step`` (1-based)."""
+    real = Model.loss_and_grads
+    calls = []
+
+    def interrupted(self: Model, *args, **kwargs):
+        calls.append(None)
+        if len(calls) == (step - 1) * 2 + micro_batch + 1:  # the runs below accumulate 2
+            for _ in range(count):
+                os.kill(os.getpid(), signal.SIGINT)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Model, "loss_and_grads", interrupted)
+
+
+def test_ctrl_c_inside_a_step_saves_that_whole_step_and_resumes_exactly(
+    tmp_path: Path, monkeypatch
+) -> None:
+    args = ["train", "--steps", "5", "--sample-tokens", "0", "--save-every", "0", *FAST]
+    args += ["--grad-accum", "2"]
     assert main([*args, "--out", str(tmp_path / "a"), "--log", str(tmp_path / "a.jsonl")]) == 0
-
-    real_step = Trainer.train_step
-
-    def interrupt_at_step_3(self: Trainer):
-        if self.step == 2:
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "train_step", interrupt_at_step_3)
     run_b = [*args, "--out", str(tmp_path / "b"), "--log", str(tmp_path / "b.jsonl")]
-    assert main(run_b) == 130  # Ctrl-C: checkpoint of step 2 saved, then the usual exit code
-    assert (tmp_path / "b" / "LATEST").read_text().strip() == "ckpt-000002"
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    with monkeypatch.context() as patch:
+        _sigint_during(patch, step=3, micro_batch=0)  # the data iterator has moved on
+        assert main(run_b) == 130
+    # the step Ctrl-C arrived in was finished, then saved whole
+    assert (tmp_path / "b" / "LATEST").read_text().strip() == "ckpt-000003"
     assert main([*run_b, "--resume"]) == 0
     losses = lambda name: [r["loss"] for r in read_log(tmp_path / name)]  # noqa: E731
+    assert len(losses("b.jsonl")) == 5
     assert losses("b.jsonl") == losses("a.jsonl")
+
+
+def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    run = ["train", "--steps", "5", "--sample-tokens", "0", "--save-every", "1", *FAST]
+    run += ["--grad-accum", "2", "--out", str(tmp_path / "b")]
+    _sigint_during(monkeypatch, step=3, micro_batch=0, count=2)
+    assert main(run) == 130
+    assert (tmp_path / "b" / "LATEST").read_text().strip() == "ckpt-000002"  # no half step
 
 
 def test_clear_errors_for_nothing_to_resume_and_missing_data(tmp_path: Path, capsys) -> None:

@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import anekit  # noqa: E402
+from anekit import passes  # noqa: E402
 from anekit.errors import ConversionError  # noqa: E402
-from anekit.frontends.passes import run_passes  # noqa: E402
 from anekit.frontends.torch import (  # noqa: E402
     LOWERINGS,
     capture,
@@ -50,7 +50,7 @@ def check_both(module: torch.nn.Module, *args: torch.Tensor, fp32_tol: float = 1
     exact = convert_exported(capture(module, args))
     report = compare(module, args, exact)
     assert report.worst.rel_error < fp32_tol, str(report)
-    ane = run_passes(exact)
+    ane = passes.convert(exact)
     assert check_fidelity(module, args, ane).worst.rel_error < 2e-2
     return ane
 

@@ -29,7 +29,7 @@ COMMANDS: dict[str, str] = {
     "run": "run a MIL program on a backend and summarise its outputs",
     "check": "check a MIL program against a chip's known ANE constraints",
     "estimate": "predict a MIL program's run time on a chip, op by op",
-    "convert": "convert a PyTorch ExportedProgram (.pt2) to an ANE-ready MIL model",
+    "convert": "convert a PyTorch ExportedProgram (.pt2) or an ONNX model to ANE-ready MIL",
     "compress": "compress a model's weights (int8, w8a8, lut6, lut4, auto) for a chip",
     "chips": "list the chip profiles and the source of every number",
     "bench": "measure the ANE experiments; compare with cost model and published",

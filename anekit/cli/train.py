@@ -205,8 +205,15 @@ def _print_header(trainer, chip: Chip) -> None:
 
 
 def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
-    """Run to the configured step count; checkpoint periodically, at the end and on Ctrl-C."""
+    """Run to the configured step count; checkpoint periodically, at the end and on Ctrl-C.
+
+    Ctrl-C stops after the step it arrives in (``StopRequest``), whose whole state is then
+    saved: exactly what a periodic checkpoint at that step holds, so --resume continues
+    the uninterrupted run's losses bit for bit.
+    """
     import numpy as np
+
+    from anekit.train.interrupt import StopRequest
 
     total = trainer.cfg.steps
     history: list[float] = []
@@ -215,29 +222,27 @@ def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
     every = max(total // 20, 1)
     saved_at = trainer.step
     try:
-        while trainer.step < total:
-            result = trainer.train_step()
-            history.append(result.loss)
-            record = result.record()
-            if log:
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{result.loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            elif result.step % every == 0 or result.step == total:
-                _print_step(record, total, float(np.mean(history[-every:])))
-            if args.save_every and result.step % args.save_every == 0:
-                trainer.save(out)
-                saved_at = trainer.step
-    except KeyboardInterrupt:
-        if trainer.step > saved_at:
-            path = trainer.save(out)
-            print(
-                f"\ninterrupted: saved step {trainer.step} to {path}; continue with --resume",
-                file=sys.stderr,
-            )
-        raise
+        with StopRequest() as stop:
+            while trainer.step < total:
+                result = trainer.train_step(stop)
+                history.append(result.loss)
+                record = result.record()
+                if log:
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(
+                        loss=f"{result.loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}"
+                    )
+                elif result.step % every == 0 or result.step == total:
+                    _print_step(record, total, float(np.mean(history[-every:])))
+                if args.save_every and result.step % args.save_every == 0:
+                    trainer.save(out)
+                    saved_at = trainer.step
+                if result.stop:
+                    _save_interrupted(trainer, out, saved_at)
+                    raise KeyboardInterrupt
     finally:
         if bar is not None:
             bar.close()
@@ -247,6 +252,17 @@ def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:
         path = trainer.save(out)
         print(f"saved {path}")
     return history
+
+
+def _save_interrupted(trainer, out: Path, saved_at: int) -> None:
+    """After Ctrl-C, checkpoint the last whole step (unless a periodic save just did)."""
+    from anekit.train.checkpoint import latest_checkpoint
+
+    path = trainer.save(out) if trainer.step > saved_at else latest_checkpoint(out)
+    print(
+        f"\ninterrupted: saved step {trainer.step} to {path}; continue with --resume",
+        file=sys.stderr,
+    )
 
 
 def _open_log(path: Path) -> Any:

@@ -22,6 +22,7 @@ from anekit.train.checkpoint import (
 )
 from anekit.train.config import ModelConfig, TrainConfig
 from anekit.train.data import Batches, ByteTokenizer, Tokenizer, tokenizer_from
+from anekit.train.interrupt import StopRequest
 from anekit.train.model import Model, training_bytes
 from anekit.train.optim import AdamW, LossScaler, clip_grad_norm, learning_rate
 from anekit.train.params import Params, ParamSpec, init_params, param_specs
@@ -42,12 +43,13 @@ class StepResult:
     skipped: bool  # gradients overflowed fp16; no update
     seconds: float
     tokens: int
+    stop: bool = False  # Ctrl-C asked the run to stop after this step
 
     def record(self) -> dict[str, Any]:
         """One JSON log line."""
         return {
             "step": self.step,
-            "loss": round(self.loss, 6),
+            "loss": self.loss,  # exact: resumed runs are compared bit for bit
             "lr": self.lr,
             "grad_norm": round(self.grad_norm, 6),
             "loss_scale": self.loss_scale,
@@ -87,8 +89,12 @@ class Trainer:
     def tokens_per_step(self) -> int:
         return self.cfg.batch_size * self.cfg.grad_accum * self.model_cfg.seq_len
 
-    def train_step(self) -> StepResult:
-        """One optimizer step over ``grad_accum`` micro-batches."""
+    def train_step(self, stop: StopRequest | None = None) -> StepResult:
+        """One optimizer step over ``grad_accum`` micro-batches.
+
+        ``stop`` is read once the gradients are complete: ``StepResult.stop`` says whether
+        Ctrl-C asked the run to stop after this step.
+        """
         start = time.perf_counter()
         cfg = self.cfg
         lr = learning_rate(self.step, cfg)
@@ -100,6 +106,7 @@ class Trainer:
             )
             for _ in range(cfg.grad_accum)
         ]
+        stopping = stop is not None and stop.requested
         self.grads.flat *= np.float32(1.0 / scale)
         finite = bool(np.isfinite(self.grads.flat).all())
         applied = self.scaler.update(finite)
@@ -119,6 +126,7 @@ class Trainer:
             skipped=not applied,
             seconds=time.perf_counter() - start,
             tokens=self.tokens_per_step,
+            stop=stopping,
         )
 
     def _check_finite(self, lr: float) -> None:

@@ -5,30 +5,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from anekit import hw
 from anekit.errors import ConversionError
-from anekit.frontends.passes import Pass, chip_profile, run_passes
+from anekit.frontends.conversion import Conversion, save_conversion
+from anekit.frontends.fidelity import TOLERANCE, Fidelity, compare_arrays, verify
 from anekit.frontends.torch.capture import capture, decompose
-from anekit.frontends.torch.compare import (
-    TOLERANCE,
-    Fidelity,
-    compare,
-    compare_arrays,
-    program_inputs,
-    torch_outputs,
-    verify,
-)
+from anekit.frontends.torch.compare import compare, program_inputs, torch_outputs
 from anekit.frontends.torch.lower import ProgressFn, convert_exported
 from anekit.mil import Program
-
-if TYPE_CHECKING:
-    from anekit.compress import CompressReport
+from anekit.passes import Pass, chip_profile
+from anekit.passes import convert as convert_pipeline
 
 
 def from_torch(
@@ -53,7 +44,7 @@ def from_torch(
         dynamic: ``dynamic_shapes`` for ``torch.export``. Default: None (static).
         name (str): the MIL function's name. Default: ``"main"``.
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
-            ``anekit.frontends.passes.DEFAULT_PASSES``; ``()`` keeps the fp32 program in
+            ``anekit.passes.CONVERT_PASSES``; ``()`` keeps the fp32 program in
             PyTorch's layout.
         chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
         verify (bool): run the program once on the reference backend and raise
@@ -67,7 +58,9 @@ def from_torch(
         a dict or ModelOutput its keys; each keeps PyTorch's shape and layout.
     """
     exported = capture(module, example_inputs, dynamic=dynamic)
-    program = run_passes(convert_exported(exported, name=name, progress=progress), passes, chip)
+    program = convert_pipeline(
+        convert_exported(exported, name=name, progress=progress), passes, chip
+    )
     if verify:
         check_fidelity(module, example_inputs, program, tolerance)
     return program
@@ -88,19 +81,6 @@ def _runnable(program: Program) -> Program:
         return program
     (fn,) = program.functions.values()
     return Program({"main": fn}, version=program.version, build_info=program.build_info)
-
-
-@dataclass
-class Conversion:
-    """What ``convert_file`` made and found."""
-
-    program: Program
-    out_dir: Path
-    nodes: int
-    fidelity: Fidelity | None = None
-    diagnostics: list[hw.Diagnostic] = field(default_factory=list)
-    estimate: hw.Estimate | None = None
-    compression: CompressReport | None = None  # what ``compress=`` did, if asked
 
 
 def load_exported(path: str | os.PathLike[str]) -> torch.export.ExportedProgram:
@@ -139,7 +119,7 @@ def convert_file(
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     exported = load_exported(path)
     decomposed = decompose(exported)
-    program = run_passes(convert_exported(decomposed, progress=progress), passes, chip)
+    program = convert_pipeline(convert_exported(decomposed, progress=progress), passes, chip)
     fidelity = None
     inputs = None
     example = exported.example_inputs
@@ -148,24 +128,11 @@ def convert_file(
         want = _exported_outputs(exported, args, kwargs)
         inputs = program_inputs(program, args)
         fidelity = compare_arrays(program, inputs, want, "reference")
-    report = None
-    if compress is not None:
-        from anekit.compress import compress_with_report
-
-        packed = compress_with_report(
-            program, compress, chip=chip, calibration=inputs, max_error=max_error
-        )
-        program, report = packed.program, packed.report
-    out = program.save(out_dir)
-    return Conversion(
-        program=program,
-        out_dir=out,
-        nodes=len(decomposed.graph.nodes),
-        fidelity=fidelity,
-        diagnostics=hw.check(program, chip=chip) if check else [],
-        estimate=hw.estimate(program, chip=chip) if estimate else None,
-        compression=report,
-    )
+    return save_conversion(
+        program, out_dir, nodes=len(decomposed.graph.nodes), chip=chip, check=check,
+        estimate=estimate, fidelity=fidelity, inputs=inputs, compress=compress,
+        max_error=max_error,
+    )  # fmt: skip
 
 
 def _exported_outputs(exported: torch.export.ExportedProgram, args: Any, kwargs: Any) -> list:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from anekit.compress.layers import Layer
-from anekit.compress.schemes import SCHEMES, Options, Scheme
+from anekit.compression.layers import Layer
+from anekit.compression.schemes import SCHEMES, Options, Scheme
 from anekit.errors import UsageError
 from anekit.hw.chips import Chip
 from anekit.hw.compression import streams

@@ -7,14 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anekit.compress import auto, calibrate
-from anekit.compress.auto import Rung
-from anekit.compress.encode import Encoded
-from anekit.compress.gate import gate
-from anekit.compress.layers import MIN_ELEMENTS, Layer, find_layers
-from anekit.compress.report import CompressReport, LayerReport
-from anekit.compress.rewrite import Choice, apply
-from anekit.compress.schemes import AUTO, Options, get_scheme
+from anekit.compression import auto, calibrate
+from anekit.compression.auto import Rung
+from anekit.compression.encode import Encoded
+from anekit.compression.gate import gate
+from anekit.compression.layers import MIN_ELEMENTS, Layer, find_layers
+from anekit.compression.report import CompressReport, LayerReport
+from anekit.compression.rewrite import Choice, apply
+from anekit.compression.schemes import AUTO, Options, get_scheme
 from anekit.errors import UsageError
 from anekit.hw.chips import Chip, default_chip, get_chip
 from anekit.hw.cost import estimate
@@ -78,7 +78,7 @@ def compress_with_report(
 
     Args:
         program (Program): the program; it is not changed.
-        scheme (str): "int8", "w8a8", "lut6", "lut4" (``anekit.compress.SCHEMES``) for
+        scheme (str): "int8", "w8a8", "lut6", "lut4" (``anekit.compression.SCHEMES``) for
             every layer, or "auto": per layer, the schemes the cost model finds faster on
             ``chip``, within ``max_error`` (default 0.02).
         chip (str | Chip): the chip to choose and predict for. Default: this Mac's, else m4.

@@ -1,8 +1,8 @@
 """The compression schemes, declared once: what each stores, in which MIL form, from which opset.
 
-A scheme is a pass over a program's layers (``anekit.compress.layers``): it encodes
-every chosen weight (``anekit.compress.encode``) and the program is rebuilt with the
-weight decoded by a constexpr op (``anekit.compress.rewrite``); ``w8a8`` also inserts
+A scheme is a pass over a program's layers (``anekit.compression.layers``): it encodes
+every chosen weight (``anekit.compression.encode``) and the program is rebuilt with the
+weight decoded by a constexpr op (``anekit.compression.rewrite``); ``w8a8`` also inserts
 ``quantize``/``dequantize`` on the activations its layers read. ``accuracy`` orders the
 schemes from the most accurate (0) down: the fallback ladder of ``auto`` and of the
 accuracy gate steps up it.
@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from anekit.compress import encode
-from anekit.compress.encode import Encoded
-from anekit.compress.layers import Layer
+from anekit.compression import encode
+from anekit.compression.encode import Encoded
+from anekit.compression.layers import Layer
 from anekit.errors import UsageError
 from anekit.mil.ops.registry import OPSETS, Encoding
 

@@ -1,9 +1,9 @@
 """Rebuild a program with chosen weights decoded by constexpr ops and W8A8 activations.
 
 Each chosen weight's ``const`` op is replaced, in place, by the constants of its
-:class:`~anekit.compress.encode.Encoded` form and the constexpr op that decodes them,
+:class:`~anekit.compression.encode.Encoded` form and the constexpr op that decodes them,
 whose result keeps the weight's name and type; every op reading it is rebuilt
-(``anekit.mil.passes.substitute``), so the program it came from stays as it was. For a
+(``anekit.mil.rewrite.substitute``), so the program it came from stays as it was. For a
 W8A8 layer, each float activation its op reads goes through ``quantize`` to int8 and
 ``dequantize`` back (one pair per activation, shared by the ops reading it), with the
 scale calibration found; the op reads the dequantized value.
@@ -19,16 +19,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from anekit.compress.encode import Encoded
-from anekit.compress.layers import Layer
+from anekit.compression.encode import Encoded
+from anekit.compression.layers import Layer
 from anekit.mil.graph import FunctionGraph
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import ATTRIBUTES
-from anekit.mil.passes import FOLD_INLINE_ELEMENTS, substitute
 from anekit.mil.program import Function, Operation, Program
+from anekit.mil.rewrite import replace_main, substitute
 from anekit.mil.types import DType, TensorType
 from anekit.mil.values import WEIGHTS_PREFIX, BlobRef, Value
-from anekit.mil.verify import check_function, check_op
+from anekit.mil.verify import check_op
+from anekit.passes.fold import FOLD_INLINE_ELEMENTS
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,7 @@ def apply(
         e.ops.append(op)
     outputs = tuple(e.replace.get(id(v), v) for v in fn.outputs)
     main = Function(fn.name, fn.inputs, tuple(e.ops), outputs, fn.opset)
-    check_function(main)
-    return Program(
-        {**program.functions, main.name: main},
-        version=program.version,
-        build_info=program.build_info,
-    )
+    return replace_main(program, main)
 
 
 class _Emitter:

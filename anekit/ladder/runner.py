@@ -3,7 +3,7 @@
 A ladder is a list of declared :class:`Rung` objects (name, the question it settles,
 the rungs it needs, its run function, a timeout) in a module that exposes them as
 ``RUNGS``. :func:`run_ladder` runs them in order. Each rung runs in a fresh
-``python -m anekit.doctor.runner`` child, so a segmentation fault or a hang costs
+``python -m anekit.ladder.runner`` child, so a segmentation fault or a hang costs
 that rung, not the report: the parent records ``crash`` or ``timeout`` and goes on.
 A rung whose prerequisite did not pass is skipped, saying which one and why. The
 report is rewritten (atomically) after every rung, so it is complete up to the last
@@ -180,7 +180,7 @@ def run_rung(module: str, rung: Rung, options: dict[str, Any]) -> dict[str, Any]
     """Run one rung in a child process and read back what it observed."""
     with tempfile.TemporaryDirectory(prefix="anekit-rung-") as scratch:
         log = Path(scratch) / "observed.jsonl"
-        command = [sys.executable, "-m", "anekit.doctor.runner", module, rung.name,
+        command = [sys.executable, "-m", "anekit.ladder.runner", module, rung.name,
                    json.dumps(options), str(log), scratch]  # fmt: skip
         start = time.perf_counter()
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

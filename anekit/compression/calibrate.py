@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from anekit import backends
-from anekit.compress.encode import INT8_LEVELS
+from anekit.compression.encode import INT8_LEVELS
 from anekit.errors import UsageError
 from anekit.mil.program import Function, Program, Value
 

@@ -1,8 +1,8 @@
 """The accuracy gate: compress, measure, and fall back layer by layer until the budget holds.
 
-Every layer starts on the first rung of its ladder (``anekit.compress.auto``; for a named
+Every layer starts on the first rung of its ladder (``anekit.compression.auto``; for a named
 scheme the ladder is that scheme alone). The program is measured against the
-uncompressed original on the reference backend (``anekit.compress.calibrate``). While
+uncompressed original on the reference backend (``anekit.compression.calibrate``). While
 the error is over ``max_error``, the layer whose compression costs the most accuracy
 moves down one rung (to a more accurate scheme, finally to fp16), and the program is
 measured again. "Costs the most" is the layer's *own* error: the program's output
@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from anekit.compress.auto import Rung
+from anekit.compression.auto import Rung
 
 Measure = Callable[[dict[str, Rung]], float]  # chosen rungs by layer -> output error
 # the layers whose rungs no longer make sense once others moved (e.g. W8A8 left alone)

@@ -11,7 +11,7 @@ backend runs and the ANE decodes, give the values the encoder meant:
   ``block_size`` elements along the axis next to the output axis,
   ``constexpr_blockwise_shift_scale`` (iOS18).
 - ``palette``: ``2^bits`` values per group of ``group_size`` output channels found by
-  k-means (``anekit.compress.kmeans``), rounded to the weight's dtype, each element the
+  k-means (``anekit.compression.kmeans``), rounded to the weight's dtype, each element the
   index of its nearest value; ``constexpr_lut_to_dense`` with indices of the weight's
   rank (iOS18), or one table for the whole tensor with packed indices (iOS16).
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.compress.kmeans import kmeans_1d, nearest
+from anekit.compression.kmeans import kmeans_1d, nearest
 from anekit.errors import UsageError
 from anekit.mil.blob import pack_bits
 from anekit.mil.types import DType, dtype_of

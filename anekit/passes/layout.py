@@ -1,4 +1,4 @@
-"""The ANE layout pass: linear layers as 1x1 convs on ``[1, C, 1, S]`` tensors.
+"""The ane_layout pass: linear layers as 1x1 convs on ``[1, C, 1, S]`` tensors.
 
 A tensor of PyTorch shape ``[..., C]`` (``N`` = the product of the leading dims) has an
 *ANE form* ``[1, C, 1, N]``: channels on axis 1, tokens on the last axis, the layout
@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from anekit.frontends.rewrite import Rebuild, rebuild
-from anekit.mil import Operation, Program, Value
+from anekit.hw import Chip
 from anekit.mil.ops.traits import BINARY, CONST, ELEMENTWISE, UNARY
+from anekit.mil.program import Operation, Program
+from anekit.mil.rewrite import Rebuild, rebuild
+from anekit.mil.values import Value
 
 _PERM = [0, 3, 2, 1]  # [1, N, 1, C] <-> [1, C, 1, N]
 
@@ -223,3 +225,8 @@ def to_ane_layout(program: Program) -> Program:
     """Rewrite ``program`` as the module docstring says; outputs keep their PyTorch shapes."""
     layout = _Layout()
     return rebuild(program, layout, finish=layout.finish)
+
+
+def ane_layout(program: Program, chip: Chip) -> Program:
+    """Linear layers as 1x1 convs in the [1, C, 1, S] layout (the module docstring)."""
+    return to_ane_layout(program)
