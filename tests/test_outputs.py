@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import stat
 import threading
 from pathlib import Path
@@ -70,6 +71,7 @@ def test_a_fifo_is_written_into_when_read_and_refused_when_not(tmp_path: Path) -
     def read() -> None:
         fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         reader_open.set()
+        select.select([fd], [], [], 5)  # until the writer's bytes arrive (no writer yet: no EOF)
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as f:
             got.append(f.read())
