@@ -105,6 +105,19 @@ def small_checkpoint(directory: Path):
     return ckpt, trainer
 
 
+def pt2_seeds_in(directory: Path) -> tuple[Path, Path, list[bytes]]:
+    """A plain ``.pt2`` and one hostile variant of each kind, all with the same marker path."""
+    from tests import pt2_craft
+
+    directory.mkdir()
+    plain, marker = directory / "plain.pt2", directory / "payload_ran"
+    pt2_craft.small_archive(plain)
+    seeds = [plain.read_bytes()]
+    for kind in pt2_craft.KINDS:
+        seeds.append(pt2_craft.hostile(kind, plain, directory / f"{kind}.pt2", marker).read_bytes())
+    return directory / "fuzz.pt2", marker, seeds
+
+
 def byte_mutations(seed: bytes) -> st.SearchStrategy[bytes]:
     """Edits, truncation and splices of ``seed``."""
     n = len(seed)
@@ -218,6 +231,27 @@ def header_mutations(seed: bytes, header: int) -> st.SearchStrategy[bytes]:
     return mutate()
 
 
+def pt2_mutations(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
+    """Byte mutations of plain and hostile ``.pt2`` archives, and archives whose payload
+    configs have hostile JSON values (each config rewritten, the zip rebuilt)."""
+    from tests import pt2_craft
+
+    def rebuilt(seed: bytes) -> st.SearchStrategy[bytes]:
+        files = pt2_craft.members_of(seed)
+        configs = [n for n in files if n.endswith("_config.json")]
+
+        @st.composite
+        def mutate(draw) -> bytes:
+            name = draw(st.sampled_from(configs))
+            copy = dict(files)
+            copy[name] = draw(state_mutations(json.loads(files[name]))).encode()
+            return pt2_craft.zip_of(copy)
+
+        return mutate()
+
+    return st.one_of(*[byte_mutations(s) for s in seeds], *[rebuilt(s) for s in seeds])
+
+
 def targets(work: Path) -> dict[str, tuple[st.SearchStrategy, Callable[[object], None]]]:
     """Target name -> (inputs, what to do with one)."""
     from anekit.inspect.flatbuf import read_flatbuffer, render, to_plain
@@ -292,10 +326,24 @@ def targets(work: Path) -> dict[str, tuple[st.SearchStrategy, Callable[[object],
         shape = (c.vocab_size, c.dim)
         source.read_into("model.embed_tokens.weight", shape, np.empty(shape, np.float16).ravel())
 
+    pt2_file, pt2_marker, pt2_seeds = pt2_seeds_in(work / "pt2")
+
+    def pt2(data: bytes) -> None:
+        from anekit.frontends.torch.archive import load_exported
+
+        pt2_file.write_bytes(data)
+        try:
+            load_exported(pt2_file)
+        finally:
+            if pt2_marker.exists():  # a payload ran: the worst outcome, never an AnekitError
+                pt2_marker.rmdir()
+                raise RuntimeError("PAYLOAD RAN: the archive executed code")
+
     return {
         "config.json": (state_mutations(LLAMA_CONFIG), config),
         "tokenizer.bin": (byte_mutations(tokenizer_seed()), tokenizer),
         "llama2c": (header_mutations(llama2c_seed(), 28), llama2c),
+        "pt2": (pt2_mutations(pt2_seeds), pt2),
         "hwx": (byte_mutations(hwx_seed()), hwx),
         "flatbuffer": (byte_mutations(flatbuffer_seed()), flatbuffer),
         "weights": (byte_mutations(weight_seed), weights),
