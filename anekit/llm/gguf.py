@@ -187,6 +187,11 @@ class GgufCheckpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._by_hf
 
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The stored (row-major) shape of the tensor serving as ``name``, from its record."""
+        info = self._by_hf.get(name)
+        return None if info is None else info.shape
+
     def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
         """Dequantize the tensor serving as Hugging Face ``name`` into the flat fp16 ``out``."""
         info = self._by_hf.get(name)
