@@ -120,7 +120,8 @@ class Engine:
                 self.counts["refused"] += 1
                 raise ApiError(503, "the server is shutting down", kind="server_error",
                                code="shutting_down", retry_after=self.retry_after())  # fmt: skip
-            if len(self._queue) >= self.max_queue:
+            free = max(self.max_sessions - len(self._active), 0)  # admitted at the next step
+            if len(self._queue) - free >= self.max_queue:
                 self.counts["refused"] += 1
                 raise ApiError(
                     429,
