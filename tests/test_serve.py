@@ -4,6 +4,7 @@ class, cancellation on disconnect, and a healthy server after all of it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -235,28 +236,24 @@ def test_a_prompt_beyond_the_context_is_400_with_both_lengths(client):
 
 def test_overload_is_429_and_a_long_wait_503_with_retry_after(server):
     body = {"model": "tiny-chat", "prompt": PROMPTS[2], "max_tokens": LONG, "temperature": 0,
-            "stream": True}  # fmt: skip
-    with httpx.Client(timeout=60) as http:
-        long = [http.stream("POST", server.url + "/v1/completions", json=body) for _ in range(4)]
-        responses = [s.__enter__() for s in long]
-        try:
-            deadline = time.monotonic() + 30
-            while health(server)["engine"]["running"] < 4 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            results: dict[int, httpx.Response] = {}
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    with httpx.Client(timeout=60) as http, contextlib.ExitStack() as streams:
+        for _ in range(4):  # four long streams take every session
+            streams.enter_context(http.stream("POST", server.url + "/v1/completions", json=body))
+        deadline = time.monotonic() + 30
+        while health(server)["engine"]["running"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        results: dict[int, httpx.Response] = {}
 
-            def ask(i: int) -> None:
-                results[i] = httpx.post(server.url + "/v1/completions", timeout=60,
-                                        json={**body, "stream": False, "max_tokens": 2})  # fmt: skip
+        def ask(i: int) -> None:
+            results[i] = httpx.post(server.url + "/v1/completions", timeout=60,
+                                    json={**body, "stream": False, "max_tokens": 2})  # fmt: skip
 
-            threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
-        finally:
-            for s in long:
-                s.__exit__(None, None, None)
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
     statuses = sorted(r.status_code for r in results.values())
     assert statuses == [429, 429, 503, 503], [r.text for r in results.values()]
     for r in results.values():
@@ -268,7 +265,7 @@ def test_overload_is_429_and_a_long_wait_503_with_retry_after(server):
 def test_a_client_that_goes_away_stops_its_generation(server):
     before = wait_idle(server)["engine"]
     body = {"model": "tiny-chat", "prompt": PROMPTS[3], "max_tokens": LONG, "temperature": 0,
-            "stream": True}  # fmt: skip
+            "stream": True, "ignore_eos": True}  # fmt: skip
     with httpx.Client(timeout=60) as http:
         with http.stream("POST", server.url + "/v1/completions", json=body) as r:
             lines = r.iter_lines()

@@ -204,8 +204,9 @@ class Engine:
     def _begin(self, job: Job) -> None:
         job.session = self._free.pop() if self._free else self.model.session()
         job.reply = ReplyText(self.tokenizer, job.prompt_ids, job.request.stop)
+        stop = () if job.request.ignore_eos else self.end_of_turn
         job.tokens = job.session.stream(
-            job.prompt_ids, job.max_tokens, stop=self.end_of_turn, **job.request.sampling()
+            job.prompt_ids, job.max_tokens, stop=stop, **job.request.sampling()
         )
         job.started, job.outcome = time.perf_counter(), "running"
         self._active.append(job)
