@@ -86,7 +86,7 @@ def load(
         "backend": backend,
         "chip": chip,
         "max_seq": max_seq,
-        "chunk": chunk or DEFAULT_CHUNK,
+        "chunk": DEFAULT_CHUNK if chunk is None else chunk,
         "hold": hold,
         "compress": compress,
         "calibration": calibration,

@@ -22,7 +22,7 @@ from anekit.llm.compressed import check_scheme
 from anekit.llm.config import LlmConfig
 from anekit.llm.runners import CacheState, ResidentRunner, Runner, SegmentedRunner, decode_cache
 from anekit.llm.session import GenerationStats, Session
-from anekit.llm.source import TensorSource
+from anekit.llm.source import TensorSource, check_shapes
 
 __all__ = ["GenerationStats", "Model", "Session", "TensorSource"]
 
@@ -68,6 +68,7 @@ class Model:
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
+        check_shapes(config, source)  # before any buffer is made
         self.config = config
         self.tokenizer = tokenizer
         self.backend = backends.resolve_backend(backend)
@@ -82,7 +83,9 @@ class Model:
         self.compress = None if compress is None else check_scheme(compress)
         self._lock = threading.RLock()  # one step of one session at a time (they share the head)
         self._closed = False
-        max_seq = self._checked_max_seq(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
+        if max_seq is None:  # 0 is not "the default": it is refused below
+            max_seq = min(config.max_position, DEFAULT_MAX_SEQ)
+        max_seq = self._checked_max_seq(max_seq)
         options = {"backend": self.backend, "chip": self.chip, "dtype": HOLD[hold]}
         options.update(max_seq=max_seq, chunk=min(chunk, max_seq))
         self.runner: Runner
