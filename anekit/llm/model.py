@@ -51,7 +51,11 @@ class Model:
         compression: the report of each compressed program (segment or head), by name,
             as each is first compiled.
         runner: what runs the blocks and head (:class:`~anekit.llm.runners.Runner`).
+        load_report: for a converted checkpoint (GGUF), what each stored tensor became, one
+            line each; empty otherwise.
     """
+
+    load_report: list[str] = []  # noqa: RUF012 (set per instance by the loader)
 
     def __init__(
         self,
