@@ -18,44 +18,14 @@ transformers = pytest.importorskip("transformers")
 
 import anekit  # noqa: E402
 from anekit import mil  # noqa: E402
+from tests import torch_zoo  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 2e-2
 
 
-def vit():
-    config = transformers.ViTConfig(
-        image_size=16, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
-        num_attention_heads=2, intermediate_size=64,
-    )  # fmt: skip
-    return transformers.ViTModel(config), (torch.randn(1, 3, 16, 16),), {}
-
-
-def llama():
-    config = transformers.LlamaConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=32,
-        use_cache=False,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config), (torch.randint(0, 100, (1, 8)),), {}
-
-
-def bert_masked():
-    config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=32,
-    )  # fmt: skip
-    mask = torch.ones(2, 8, dtype=torch.long)
-    mask[1, 5:] = 0
-    return (
-        transformers.BertModel(config),
-        (torch.randint(0, 100, (2, 8)),),
-        {"attention_mask": mask},
-    )
-
-
-MODELS = {"vit": vit, "llama": llama, "bert_masked": bert_masked}
+MODELS = {"vit": torch_zoo.vit, "llama": torch_zoo.llama, "bert_masked": torch_zoo.bert}
 
 
 def convert_cli(*args: str) -> subprocess.CompletedProcess:
