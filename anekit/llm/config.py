@@ -24,7 +24,13 @@ ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
 }
+# families whose checkpoints store q/k/v as one ``qkv_proj`` and gate/up as one
+# ``gate_up_proj`` (already stacked as the block programs take them)
+FUSED_FAMILIES = frozenset({"phi3"})
+# families whose ``sliding_window`` applies to every layer (masked on the host)
+WINDOWED_FAMILIES = frozenset({"mistral", "phi3"})
 ROPE_TYPES = ("default", "linear", "llama3")
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; refuse to parse anything absurd
 # Bounds far above any published decoder's (the largest have ~16k wide, ~130 layers, 256k
@@ -95,7 +101,7 @@ class LlmConfig:
 
     Attributes:
         architecture: the Hugging Face class name (or "llama2c").
-        family: "llama", "mistral", "qwen2", "qwen3" or "llama2c".
+        family: "llama", "mistral", "qwen2", "qwen3", "phi3" or "llama2c".
         dim: residual stream width.
         n_layers: decoder blocks.
         n_heads: query heads.
@@ -110,7 +116,8 @@ class LlmConfig:
         qkv_bias: the q, k and v projections have biases (Qwen2).
         o_bias: the output projection has a bias (Llama's ``attention_bias``).
         qk_norm: per-head RMSNorm of queries and keys before RoPE (Qwen3).
-        sliding_window: attend only to the last this many positions (Mistral), or None.
+        sliding_window: attend only to the last this many positions (Mistral, Phi-3), or None.
+        fused: q/k/v and gate/up are stored fused, ``qkv_proj`` and ``gate_up_proj`` (Phi-3).
         dtype: the stored weight dtype the config declares ("bfloat16", "float16", "float32").
         bos_token_id, eos_token_ids: special tokens (eos may be several).
         style: "rope_parameters" (newer) or "rope_theta" (older) config style.
@@ -133,6 +140,7 @@ class LlmConfig:
     o_bias: bool = False
     qk_norm: bool = False
     sliding_window: int | None = None
+    fused: bool = False
     dtype: str = "float32"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -236,7 +244,10 @@ def _config(r: ConfigReader) -> LlmConfig:
     heads = r.int("num_attention_heads", hi=MAX_WIDTH)
     vocab = r.int("vocab_size", lo=2, hi=MAX_VOCAB)
     attention_bias = r.bool("attention_bias", False)
-    window = r.int("sliding_window", None, hi=MAX_POSITIONS) if family == "mistral" else None
+    if r.float("partial_rotary_factor", 1.0) != 1.0:
+        raise ModelError("partial_rotary_factor other than 1 is not supported", path=source)
+    windowed = family in WINDOWED_FAMILIES
+    window = r.int("sliding_window", None, hi=MAX_POSITIONS) if windowed else None
     return LlmConfig(
         architecture=arch,
         family=family,
@@ -255,6 +266,7 @@ def _config(r: ConfigReader) -> LlmConfig:
         o_bias=attention_bias,
         qk_norm=family == "qwen3",
         sliding_window=window,
+        fused=family in FUSED_FAMILIES,
         dtype=r.str("dtype", None) or r.str("torch_dtype", None) or "float32",
         bos_token_id=r.int("bos_token_id", None, lo=0, hi=vocab - 1),
         eos_token_ids=r.ints("eos_token_id", lo=0, hi=vocab - 1),
