@@ -167,7 +167,16 @@ class TransformerShape:
     """A Llama-style decoder stack: ``layers`` blocks of one shape (no embedding or classifier)."""
 
     layers: int = 12
-    block: BlockShape = BlockShape(dim=256, heads=4, kv_heads=4, head_dim=64, hidden=688, seq=64)
+    block: BlockShape = BlockShape(
+        n_layers=1,
+        vocab_size=2,
+        dim=256,
+        n_heads=4,
+        n_kv_heads=4,
+        head_dim=64,
+        hidden_dim=688,
+        seq=64,
+    )
 
 
 def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str, np.ndarray]]:
@@ -188,9 +197,9 @@ def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str
             "wk": mat(s.kv_dim, s.dim),
             "wv": mat(s.kv_dim, s.dim),
             "wo": mat(s.q_dim, s.q_dim),
-            "w1": mat(s.hidden, s.dim),
-            "w3": mat(s.hidden, s.dim),
-            "w2": mat(s.hidden, s.hidden),
+            "w1": mat(s.hidden_dim, s.dim),
+            "w3": mat(s.hidden_dim, s.dim),
+            "w2": mat(s.hidden_dim, s.hidden_dim),
             "attn_norm": np.ones(s.dim, np.float16),
             "ffn_norm": np.ones(s.dim, np.float16),
         }

@@ -81,7 +81,7 @@ def _attention_weights(s: BlockShape) -> list[tuple[str, int, int]]:
 
 
 def _ffn_weights(s: BlockShape) -> list[tuple[str, int, int]]:
-    return [("w1", s.dim, s.hidden), ("w3", s.dim, s.hidden), ("w2", s.dim, s.hidden)]
+    return [("w1", s.dim, s.hidden_dim), ("w3", s.dim, s.hidden_dim), ("w2", s.dim, s.hidden_dim)]
 
 
 def attention_forward_packing(s: BlockShape) -> Packing:
@@ -103,7 +103,7 @@ def ffn_forward_packing(s: BlockShape) -> Packing:
 
 def ffn_backward_packing(s: BlockShape) -> Packing:
     """Input of :func:`ffn_backward`: ``dy [D, N] | w1 | w3 | w2 | h1 [F, N] | h3 [F, N]`` (taps)."""
-    taps = [("h1", s.hidden, s.tokens), ("h3", s.hidden, s.tokens)]
+    taps = [("h1", s.hidden_dim, s.tokens), ("h3", s.hidden_dim, s.tokens)]
     return Packing(s.dim, [("dy", s.dim, s.tokens), *_ffn_weights(s), *taps])
 
 
@@ -159,8 +159,8 @@ def attention_backward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["dy", "wo"])
     rows, cols = (
-        (s.batch, s.kv_heads, s.group * s.seq, s.head_dim),
-        (s.batch, s.kv_heads, s.head_dim, s.seq),
+        (s.batch, s.n_kv_heads, s.group * s.seq, s.head_dim),
+        (s.batch, s.n_kv_heads, s.head_dim, s.seq),
     )
     q_rows = pk.unpack_as(b, x_in, "q_rows", rows)
     k_cols = pk.unpack_as(b, x_in, "k_cols", cols)
@@ -210,7 +210,7 @@ def ffn_forward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     pk = ffn_forward_packing(s)
     out = Layout(
         s.tokens,
-        [("f", s.dim), ("xn", s.dim), ("h1", s.hidden), ("h3", s.hidden), ("u", s.hidden),
+        [("f", s.dim), ("xn", s.dim), ("h1", s.hidden_dim), ("h3", s.hidden_dim), ("u", s.hidden_dim),
          ("rstd", 1)],
     )  # fmt: skip
     b = Builder()
@@ -232,7 +232,7 @@ def ffn_backward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     :func:`ffn_forward`.
     """
     pk = ffn_backward_packing(s)
-    out = Layout(s.tokens, [("dxn", s.dim), ("dh1", s.hidden), ("dh3", s.hidden)])
+    out = Layout(s.tokens, [("dxn", s.dim), ("dh1", s.hidden_dim), ("dh3", s.hidden_dim)])
     b = Builder()
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["dy", "w2", "h1", "h3"])
@@ -300,7 +300,7 @@ def _refuse_if_rejected(kd: KernelDef, chip: Chip) -> None:
 
 def _describe(s: BlockShape) -> str:
     return (
-        f"dim {s.dim}, heads {s.heads}/{s.kv_heads}, head_dim {s.head_dim}, hidden {s.hidden}, "
+        f"dim {s.dim}, heads {s.n_heads}/{s.n_kv_heads}, head_dim {s.head_dim}, hidden {s.hidden_dim}, "
         f"{s.batch} x {s.seq} tokens"
     )
 
@@ -312,7 +312,7 @@ Arrays = Mapping[str, np.ndarray]
 @functools.lru_cache(maxsize=64)  # bounded: a process may make kernels for many shapes
 def _rope_swaps(s: BlockShape) -> tuple[np.ndarray, np.ndarray]:
     """The column swaps of ``wq_s`` and ``wk_s`` (:func:`~anekit.nn.layers.rope_swap`), read-only."""
-    swaps = L.rope_swap(s.heads, s.head_dim), L.rope_swap(s.kv_heads, s.head_dim)
+    swaps = L.rope_swap(s.n_heads, s.head_dim), L.rope_swap(s.n_kv_heads, s.head_dim)
     for swap in swaps:
         swap.setflags(write=False)  # cached: shared by every caller
     return swaps

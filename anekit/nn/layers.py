@@ -91,9 +91,9 @@ def rope_tables(shape: BlockShape) -> tuple[np.ndarray, np.ndarray]:
     angle = inv_freq[:, None] * (np.arange(shape.tokens, dtype=np.float64) % shape.seq)[None, :]
     cos = np.concatenate([np.cos(angle)] * 2)  # [hd, N], the same for every head
     sin = np.concatenate([-np.sin(angle), np.sin(angle)])
-    scale = np.repeat([1.0 / math.sqrt(shape.head_dim), 1.0], [shape.heads, shape.kv_heads])
+    scale = np.repeat([1.0 / math.sqrt(shape.head_dim), 1.0], [shape.n_heads, shape.n_kv_heads])
     scale = np.repeat(scale, shape.head_dim)[:, None]
-    heads = shape.heads + shape.kv_heads
+    heads = shape.n_heads + shape.n_kv_heads
     return tuple(  # type: ignore[return-value]
         (np.tile(t, (heads, 1)) * scale)[None, None].astype(np.float16) for t in (cos, sin)
     )
@@ -123,15 +123,15 @@ def rope(b: Builder, x: Value, x_swapped: Value, cos: Value, sin: Value, name: s
 def query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
     """``[1, 1, heads*head_dim, N]`` -> ``[B, kv_heads, group*S, head_dim]``."""
     s = shape
-    r = b.reshape(x=x, shape=[s.heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
+    r = b.reshape(x=x, shape=[s.n_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
     t = b.transpose(x=r, perm=[2, 0, 3, 1], name=f"{name}_bhsd")
-    return b.reshape(x=t, shape=[s.batch, s.kv_heads, s.group * s.seq, s.head_dim], name=name)
+    return b.reshape(x=t, shape=[s.batch, s.n_kv_heads, s.group * s.seq, s.head_dim], name=name)
 
 
 def merge_query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
     """Inverse of :func:`query_rows`."""
     s = shape
-    r = b.reshape(x=x, shape=[s.batch, s.heads, s.seq, s.head_dim], name=f"{name}_bhsd")
+    r = b.reshape(x=x, shape=[s.batch, s.n_heads, s.seq, s.head_dim], name=f"{name}_bhsd")
     t = b.transpose(x=r, perm=[1, 3, 0, 2], name=f"{name}_hdbs")
     return b.reshape(x=t, shape=[1, 1, s.q_dim, s.tokens], name=name)
 
@@ -139,7 +139,7 @@ def merge_query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Valu
 def kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
     """``[1, 1, kv_heads*head_dim, N]`` -> ``[B, kv_heads, head_dim, S]`` (keys/values transposed)."""
     s = shape
-    r = b.reshape(x=x, shape=[s.kv_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
+    r = b.reshape(x=x, shape=[s.n_kv_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
     return b.transpose(x=r, perm=[2, 0, 1, 3], name=name)
 
 
@@ -153,7 +153,7 @@ def merge_kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Valu
 def query_rows_by_token(rows: np.ndarray, shape: BlockShape) -> np.ndarray:
     """NumPy: a flattened :func:`query_rows` tensor as ``[N, heads*head_dim]`` (token-major)."""
     s = shape
-    by_head = rows.reshape(s.batch, s.heads, s.seq, s.head_dim)
+    by_head = rows.reshape(s.batch, s.n_heads, s.seq, s.head_dim)
     return by_head.transpose(0, 2, 1, 3).reshape(s.tokens, s.q_dim)
 
 
@@ -254,7 +254,7 @@ def attention(
         layouts: ``q_rows`` (after RoPE and the ``1/sqrt(hd)`` scale), ``k_cols`` (after
         RoPE), ``v_cols`` and ``a_rows`` (attention output before ``wo``).
     """
-    xn, rstd = rmsnorm(b, x, gain, s.eps, prefix + "xn")
+    xn, rstd = rmsnorm(b, x, gain, s.norm_eps, prefix + "xn")
     proj = project(b, w_qkv, xn, prefix + "proj", transpose_w=True)
     col = stacked_columns(s)
     qk_dim = s.q_dim + s.kv_dim  # q and k are adjacent, and so are their swapped copies
@@ -295,10 +295,10 @@ def ffn(
         dict: ``f`` (before the residual add), ``xn``, ``rstd``, ``h1`` and ``h3`` (the
         two projections) and ``u = silu(h1) * h3``.
     """
-    xn, rstd = rmsnorm(b, x, gain, s.eps, prefix + "xn")
+    xn, rstd = rmsnorm(b, x, gain, s.norm_eps, prefix + "xn")
     h13 = project(b, w13, xn, prefix + "h13", transpose_w=True)
-    h1 = channels(b, h13, 0, s.hidden, prefix + "h1")
-    h3 = channels(b, h13, s.hidden, s.hidden, prefix + "h3")
+    h1 = channels(b, h13, 0, s.hidden_dim, prefix + "h1")
+    h3 = channels(b, h13, s.hidden_dim, s.hidden_dim, prefix + "h3")
     silu = b.mul(x=h1, y=b.sigmoid(x=h1, name=prefix + "sig"), name=prefix + "silu")
     u = b.mul(x=silu, y=h3, name=prefix + "u")
     f = project(b, w2, u, prefix + "f", transpose_w=False)
