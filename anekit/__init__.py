@@ -24,6 +24,7 @@ _LAZY: dict[str, str] = {
     "chips": "anekit.hw",
     "llm": "anekit.llm",
     "from_torch": "anekit.frontends.torch",
+    "from_onnx": "anekit.frontends.onnx",
     "trace": "anekit.probe.tracing",
     "compress": "anekit.compression",
     "compress_with_report": "anekit.compression",

@@ -44,8 +44,14 @@ class HFTokenizer:
             ) from e
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=True).ids)
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; ``add_special_tokens=False`` for text a chat template rendered
+        (it holds its own BOS), as transformers encodes it."""
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of one token of the vocabulary (a special token's text), or None."""
+        return self._tok.token_to_id(token)
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)

@@ -5,31 +5,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from anekit import hw
 from anekit.errors import ConversionError
+from anekit.frontends.conversion import Conversion, save_conversion
+from anekit.frontends.fidelity import TOLERANCE, Fidelity, compare_arrays, verify
 from anekit.frontends.torch.capture import capture, decompose
-from anekit.frontends.torch.compare import (
-    TOLERANCE,
-    Fidelity,
-    compare,
-    compare_arrays,
-    program_inputs,
-    torch_outputs,
-    verify,
-)
+from anekit.frontends.torch.compare import compare, program_inputs, torch_outputs
 from anekit.frontends.torch.lower import ProgressFn, convert_exported
 from anekit.mil import Program
 from anekit.passes import Pass, chip_profile
 from anekit.passes import convert as convert_pipeline
-
-if TYPE_CHECKING:
-    from anekit.compression import CompressReport
 
 
 def from_torch(
@@ -93,19 +83,6 @@ def _runnable(program: Program) -> Program:
     return Program({"main": fn}, version=program.version, build_info=program.build_info)
 
 
-@dataclass
-class Conversion:
-    """What ``convert_file`` made and found."""
-
-    program: Program
-    out_dir: Path
-    nodes: int
-    fidelity: Fidelity | None = None
-    diagnostics: list[hw.Diagnostic] = field(default_factory=list)
-    estimate: hw.Estimate | None = None
-    compression: CompressReport | None = None  # what ``compress=`` did, if asked
-
-
 def load_exported(path: str | os.PathLike[str]) -> torch.export.ExportedProgram:
     """Read a ``torch.export.save`` file; ConversionError says what is wrong with it."""
     path = Path(path)
@@ -151,24 +128,11 @@ def convert_file(
         want = _exported_outputs(exported, args, kwargs)
         inputs = program_inputs(program, args)
         fidelity = compare_arrays(program, inputs, want, "reference")
-    report = None
-    if compress is not None:
-        from anekit.compression import compress_with_report
-
-        packed = compress_with_report(
-            program, compress, chip=chip, calibration=inputs, max_error=max_error
-        )
-        program, report = packed.program, packed.report
-    out = program.save(out_dir)
-    return Conversion(
-        program=program,
-        out_dir=out,
-        nodes=len(decomposed.graph.nodes),
-        fidelity=fidelity,
-        diagnostics=hw.check(program, chip=chip) if check else [],
-        estimate=hw.estimate(program, chip=chip) if estimate else None,
-        compression=report,
-    )
+    return save_conversion(
+        program, out_dir, nodes=len(decomposed.graph.nodes), chip=chip, check=check,
+        estimate=estimate, fidelity=fidelity, inputs=inputs, compress=compress,
+        max_error=max_error,
+    )  # fmt: skip
 
 
 def _exported_outputs(exported: torch.export.ExportedProgram, args: Any, kwargs: Any) -> list:

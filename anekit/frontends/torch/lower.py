@@ -24,6 +24,7 @@ import torch
 
 from anekit import mil
 from anekit.errors import ConversionError, MilTypeError
+from anekit.frontends.emit import Emitter
 from anekit.frontends.torch.lowerings import LOWERINGS
 from anekit.mil import DType, Value
 
@@ -77,7 +78,7 @@ def op_name(node: torch.fx.Node) -> str:
     return str(node.target)
 
 
-class Lower:
+class Lower(Emitter):
     """What a lowering sees: the Builder, the current node and helpers to make MIL values."""
 
     def __init__(self, builder: mil.Builder) -> None:
@@ -125,13 +126,6 @@ class Lower:
             ) from None
 
     # -- values ------------------------------------------------------------------------------
-    def op(self, op_type: str, suffix: str = "", **params: Any) -> Any:
-        """Append MIL op ``op_type`` named after the node; MilTypeError becomes ConversionError."""
-        try:
-            return self.b.add_op(op_type, params, self.name(suffix))
-        except (MilTypeError, ValueError, TypeError) as e:
-            raise self.fail(f"MIL {op_type}: {e}") from e
-
     def v(self, x: Any, dtype: DType | None = None) -> Value:
         """``x`` as a MIL value (a constant becomes a const op), cast to ``dtype`` if given."""
         if isinstance(x, Value):
@@ -144,12 +138,6 @@ class Lower:
         else:
             raise self.fail(f"expected a tensor or a number, found {type(x).__name__} {x!r}")
         return value if dtype is None or value.dtype is dtype else self.cast(value, dtype)
-
-    def cast(self, x: Value, dtype: DType) -> Value:
-        """Cast a MIL value (``x`` stays as it is if it already has ``dtype``)."""
-        if x.dtype is dtype:
-            return x
-        return self.op("cast", f"to_{dtype.value}", x=x, dtype=dtype.value)
 
     def dtype_of(self, x: Any) -> DType:
         """The MIL dtype of a lowering argument (value, tensor or Python number)."""
