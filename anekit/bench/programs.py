@@ -16,6 +16,7 @@ import numpy as np
 
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program, Value
+from anekit.nn import attention as A
 from anekit.nn import layers as L
 from anekit.nn.kernels import ATTENTION, FFN, kernel_weights, stacked
 from anekit.nn.layers import FFN_IN_WEIGHTS, QKV_WEIGHTS
@@ -210,7 +211,7 @@ def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str
 def transformer(shape: TransformerShape, seed: int = 0) -> Program:
     """A causal decoder stack on ``x [1, 1, D, N]`` with constant weights.
 
-    Each block is the training kernels' math (:func:`anekit.nn.layers.attention` and
+    Each block is the training kernels' math (:func:`anekit.nn.attention.attention` and
     :func:`~anekit.nn.layers.ffn`: RMSNorm, RoPE, causal grouped-query attention, SwiGLU)
     with the residual adds; the weights are what :func:`~anekit.nn.kernels.kernel_weights`
     packs for the forward kernels, here as weight files.
@@ -218,14 +219,15 @@ def transformer(shape: TransformerShape, seed: int = 0) -> Program:
     s = shape.block
     b = Builder()
     h = b.input("x", (1, 1, s.dim, s.tokens), "fp16")
-    tables = L.attention_tables(b, s)
+    tables = A.attention_tables(b, s)
     for i, layer in enumerate(transformer_weights(shape, seed)):
         weights = kernel_weights(s, layer)
         att, ffn = weights[ATTENTION.forward], weights[FFN.forward]
         p = f"l{i}_att_"
         gain, wo = _matrix(b, p + "gain", att["gain"]), _matrix(b, p + "wo", att["wo"])
         w_qkv = _matrix(b, p + "wqkv", stacked(att, QKV_WEIGHTS))
-        o = L.attention(b, s, h, gain, w_qkv, wo, tables, p)["o"]
+        attention = {"gain": gain, "w_qkv": w_qkv, "wo": wo}
+        o = A.attention(b, s, h, attention, tables, prefix=p)["o"]
         h = b.add(x=h, y=o, name=f"{p}out")
         p = f"l{i}_ffn_"
         gain, w2 = _matrix(b, p + "gain", ffn["gain"]), _matrix(b, p + "w2", ffn["w2"])

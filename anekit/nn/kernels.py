@@ -45,6 +45,7 @@ from anekit.hw.chips import Chip, get_chip
 from anekit.hw.compat import check
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program
+from anekit.nn import attention as A
 from anekit.nn import layers as L
 from anekit.nn.cpu import rmsnorm_backward
 from anekit.nn.layers import FFN_IN_WEIGHTS, QKV_WEIGHTS, stacked_columns
@@ -131,8 +132,9 @@ def attention_forward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["x", "gain", "wo"])
     w_qkv = pk.span(b, x_in, QKV_WEIGHTS)
-    tables = L.attention_tables(b, s)
-    parts = L.attention(b, s, f["x"], f["gain"], w_qkv, f["wo"], tables, k_multiple=k_multiple)
+    tables = A.attention_tables(b, s)
+    weights = {"gain": f["gain"], "w_qkv": w_qkv, "wo": f["wo"]}
+    parts = A.attention(b, s, f["x"], weights, tables, k_multiple=k_multiple)
     for n in ATTENTION_TAPS:
         shape = [1, 1, out.channels_of(n), s.tokens]
         parts[n] = b.reshape(x=parts[n], shape=shape, name=f"{n}_flat")
@@ -166,8 +168,8 @@ def attention_backward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     k_cols = pk.unpack_as(b, x_in, "k_cols", cols)
     v_cols = pk.unpack_as(b, x_in, "v_cols", cols)
     a_rows = pk.unpack_as(b, x_in, "a_rows", rows)
-    tables = L.attention_tables(b, s)
-    probs = L.attention_probs(b, q_rows, k_cols, tables.mask, "probs", k_multiple)
+    tables = A.attention_tables(b, s)
+    probs = A.attention_probs(b, q_rows, k_cols, tables.mask, "probs", k_multiple)
 
     da_rows = L.query_rows(b, L.project(b, f["wo"], f["dy"], "da", transpose_w=True), s, "da_rows")
     dv_cols = b.matmul(x=da_rows, y=probs, transpose_x=True, name="dv_cols")
