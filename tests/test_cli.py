@@ -176,8 +176,9 @@ def test_an_oserror_is_a_sentence_with_the_path(tmp_path: Path, capsys) -> None:
         capsys, ["run", str(model), "--random", "--backend", "reference", "--out", str(out)]
     )
     assert code == 2
-    assert (
-        one_error_line("run", err) == f"anekit run: error: {out}: is a directory; expected a file"
+    assert one_error_line("run", err) == (
+        f"anekit run: error: argument --out: {out}: is a directory; expected a file name to "
+        "write (a file, a device, a FIFO)"
     )
 
 

@@ -79,7 +79,7 @@ def test_compress_usage_errors(capsys, tmp_path) -> None:
     bad.write_bytes(b"not numpy")
     args = ("--scheme", "w8a8", "--calibration", str(bad))
     code, _, err = run(capsys, "compress", source, str(tmp_path / "o"), *args)
-    assert code == 2 and "bad.npz: cannot read --calibration file as .npz" in err
+    assert code == 2 and "bad.npz: --calibration: not a readable .npz file" in err
     args = ("--scheme", "lut4", "--granularity", "per_channel")
     code, _, err = run(capsys, "compress", source, str(tmp_path / "o"), *args)
     assert code == 2 and "lut4 has no granularity 'per_channel'" in err

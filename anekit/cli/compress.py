@@ -23,7 +23,7 @@ from anekit.cli._common import (
     one_of,
     resolve_chip,
 )
-from anekit.errors import UsageError, os_reason
+from anekit.errors import UsageError
 
 
 def _schemes() -> list[str]:
@@ -111,16 +111,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sample(file: str) -> dict[str, Any]:
-    """The arrays of one ``--calibration`` .npz file, by name."""
-    import numpy as np
+    """The arrays of one ``--calibration`` .npz file, by name (bounded: see ``read_npz``)."""
+    from anekit.config import read_limit
+    from anekit.files import read_npz
 
-    try:
-        data = np.load(file, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise UsageError("expected an .npz file of named arrays, found one array", path=file)
-        with data:
-            return {name: data[name] for name in data.files}
-    except OSError as e:
-        raise UsageError(f"cannot read --calibration file: {os_reason(e)}", path=file) from None
-    except ValueError as e:  # not .npz, or object (pickled) data
-        raise UsageError(f"cannot read --calibration file as .npz: {e}", path=file) from None
+    def error(message: str, path: str) -> UsageError:
+        return UsageError(f"--calibration: {message}", path=path)
+
+    return read_npz(file, limit=read_limit(), what="an .npz file of named arrays", error=error)

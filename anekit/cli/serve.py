@@ -28,8 +28,8 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--model",
-        help="Hugging Face model directory (config.json, safetensors, tokenizer.json) "
-        "or a llama2.c .bin (tokenizer.bin beside it)",
+        help="Hugging Face model directory (config.json, safetensors, tokenizer.json), "
+        "a llama.cpp .gguf file, or a llama2.c .bin (tokenizer.bin beside it)",
     )
     source.add_argument(
         "--ckpt", help="training checkpoint directory, or a training --out directory"

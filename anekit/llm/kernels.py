@@ -52,7 +52,6 @@ from anekit.nn import attention as A
 from anekit.nn import layers as L
 
 
-
 @dataclass(frozen=True)
 class BlockKey:
     """Which block program: ``tokens`` per call and ``cache`` slots read."""

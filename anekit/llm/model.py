@@ -20,9 +20,10 @@ from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
 from anekit.llm.config import LlmConfig
+from anekit.llm.guard import check_step
 from anekit.llm.runners import CacheState, ResidentRunner, Runner, SegmentedRunner, decode_cache
 from anekit.llm.session import GenerationStats, Session
-from anekit.llm.source import TensorSource
+from anekit.llm.source import TensorSource, check_shapes
 
 __all__ = ["GenerationStats", "Model", "Session", "TensorSource"]
 
@@ -50,7 +51,11 @@ class Model:
         compression: the report of each compressed program (segment or head), by name,
             as each is first compiled.
         runner: what runs the blocks and head (:class:`~anekit.llm.runners.Runner`).
+        load_report: for a converted checkpoint (GGUF), what each stored tensor became, one
+            line each; empty otherwise.
     """
+
+    load_report: list[str] = []  # noqa: RUF012 (set per instance by the loader)
 
     def __init__(
         self,
@@ -68,6 +73,7 @@ class Model:
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
+        check_shapes(config, source)  # before any buffer is made
         self.config = config
         self.tokenizer = tokenizer
         self.backend = backends.resolve_backend(backend)
@@ -82,7 +88,9 @@ class Model:
         self.compress = None if compress is None else check_scheme(compress)
         self._lock = threading.RLock()  # one step of one session at a time (they share the head)
         self._closed = False
-        max_seq = self._checked_max_seq(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
+        if max_seq is None:  # 0 is not "the default": it is refused below
+            max_seq = min(config.max_position, DEFAULT_MAX_SEQ)
+        max_seq = self._checked_max_seq(max_seq)
         options = {"backend": self.backend, "chip": self.chip, "dtype": HOLD[hold]}
         options.update(max_seq=max_seq, chunk=min(chunk, max_seq))
         self.runner: Runner
@@ -139,23 +147,33 @@ class Model:
 
     # -- forward ------------------------------------------------------------------------------
     def _prefill(self, ids: Sequence[int], state: CacheState, *, all_logits: bool) -> np.ndarray:
-        """Fill the cache with ``ids`` from position 0; logits of every token, or of the last."""
+        """Fill the cache with ``ids`` from position 0; logits of every token, or of the last.
+
+        Each chunk's values pass the garbage guard (:mod:`anekit.llm.guard`) first.
+        """
         key = K.BlockKey(self.chunk, self.max_seq)
         rows = []
         for start in range(0, len(ids), self.chunk):
             part = ids[start : start + self.chunk]
             h = self.runner.blocks(part, start, key, state)
+            last = len(part) - 1
+            logits = np.empty((0, self.config.vocab_size), np.float32)
             if all_logits:
-                rows.append(self.runner.head(h)[: len(part)])
+                logits, last = self.runner.head(h)[: len(part)], 0
             elif start + self.chunk >= len(ids):
-                rows.append(self.runner.head(h[..., len(part) - 1 : len(part)]))
+                logits = self.runner.head(h[..., last : last + 1])
+            check_step(self.runner.residuals(key, state), logits, start=start,
+                       tokens=len(part), logit_start=start + last)  # fmt: skip
+            rows.append(logits)
         return np.concatenate(rows, axis=0)
 
     def _decode(self, token: int, pos: int, state: CacheState) -> np.ndarray:
         """One token at position ``pos`` (the cache holds ``pos`` tokens); its logits ``[V]``."""
         key = K.BlockKey(1, decode_cache(self.max_seq, pos))
         h = self.runner.blocks([token], pos, key, state)
-        return self.runner.head(h)[0]
+        logits = self.runner.head(h)
+        check_step(self.runner.residuals(key, state), logits, start=pos, tokens=1, logit_start=pos)
+        return logits[0]
 
     # -- public API ---------------------------------------------------------------------------
     def session(self) -> Session:

@@ -348,8 +348,11 @@ class AccessLog:
         extra = ""
         if job is not None:
             ttft = (job.first_token - job.submitted) * 1e3 if job.first_token else float("nan")
+            outcome = job.outcome
+            if outcome in ("queued", "running") and job.cancelled.is_set():
+                outcome = "cancelled"  # the client went away; the engine stops it at its next step
             extra = (f" prompt={len(job.prompt_ids)} completion={job.completion_tokens} "
-                     f"ttft_ms={ttft:.1f} outcome={job.outcome}")  # fmt: skip
+                     f"ttft_ms={ttft:.1f} outcome={outcome}")  # fmt: skip
         line = (f"{client[0]} {scope['method']} {scope['path']} {status} "
                 f"{seconds * 1e3:.1f}ms{extra}")  # fmt: skip
         print(line, file=self.stream, flush=True)

@@ -120,7 +120,8 @@ class Engine:
                 self.counts["refused"] += 1
                 raise ApiError(503, "the server is shutting down", kind="server_error",
                                code="shutting_down", retry_after=self.retry_after())  # fmt: skip
-            if len(self._queue) >= self.max_queue:
+            free = max(self.max_sessions - len(self._active), 0)  # admitted at the next step
+            if len(self._queue) - free >= self.max_queue:
                 self.counts["refused"] += 1
                 raise ApiError(
                     429,
@@ -203,8 +204,9 @@ class Engine:
     def _begin(self, job: Job) -> None:
         job.session = self._free.pop() if self._free else self.model.session()
         job.reply = ReplyText(self.tokenizer, job.prompt_ids, job.request.stop)
+        stop = () if job.request.ignore_eos else self.end_of_turn
         job.tokens = job.session.stream(
-            job.prompt_ids, job.max_tokens, stop=self.end_of_turn, **job.request.sampling()
+            job.prompt_ids, job.max_tokens, stop=stop, **job.request.sampling()
         )
         job.started, job.outcome = time.perf_counter(), "running"
         self._active.append(job)

@@ -36,7 +36,7 @@ NO_OP = {
     "suffix": ("",),
 }
 COMMON = frozenset({"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
-                    "stream", "stream_options", "repetition_penalty"})  # fmt: skip
+                    "stream", "stream_options", "repetition_penalty", "ignore_eos"})  # fmt: skip
 CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens"}
 COMPLETION_FIELDS = COMMON | {"prompt"}
 
@@ -89,6 +89,7 @@ class Request:
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
+    ignore_eos: bool = False  # vLLM's extension: only max_tokens and stop strings end the reply
 
     def sampling(self) -> dict[str, Any]:
         """The keywords of :meth:`anekit.llm.Model.stream` this request asks for."""
@@ -170,9 +171,9 @@ def _common(body: Any, kind: str, allowed: frozenset[str]) -> Request:
         raise invalid("model", f"expected the model's name, found {model!r:.60}")
     if body.get("n") not in (None, 1):
         raise invalid("n", f"only n=1 is supported, found {body.get('n')!r:.20}")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool) and stream is not None:
-        raise invalid("stream", f"expected true or false, found {stream!r:.20}")
+    for flag in ("stream", "ignore_eos"):
+        if not isinstance(body.get(flag, False), bool) and body.get(flag) is not None:
+            raise invalid(flag, f"expected true or false, found {body.get(flag)!r:.20}")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict) or not set(options) <= {"include_usage"}:
         raise invalid("stream_options", f"expected {{include_usage: bool}}, found {options!r:.60}")
@@ -186,7 +187,8 @@ def _common(body: Any, kind: str, allowed: frozenset[str]) -> Request:
         repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 10.0, open_low=True),
         seed=_integer(body, "seed", 0, MAX_SEED) or 0,
         stop=_stops(body),
-        stream=bool(stream),
+        stream=bool(body.get("stream")),
+        ignore_eos=bool(body.get("ignore_eos")),
         include_usage=bool(options.get("include_usage", False)),
     )
 
