@@ -42,6 +42,7 @@ def hf_classes(arch: str) -> tuple[Any, Any]:
         "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
         "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
         "mistral": ("MistralConfig", "MistralForCausalLM"),
+        "phi3": ("Phi3Config", "Phi3ForCausalLM"),
     }[arch]
     return getattr(transformers, names[0]), getattr(transformers, names[1])
 
@@ -77,7 +78,7 @@ def save_model(directory: Path, case: Case, vocab: int = 96, seed: int = 0, **co
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 16,
         }
-    if case.arch == "mistral":
+    if case.arch in ("mistral", "phi3"):
         kw["sliding_window"] = case.sliding_window
     kw.update(config)
     torch.manual_seed(seed)

@@ -67,10 +67,12 @@ def test_decoding_across_cache_buckets_matches_a_full_recompute(
         assert new == seq[len(PROMPT) :]
         assert m.compiles == 6  # prefill, head, decode at 4, 8 and 16, head over a chunk
         if compress:
-            (decode,) = m.runner._block_sets[K.BlockKey(1, MAX_SEQ)]  # one segment of both layers
+            (decode,) = m.runner.cache.block_sets[
+                K.BlockKey(1, MAX_SEQ)
+            ]  # one segment of both layers
             caches = {f"{kv}_cache{j}" for kv in "kv" for j in range(2)}
             assert decode.shared == caches  # bound to the prefill's; it writes its own tables
-            prefill = m.runner._block_sets[K.BlockKey(CHUNK, MAX_SEQ)][0]
+            prefill = m.runner.cache.block_sets[K.BlockKey(CHUNK, MAX_SEQ)][0]
             assert decode.buffer("k_cache1") is prefill.buffer("k_cache1")  # one per length
     if compress == "fp16":  # weights compiled in, uncompressed: the dynamic-weight model's tokens
         with llm.load(model_dir, **load) as dense:
@@ -134,7 +136,7 @@ def test_programs_that_cannot_bind_a_buffer_get_copies_and_the_same_tokens(
     with llm.load(model_dir, backend="ane", chip="m4", max_seq=MAX_SEQ, chunk=CHUNK) as m:
         fake.row_align = 128  # the programs compiled from now on
         assert m.generate(PROMPT, NEW, stop=()) == want
-        decode = m.runner._block_sets[K.BlockKey(1, MAX_SEQ)][0]
+        decode = m.runner.cache.block_sets[K.BlockKey(1, MAX_SEQ)][0]
         assert "wqkv" in decode.shared, "128-byte rows of dim 64: the same layout, still bound"
         assert not {"k_cache", "attn_norm"} & decode.shared, "a layout that differs was bound"
     assert fake.violations == []
@@ -168,7 +170,7 @@ def test_w8a8_calibration_leaves_the_model_cache_empty(model_dir: Path) -> None:
     with llm.load(model_dir, **load, compress="w8a8", calibration=PROMPT * 3) as m:
         assert K.BlockKey(CHUNK, MAX_SEQ) in m.runner._kernels  # compiled for the calibration only
         assert m.runner.packed.states["layers 0-1"].steps and m.runner.packed.states["head"].steps
-        cache = [b.array for pair in m.runner._caches[MAX_SEQ] for b in pair]
+        cache = [b.array for pair in m.runner.cache.caches[MAX_SEQ] for b in pair]
         assert len(cache) == 4 and not any(a.any() for a in cache)
         with pytest.raises(UsageError, match="calibration: token ids"):
             llm.load(model_dir, **load, compress="w8a8", calibration=[1, 10_000])

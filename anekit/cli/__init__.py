@@ -36,6 +36,8 @@ COMMANDS: dict[str, str] = {
     "bench": "measure the ANE experiments; compare with cost model and published",
     "train": "train a Llama-style transformer with ANE kernels; checkpoint, resume",
     "generate": "stream text from a model directory, llama2.c .bin or training checkpoint",
+    "chat": "chat with a language model in the terminal (its chat template, streamed replies)",
+    "serve": "serve a language model over an OpenAI-compatible HTTP API",
     "demo": "run the main demo on the best available backend",
     "inspect": "read compiled ANE binaries (hwx, E5), weight.bin and the compile cache",
     "doctor": "report what this machine offers for the ANE, with a smoke test",

@@ -9,48 +9,28 @@ dynamic-weight blocks by default, segment programs with their weights compiled i
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from anekit import backends
 from anekit.backends.placement import Placement
-from anekit.errors import UsageError
+from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
 from anekit.llm.config import LlmConfig
-from anekit.llm.runners import ResidentRunner, Runner, SegmentedRunner, decode_cache
-from anekit.llm.sampling import Sampler, Sampling
-from anekit.llm.source import TensorSource
+from anekit.llm.guard import check_step
+from anekit.llm.runners import CacheState, ResidentRunner, Runner, SegmentedRunner, decode_cache
+from anekit.llm.session import GenerationStats, Session
+from anekit.llm.source import TensorSource, check_shapes
 
-__all__ = ["GenerationStats", "Model", "TensorSource"]
+__all__ = ["GenerationStats", "Model", "Session", "TensorSource"]
 
 DEFAULT_MAX_SEQ = 1024  # cache slots when neither the caller nor a smaller model limit says
 DEFAULT_CHUNK = 64  # prompt tokens per prefill call
 HOLD = {"fp16": np.float16, "fp32": np.float32}  # host form of weights and cache
-
-
-@dataclass
-class GenerationStats:
-    """Timings of the last ``generate``/``stream`` call (seconds, wall clock on this backend)."""
-
-    prompt_tokens: int = 0
-    new_tokens: int = 0
-    first_token_s: float = 0.0  # from the call to the first token: prefill and one head
-    prefill_s: float = 0.0  # the prompt's blocks and head
-    decode_s: float = 0.0  # every later token: one decode step and one head each
-
-    @property
-    def prefill_tokens_per_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        steps = max(self.new_tokens - 1, 0)
-        return steps / self.decode_s if self.decode_s > 0 else 0.0
 
 
 class Model:
@@ -72,7 +52,11 @@ class Model:
         compression: the report of each compressed program (segment or head), by name,
             as each is first compiled.
         runner: what runs the blocks and head (:class:`~anekit.llm.runners.Runner`).
+        load_report: for a converted checkpoint (GGUF), what each stored tensor became, one
+            line each; empty otherwise.
     """
+
+    load_report: list[str] = []  # noqa: RUF012 (set per instance by the loader)
 
     def __init__(
         self,
@@ -90,6 +74,7 @@ class Model:
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
+        check_shapes(config, source)  # before any buffer is made
         self.config = config
         self.tokenizer = tokenizer
         self.backend, self._skipped, self._chosen_by = backends.choose_backend(backend)
@@ -102,8 +87,11 @@ class Model:
         if hold not in HOLD:
             raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
         self.compress = None if compress is None else check_scheme(compress)
-        self.stats = GenerationStats()
-        max_seq = self._checked_max_seq(max_seq or min(config.max_position, DEFAULT_MAX_SEQ))
+        self._lock = threading.RLock()  # one step of one session at a time (they share the head)
+        self._closed = False
+        if max_seq is None:  # 0 is not "the default": it is refused below
+            max_seq = min(config.max_position, DEFAULT_MAX_SEQ)
+        max_seq = self._checked_max_seq(max_seq)
         options = {"backend": self.backend, "chip": self.chip, "dtype": HOLD[hold]}
         options.update(max_seq=max_seq, chunk=min(chunk, max_seq))
         self.runner: Runner
@@ -114,6 +102,7 @@ class Model:
             self.runner = SegmentedRunner(
                 config, source, scheme=self.compress, calibration=tokens, **options
             )
+        self._own = Session(self, self.runner.cache)  # of Model.stream, generate and logits
 
     @property
     def max_seq(self) -> int:
@@ -158,89 +147,64 @@ class Model:
         return self.runner.programs()
 
     # -- forward ------------------------------------------------------------------------------
-    def _prefill(self, ids: Sequence[int], *, all_logits: bool) -> np.ndarray:
-        """Fill the cache with ``ids`` from position 0; logits of every token, or of the last."""
+    def _prefill(self, ids: Sequence[int], state: CacheState, *, all_logits: bool) -> np.ndarray:
+        """Fill the cache with ``ids`` from position 0; logits of every token, or of the last.
+
+        Each chunk's values pass the garbage guard (:mod:`anekit.llm.guard`) first.
+        """
         key = K.BlockKey(self.chunk, self.max_seq)
         rows = []
         for start in range(0, len(ids), self.chunk):
             part = ids[start : start + self.chunk]
-            h = self.runner.blocks(part, start, key)
+            h = self.runner.blocks(part, start, key, state)
+            last = len(part) - 1
+            logits = np.empty((0, self.config.vocab_size), np.float32)
             if all_logits:
-                rows.append(self.runner.head(h)[: len(part)])
+                logits, last = self.runner.head(h)[: len(part)], 0
             elif start + self.chunk >= len(ids):
-                rows.append(self.runner.head(h[..., len(part) - 1 : len(part)]))
+                logits = self.runner.head(h[..., last : last + 1])
+            check_step(self.runner.residuals(key, state), logits, start=start,
+                       tokens=len(part), logit_start=start + last)  # fmt: skip
+            rows.append(logits)
         return np.concatenate(rows, axis=0)
 
-    def _decode(self, token: int, pos: int) -> np.ndarray:
+    def _decode(self, token: int, pos: int, state: CacheState) -> np.ndarray:
         """One token at position ``pos`` (the cache holds ``pos`` tokens); its logits ``[V]``."""
-        h = self.runner.blocks([token], pos, K.BlockKey(1, decode_cache(self.max_seq, pos)))
-        return self.runner.head(h)[0]
+        key = K.BlockKey(1, decode_cache(self.max_seq, pos))
+        h = self.runner.blocks([token], pos, key, state)
+        logits = self.runner.head(h)
+        check_step(self.runner.residuals(key, state), logits, start=pos, tokens=1, logit_start=pos)
+        return logits[0]
 
     # -- public API ---------------------------------------------------------------------------
+    def session(self) -> Session:
+        """A new generation context with its own KV cache, sharing this model's weights and
+        programs (:class:`~anekit.llm.session.Session`): one per concurrent generation."""
+        if self._closed:
+            raise ModelClosed("the model is closed; load it again")
+        return Session(self)
+
+    @property
+    def stats(self) -> GenerationStats:
+        """Timings of the last generation of the model's own session (``stream``, ``generate``)."""
+        return self._own.stats
+
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits ``float32 [T, vocab]`` of every position of ``ids`` (a full prefill, for evaluation)."""
-        ids = self._check_ids(ids, 0)
-        return self._prefill(ids, all_logits=True)
+        return self._own.logits(ids)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int, **sampling: Any) -> list[int]:
         """The new tokens (not the prompt) continuing ``ids``; keywords as :meth:`stream`."""
-        return list(self.stream(ids, max_new_tokens, **sampling))
+        return self._own.generate(ids, max_new_tokens, **sampling)
 
-    def stream(
-        self,
-        ids: Sequence[int],
-        max_new_tokens: int,
-        *,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: int | Iterable[int] | None = None,
-    ) -> Iterator[int]:
-        """Yield new tokens as they are decoded: prefill once, then one KV-cached step per token.
+    def stream(self, ids: Sequence[int], max_new_tokens: int, **sampling: Any) -> Iterator[int]:
+        """Yield new tokens as they are decoded (:meth:`Session.stream` on the model's own session).
 
-        Args:
-            ids: the prompt's token ids (at least one).
-            max_new_tokens: the most tokens to generate.
-            temperature, top_k, top_p, repetition_penalty, seed: see :class:`~anekit.llm.sampling.Sampling`.
-            stop: token ids that end generation (not yielded); None: the model's EOS tokens.
+        A later ``stream``, ``generate`` or ``logits`` call takes over the cache: a generator of
+        an earlier one then raises SessionReused. Use :meth:`session` for generations that run
+        alongside each other.
         """
-        sampler = Sampler(Sampling(temperature, top_k, top_p, repetition_penalty, seed))
-        if max_new_tokens < 0:
-            raise UsageError(f"max_new_tokens must be at least 0, found {max_new_tokens}")
-        ids = self._check_ids(ids, max_new_tokens)
-        stops = set(
-            self.config.eos_token_ids
-            if stop is None
-            else ([stop] if isinstance(stop, int) else stop)
-        )
-        return self._stream(ids, max_new_tokens, sampler, stops)
-
-    def _stream(
-        self, ids: list[int], limit: int, sampler: Sampler, stops: set[int]
-    ) -> Iterator[int]:
-        stats = self.stats = GenerationStats(prompt_tokens=len(ids))
-        if limit == 0:
-            return
-        begin = time.perf_counter()
-        logits = self._prefill(ids, all_logits=False)[-1]
-        stats.prefill_s = time.perf_counter() - begin
-        history = list(ids)
-        while True:
-            token = sampler(logits, history)
-            if token in stops:
-                return
-            if stats.new_tokens == 0:
-                stats.first_token_s = time.perf_counter() - begin
-            stats.new_tokens += 1
-            yield token
-            history.append(token)
-            if stats.new_tokens == limit:
-                return
-            step = time.perf_counter()
-            logits = self._decode(token, len(history) - 1)
-            stats.decode_s += time.perf_counter() - step
+        return self._own.stream(ids, max_new_tokens, **sampling)
 
     def _tokens(self, ids: Sequence[int], what: str = "calibration") -> list[int]:
         """``ids`` as ints: at least one, each in the vocabulary (else UsageError naming ``what``)."""
@@ -265,9 +229,17 @@ class Model:
         return ids
 
     # -- lifetime -----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has been called (every later call raises ModelClosed)."""
+        return self._closed
+
     def close(self) -> None:
-        """Release every compiled kernel (and so the buffers of the weights and cache)."""
-        self.runner.close()
+        """Release every compiled kernel (and so the buffers of the weights and every cache)."""
+        with self._lock:
+            self._closed = True
+            self._own.close()
+            self.runner.close()
 
     def __enter__(self) -> Model:
         return self
@@ -279,10 +251,10 @@ class Model:
     def placement(self) -> Placement | None:
         """Where the model's programs run and why (``Kernel.placement`` of the first compiled,
         with how the backend was chosen); None before anything is compiled."""
-        placements = self.runner.placements()
-        if not placements:
+        kernels = self.runner.kernels()
+        if not kernels:
             return None
-        return placements[0].chosen(self._skipped, self._chosen_by)
+        return kernels[0].placement.chosen(self._skipped, self._chosen_by)
 
     def __repr__(self) -> str:
         c = self.config

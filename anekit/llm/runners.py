@@ -6,8 +6,9 @@ else (every block, the output head) runs in the programs of :mod:`anekit.llm.ker
 
 The interface :class:`Runner` (what ``Model`` and anything built on it call)::
 
-    h = runner.blocks(ids, start, key)   # every layer on ``ids`` at positions start...;
-                                         # writes their new K/V rows into the cache;
+    h = runner.blocks(ids, start, key, state)  # every layer on ``ids`` at positions
+                                         # start...; writes their new K/V rows into the
+                                         # cache of ``state`` (a CacheState: a session's);
                                          # the last residual stream [1, 1, D, T]
     logits = runner.head(h)              # float32 [T, vocab]
     runner.reserve(max_seq, chunk)       # re-plan for another cache size; clears the context
@@ -23,7 +24,11 @@ Two runners implement it:
 - :class:`SegmentedRunner` (``compress=``) runs segment programs with the weights
   compiled in (:mod:`anekit.llm.segmented`): one set per segment, holding no weights.
 
-Both keep the cache of a layer in its sets, one pair of buffers per cache length, shared
+A :class:`CacheState` holds one session's block sets (and so its cache, tables and
+residual stream): every session's sets bind the same weight buffers, so weights are held
+once however many sessions run (``Model.session()``). The runner's own state, ``cache``,
+holds the sets that received the weights at load. Both runners keep the cache of a layer
+in its sets, one pair of buffers per cache length, shared
 by the programs that read that length; the host writes only each chunk's new rows into
 it. The RoPE tables and the mask are written once per step into the first set and bound
 by the others. On the ANE a buffer is an IOSurface, so nothing is copied per call but the
@@ -37,15 +42,16 @@ run instead).
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from anekit import backends, fp16
 from anekit.backends import Buffer, BufferSet, Kernel
-from anekit.backends.placement import Placement
 from anekit.hw.chips import get_chip
 from anekit.llm import kernels as K
 from anekit.llm.compressed import plan_segments
@@ -55,6 +61,7 @@ from anekit.llm.source import Parts, TensorSource, fill, head_name, layer_parts
 from anekit.mil.program import Program
 
 __all__ = [
+    "CacheState",
     "MIN_DECODE_SLOTS",
     "ResidentRunner",
     "Runner",
@@ -70,6 +77,25 @@ COMPILE_OPTIONS: dict[str, dict[str, Any]] = {"ane": {"pack_inputs": False}}
 TABLES = ("cos", "sin", "mask")  # block inputs that depend on the step, not on the layer
 ProgramKey = K.BlockKey | K.HeadKey | SegmentKey
 Run = tuple[K.BlockKey | SegmentKey, range]  # a program of one step and the layers it runs
+Pairs = list[tuple[Buffer, Buffer]]  # (k, v) cache buffers, one pair per layer
+
+
+@dataclass
+class CacheState:
+    """One session's block-program buffer sets and the cache buffers in them.
+
+    Attributes:
+        block_sets: per program shape, one set per program run of a step.
+        caches: per cache length, the first (k, v) buffers made for it, shared by later
+            programs of that length.
+        cache_of: per program shape, the (k, v) buffers its sets read.
+        cache_at: the buffers that hold the context now (None before the first prefill).
+    """
+
+    block_sets: dict[K.BlockKey, list[BufferSet]] = field(default_factory=dict)
+    caches: dict[int, Pairs] = field(default_factory=dict)
+    cache_of: dict[K.BlockKey, Pairs] = field(default_factory=dict)
+    cache_at: Pairs | None = None
 
 
 def decode_slots(max_seq: int) -> tuple[int, ...]:
@@ -123,12 +149,10 @@ class Runner(ABC):
         self._dtype = dtype
         self._compact = dtype == np.float16
         self._kernels: dict[ProgramKey, Kernel] = {}
-        self._block_sets: dict[K.BlockKey, list[BufferSet]] = {}
         self._head_sets: dict[K.HeadKey, BufferSet] = {}
         self._head_weights: dict[str, Buffer] = {}
-        self._caches: dict[int, list[tuple[Buffer, Buffer]]] = {}  # cache length -> per layer
-        self._cache_of: dict[K.BlockKey, list[tuple[Buffer, Buffer]]] = {}  # each program's
-        self._cache_at: list[tuple[Buffer, Buffer]] | None = None  # the buffers with the context
+        self.cache = CacheState()  # the sets that receive the weights at load
+        self.compile_s = 0.0  # seconds spent compiling programs (and compressing their weights)
         self._embed: np.ndarray | None = None  # host rows (untied, or segmented); else the head's
         self._source: TensorSource | None = None  # read once, while the buffers are made
         self.reserve(max_seq, chunk)
@@ -137,7 +161,7 @@ class Runner(ABC):
         """Read the weights from ``source`` into the first prefill and head sets (then forget it)."""
         self._source = source
         try:
-            self._sets_for(K.BlockKey(self.chunk, self.max_seq))
+            self._sets_for(K.BlockKey(self.chunk, self.max_seq), self.cache)
             self._head_set(K.HeadKey(1, self.pieces))
         except BaseException:
             self.close()
@@ -150,17 +174,19 @@ class Runner(ABC):
         """Plan for ``max_seq`` cache positions and prefill calls of ``chunk`` tokens; clears
         the context (every later prefill starts at position 0)."""
         self.max_seq, self.chunk = max_seq, chunk
-        self._cache_at = None
+        self.cache.cache_at = None
 
-    def blocks(self, ids: Sequence[int], start: int, key: K.BlockKey) -> np.ndarray:
+    def blocks(
+        self, ids: Sequence[int], start: int, key: K.BlockKey, state: CacheState
+    ) -> np.ndarray:
         """Run every layer on ``ids`` at positions ``start...`` (padded to the key's width).
 
-        Writes the new keys and values into the cache; returns the last residual stream
-        ``[1, 1, D, T]`` (a view of the last program's output buffer).
+        Writes the new keys and values into ``state``'s cache; returns the last residual
+        stream ``[1, 1, D, T]`` (a view of the last program's output buffer).
         """
         n, t = len(ids), key.tokens
-        sets, runs = self._sets_for(key), self._runs(key)
-        self._use_cache(key, start)
+        sets, runs = self._sets_for(key, state), self._runs(key)
+        self._use_cache(key, start, state)
         padded = np.zeros(t, np.int64)
         padded[:n] = ids
         first = sets[0]
@@ -180,6 +206,12 @@ class Runner(ABC):
                     rows = bs.output(self._cache_name(f"{kind}_new", j))[0, :, :n]
                     bs.input(self._cache_name(f"{kind}_cache", j))[0, :, start : start + n] = rows
         return sets[-1].output("y")
+
+    def residuals(self, key: K.BlockKey, state: CacheState) -> list[tuple[range, np.ndarray]]:
+        """Each program of a step at ``key``'s shape, in order: the layers it runs and its
+        output residual stream ``[1, 1, D, T]`` (as the last step left it)."""
+        sets = self._sets_for(key, state)
+        return [(layers, bs.output("y")) for bs, (_, layers) in zip(sets, self._runs(key))]
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """Logits ``[T, V]`` (float32) of a residual stream ``[1, 1, D, T]``."""
@@ -204,16 +236,16 @@ class Runner(ABC):
         """The programs compiled so far, in order."""
         return [kernel.program for kernel in self._kernels.values()]
 
-    def placements(self) -> list[Placement]:
-        """Where each program compiled so far runs (``Kernel.placement``), in order."""
-        return [kernel.placement for kernel in self._kernels.values()]
+    def kernels(self) -> list[Kernel]:
+        """The kernels compiled so far, in order (where each program runs: ``/health``)."""
+        return list(self._kernels.values())
 
     def close(self) -> None:
         """Release every compiled kernel (and so the buffers of the weights and cache)."""
         for kernel in self._kernels.values():
             kernel.close()
         self._kernels = {}
-        self._block_sets, self._head_sets, self._caches, self._cache_of = {}, {}, {}, {}
+        self._head_sets, self.cache = {}, CacheState()
         self._head_weights = {}
 
     # -- what a subclass says ---------------------------------------------------------------------
@@ -245,13 +277,15 @@ class Runner(ABC):
     def _kernel(self, key: ProgramKey) -> Kernel:
         kernel = self._kernels.get(key)
         if kernel is None:
+            begin = time.perf_counter()
             options = COMPILE_OPTIONS.get(self.backend, {})
             program = self._program(key)
             kernel = self._kernels[key] = backends.compile(program, self.backend, **options)
+            self.compile_s += time.perf_counter() - begin
         return kernel
 
-    def _sets_for(self, key: K.BlockKey) -> list[BufferSet]:
-        """One buffer set per program run of a step at ``key``'s shape, made once.
+    def _sets_for(self, key: K.BlockKey, state: CacheState) -> list[BufferSet]:
+        """One buffer set per program run of a step at ``key``'s shape, made once per state.
 
         Sets bind the weights a subclass shares, the cache buffers of their cache length if
         another program made them, and (after the first) the first set's tables. A buffer
@@ -259,10 +293,10 @@ class Runner(ABC):
         memory: tables are then written into it each step, and the cache rows moved when
         this program takes over the context (see ``_use_cache``).
         """
-        sets = self._block_sets.get(key)
+        sets = state.block_sets.get(key)
         if sets is not None:
             return sets
-        caches = self._caches.get(key.cache)
+        caches = state.caches.get(key.cache)
         sets, pairs = [], []
         for program, layers in self._runs(key):
             share = self._layer_share(layers)
@@ -278,9 +312,9 @@ class Runner(ABC):
                 names = self._cache_name("k_cache", j), self._cache_name("v_cache", j)
                 pairs.append((bs.buffer(names[0]), bs.buffer(names[1])))
             sets.append(bs)
-        self._cache_of[key] = pairs
-        self._caches.setdefault(key.cache, pairs)
-        self._block_sets[key] = sets
+        state.cache_of[key] = pairs
+        state.caches.setdefault(key.cache, pairs)
+        state.block_sets[key] = sets
         return sets
 
     def _head_set(self, key: K.HeadKey) -> BufferSet:
@@ -314,21 +348,21 @@ class Runner(ABC):
             rows[inside] = piece[ids[inside] - lo]
         return rows
 
-    def _use_cache(self, key: K.BlockKey, start: int) -> None:
+    def _use_cache(self, key: K.BlockKey, start: int, state: CacheState) -> None:
         """Make ``key``'s cache buffers hold the context (its first ``start`` rows).
 
         Programs of one cache length share their buffers; one of another length (or one
         that could not bind them) has its own, and taking over the context copies the rows
         once (a decode step moving to the next longer cache: once per doubling).
         """
-        target, home = self._cache_of[key], self._cache_at
+        target, home = state.cache_of[key], state.cache_at
         if home is not None and start > 0:
             for (k_from, v_from), (k_to, v_to) in zip(home, target):
                 if k_to.memory is not k_from.memory:
                     k_to.array[0, :, :start] = k_from.array[0, :, :start]
                 if v_to.memory is not v_from.memory:
                     v_to.array[0, :, :start] = v_from.array[0, :, :start]
-        self._cache_at = target
+        state.cache_at = target
 
 
 class ResidentRunner(Runner):

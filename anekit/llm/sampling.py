@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,12 +33,15 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        checks = (
-            ("temperature", self.temperature >= 0, "at least 0"),
+        finite = math.isfinite
+        checks = (  # NaN fails every comparison: each check refuses it too
+            ("temperature", finite(self.temperature) and self.temperature >= 0,
+             "a finite number of at least 0"),
             ("top_k", self.top_k >= 0, "at least 0"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
-            ("repetition_penalty", self.repetition_penalty > 0, "above 0"),
-        )
+            ("repetition_penalty", finite(self.repetition_penalty) and self.repetition_penalty > 0,
+             "a finite number above 0"),
+        )  # fmt: skip
         for name, ok, expected in checks:
             if not ok:
                 raise UsageError(f"{name} must be {expected}, found {getattr(self, name)}")
@@ -63,11 +67,13 @@ class Sampler:
             )
         if s.temperature == 0:
             return int(np.argmax(scores))
-        scores = scores / s.temperature
         if 0 < s.top_k < len(scores):
             cutoff = np.partition(scores, -s.top_k)[-s.top_k]
             scores = np.where(scores >= cutoff, scores, -np.inf)
-        probs = np.exp(scores - scores.max())
+        # shift before dividing: (x - max) / T is 0 for the best token and <= 0 for the rest,
+        # so any finite temperature (1e-320 too, where x / T overflows) gives finite weights
+        with np.errstate(over="ignore", divide="ignore"):
+            probs = np.exp((scores - scores.max()) / s.temperature)
         probs /= probs.sum()
         if s.top_p < 1.0:
             order = np.argsort(-probs, kind="stable")

@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from anekit.errors import ConversionError
-from anekit.files import open_regular, read_regular, resolve_inside
+from anekit.files import model_file, open_regular, read_regular
 
 # protobuf cannot encode a message larger than 2 GiB
 MODEL_LIMIT = 2**31
@@ -215,7 +215,7 @@ def _with_external_bytes(t: TensorProto, base: Path | None, size: int, what: str
         raise ConversionError(
             f"{what}: shape {list(t.dims)} needs {size} bytes, external data says {length}"
         )
-    file = resolve_inside(base, location, what=f"{what}'s external data", error=_conversion_error)
+    file = model_file(base, location, what=f"{what}'s external data", error=_conversion_error)
     with open_regular(
         file, limit=TOTAL_LIMIT, what="external tensor data", error=_conversion_error
     ) as f:
