@@ -585,16 +585,3 @@ def count_surface_writes(monkeypatch: Any) -> SurfaceWrites:
     monkeypatch.setattr(fp16, "cast_into", counted_cast)
     monkeypatch.setattr(SurfaceView, "__setitem__", counted_setitem, raising=False)
     return counter
-
-
-def rung_context(tmp_path: Path, monkeypatch: Any, framework: Any, options: dict[str, Any]) -> Any:
-    """A ladder rung's Context over ``framework``, with a fresh compile budget and no load pause."""
-    from anekit.backends import budget
-    from anekit.backends.ane import kernel
-    from anekit.ladder.runner import Context
-
-    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
-    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
-    ctx = Context(options, None, tmp_path)
-    ctx.resources["framework"] = framework
-    return ctx

@@ -14,19 +14,16 @@ import numpy as np
 import pytest
 
 from anekit import mil
-from anekit.backends import budget
 from anekit.backends.ane import compile as ane_compile
-from anekit.backends.ane import kernel
 from anekit.errors import CompileError, EvaluationError
 from anekit.mil.rewrite import rename_io
 from tests.ane_fake import FakeFramework, FakeObjCError
+from tests.ane_fixtures import fresh
 
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeFramework:
-    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
-    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
-    return FakeFramework(tmp_path / "T")
+    return fresh(tmp_path, monkeypatch)
 
 
 def two_outputs() -> mil.Program:

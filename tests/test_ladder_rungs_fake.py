@@ -20,12 +20,13 @@ import pytest
 from anekit.doctor import ane_rungs, ladder
 from anekit.errors import CompileError, EvaluationError
 from anekit.ladder.runner import Context
-from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError, rung_context
+from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError
+from tests.ane_fixtures import fresh, rung_context
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> FakeFramework:
-    return FakeFramework(tmp_path / "T")
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeFramework:
+    return fresh(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -246,15 +246,7 @@ def _placeholder(mb: Any, v: Value) -> Any:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """coremltools prints progress bars and version warnings; an export is silent."""
-    import logging
-
-    logger = logging.getLogger("coremltools")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
+    """coremltools warns about versions it was not tested with; an export is silent."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
