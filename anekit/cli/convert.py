@@ -60,6 +60,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=D,D,..",
         help="ONNX: the static shape of an input declared with dynamic dimensions (repeatable)",
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="let torch's log and warnings through while loading"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -107,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert_file(
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
             passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
+            verbose=args.verbose,
         )  # fmt: skip
     from anekit.frontends.fidelity import TOLERANCE
 
@@ -171,6 +175,7 @@ def _as_json(result: Any, chip: str) -> dict:
         "statements": len(result.program.main.ops),
         "fidelity": None if result.fidelity is None else result.fidelity.to_dict(),
         "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
+        "converter_notes": [dataclasses.asdict(d) for d in result.converter_notes],
         "estimate": None
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
@@ -205,5 +210,10 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         print(
             f"{chip}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
         )
+        if result.converter_notes:
+            print(
+                f"({len(result.converter_notes)} layout finding(s) on tensors inside the program, "
+                "placed by the converter, are not advice: --json lists them as converter_notes)"
+            )
     if args.estimate:
         print(estimate_table(result.estimate))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from anekit.errors import UsageError
+from anekit.llm.chat import encode_rendered
 from anekit.llm.config import LlmConfig
 from anekit.llm.cost import LlmEstimate, estimate_llm
 from anekit.llm.model import GenerationStats, Model
@@ -73,7 +74,7 @@ class ChatPrompt:
     def prompt(self, messages: list[dict[str, str]], max_tokens: int) -> tuple[list[int], int]:
         """The rendered conversation's tokens and the reply's token budget within the context."""
         text = self.template.render(messages, add_generation_prompt=True)
-        ids = self.model.tokenizer.encode(text, add_special_tokens=False)
+        ids = encode_rendered(self.model.tokenizer, text)
         room = self.model.max_seq - len(ids)
         if room < 1:
             raise UsageError(
