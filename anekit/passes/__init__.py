@@ -21,7 +21,7 @@ from anekit.passes.pipelines import (
     chip_profile,
     convert,
     device,
-    resolve,
+    resolve_passes,
 )
 from anekit.passes.precision import fp16
 from anekit.passes.split import split_wide
@@ -44,6 +44,6 @@ __all__ = [
     "gather_to_matmul",
     "order_by_size",
     "pack_inputs",
-    "resolve",
+    "resolve_passes",
     "split_wide",
 ]
