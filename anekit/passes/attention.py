@@ -16,7 +16,6 @@ from anekit.passes.base import ChipRule, by_op_type, has_op_types
 from anekit.passes.masks import MASKED
 
 
-
 def _expand_sdpa(rb: Rebuild, op: Operation, chip: Chip) -> bool:
     b, name = rb.b, op.name
     q, k, v = (rb.get(op.inputs[n]) for n in ("query", "key", "value"))
