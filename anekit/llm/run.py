@@ -118,6 +118,19 @@ def stats_report(model: Model, stats: GenerationStats, chip: str | None = None) 
         "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2),
         "compiles": model.compiles,
         "predicted": predicted.record(),
+        "speculative": _speculative(stats.speculative),
+    }
+
+
+def _speculative(spec: Any) -> dict[str, Any] | None:
+    """What speculation did (None without a draft)."""
+    if spec is None:
+        return None
+    return {
+        "draft_tokens": spec.draft_tokens,
+        "rounds": spec.rounds,
+        "acceptance_rate": round(spec.acceptance_rate, 4),
+        "tokens_per_round": round(spec.tokens_per_round, 3),
     }
 
 
@@ -137,6 +150,11 @@ def stats_lines(report: dict[str, Any]) -> list[str]:
         lines.insert(2, f"one-time: imports {start['imports_ms']:.0f} ms, loading "
                         f"{start['load_ms']:.0f} ms (compiles {start['compiles_at_load_ms']:.0f} ms), "
                         f"{start['threads']}")  # fmt: skip
+    spec = report.get("speculative")
+    if spec:
+        lines.append(f"speculative: {spec['draft_tokens']} draft tokens per check, acceptance "
+                     f"{spec['acceptance_rate']:.1%}, {spec['tokens_per_round']:.2f} tokens per "
+                     f"target call ({spec['rounds']} calls)")  # fmt: skip
     return lines
 
 
