@@ -28,7 +28,14 @@ PROGRESS_FROM = 300
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
-        help="an ExportedProgram saved with torch.export.save (.pt2) or an ONNX model (.onnx)",
+        help="an ExportedProgram saved with torch.export.save (.pt2) or an ONNX model (.onnx); "
+        "with --llm a Hugging Face language-model directory",
+    )
+    parser.add_argument(
+        "--llm",
+        action="store_true",
+        help="save a language model with its weights compressed once (--compress) into a new "
+        "directory that load, generate, chat and serve open without compressing again",
     )
     parser.add_argument(
         "--out", required=True, help="output model directory (model.mil + weights/)"
@@ -98,6 +105,8 @@ def _converter(path: str, input_shapes: dict[str, list[int]]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.llm:
+        return _save_llm(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError("is a file; expected a directory for --out", path=str(out))
@@ -121,6 +130,36 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_text(args, result, chip.name)
     return 0 if fidelity_ok and not errors else 1
+
+
+def _save_llm(args: argparse.Namespace) -> int:
+    """``--llm``: load the model with ``--compress`` for the chip, save it with its encodings."""
+    import time
+
+    from anekit import llm
+    from anekit.llm.compressed import CHOICES
+    from anekit.llm.saved import save_compressed
+
+    if args.compress not in CHOICES:
+        raise UsageError(f"--llm needs --compress, one of {', '.join(CHOICES)}")
+    if args.check or args.estimate or args.passes or args.max_error is not None or args.input_shape:
+        raise UsageError("--llm takes --out, --compress and --chip only")
+    chip = resolve_chip(args.chip)
+    begin = time.perf_counter()
+    with llm.load(args.path, chip=chip.name, compress=args.compress) as model:
+        manifest = save_compressed(model, args.path, args.out)
+    seconds = time.perf_counter() - begin
+    encodings = sum(len(p["encodings"]) for p in manifest["programs"].values())
+    record = {"out": args.out, "scheme": manifest["scheme"], "chip": manifest["chip"],
+              "layout": manifest["layout"], "encodings": encodings, "seconds": round(seconds, 2),
+              "files": sorted(manifest["checksums"])}  # fmt: skip
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        print(f"wrote {args.out}: {encodings} weights encoded with {manifest['scheme']} for "
+              f"{manifest['chip']}'s layout in {seconds:.1f} s; load, generate, chat and serve "
+              "open it without compressing again")  # fmt: skip
+    return 0
 
 
 def _passes(text: str | None) -> Any:
