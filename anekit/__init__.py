@@ -24,8 +24,10 @@ _LAZY: dict[str, str] = {
     "chips": "anekit.hw",
     "llm": "anekit.llm",
     "from_torch": "anekit.frontends.torch",
+    "from_onnx": "anekit.frontends.onnx",
     "trace": "anekit.probe.tracing",
-    "compress": "anekit.compress",  # a callable module: anekit.compress(program, scheme)
+    "compress": "anekit.compression",
+    "compress_with_report": "anekit.compression",
 }
 
 

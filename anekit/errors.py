@@ -34,6 +34,8 @@ __all__ = [
     "KernelClosed",
     "os_reason",
     "ModelError",
+    "ModelClosed",
+    "SessionReused",
 ]
 
 
@@ -311,3 +313,11 @@ class ModelError(AnekitError, ValueError):
         if tensor is not None:
             where += f": tensor {tensor!r}"
         super().__init__(f"{where}: {message}")
+
+
+class ModelClosed(UsageError):
+    """A language model (or one of its sessions) was used after ``close()``."""
+
+
+class SessionReused(UsageError):
+    """A generator whose KV cache a later generation of the same session has taken over."""

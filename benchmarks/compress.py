@@ -98,7 +98,7 @@ def _speeds(speed: dict, scheme: str | None) -> str:
 def program_table(name: str, program, samples: list[dict]) -> None:
     """Each scheme (the same program on every chip) and auto (chosen per chip), measured."""
     import anekit
-    from anekit.compress import compress_with_report
+    from anekit.compression import compress_with_report
 
     fp16 = {chip: anekit.estimate(program, chip=chip).seconds for chip in CHIPS}
     print(f"{name}: {len(program.main.ops)} ops, fp16 predicted "

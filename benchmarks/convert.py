@@ -36,9 +36,9 @@ def _bert(seq: int):
 
 def convert_once(model, ids) -> tuple[dict[str, float], object]:
     """One conversion, timed by phase."""
-    from anekit.frontends.passes import DEFAULT_PASSES
     from anekit.frontends.torch import capture, convert_exported
     from anekit.hw import get_chip
+    from anekit.passes import CONVERT_PASSES
 
     chip = get_chip("m4")
     times: dict[str, float] = {}
@@ -48,7 +48,7 @@ def convert_once(model, ids) -> tuple[dict[str, float], object]:
     t = time.perf_counter()
     program = convert_exported(exported)
     times["lowering"] = time.perf_counter() - t
-    for p in DEFAULT_PASSES:
+    for p in CONVERT_PASSES:
         t = time.perf_counter()
         program = p(program, chip)
         times[f"pass {p.name}"] = time.perf_counter() - t

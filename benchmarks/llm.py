@@ -99,22 +99,22 @@ def per_call_decode(model, start: int, steps: int) -> float:
     """
     from anekit import fp16
     from anekit.llm import kernels as K
-    from anekit.llm.model import decode_cache
+    from anekit.llm.runners import decode_cache
 
     c = model.config
-    weights = [{n: b.array for n, b in layer.items()} for layer in model._weights]
-    head_weights = {n: b.array for n, b in model._head_weights.items()}
+    weights = [{n: b.array for n, b in layer.items()} for layer in model.runner._weights]
+    head_weights = {n: b.array for n, b in model.runner._head_weights.items()}
     dtype = weights[0]["wqkv"].dtype
     kv = (1, c.n_kv_heads, model.max_seq, c.head_dim)
     k_cache = [np.zeros(kv, dtype) for _ in weights]
     v_cache = [np.zeros(kv, dtype) for _ in weights]
-    head = model._kernel(K.HeadKey(1, model._pieces))
+    head = model.runner._kernel(K.HeadKey(1, model.runner.pieces))
     held = lambda a: fp16.round_fp16(np.asarray(a, np.float32)).astype(dtype)  # noqa: E731
     began = time.perf_counter()
     for pos in range(start, start + steps):
         key = K.BlockKey(1, decode_cache(model.max_seq, pos))
-        kernel = model._kernel(key)
-        x = np.ascontiguousarray(model._embedding(np.array([7])).T)[None, None].astype(dtype)
+        kernel = model.runner._kernel(key)
+        x = np.ascontiguousarray(model.runner._embedding(np.array([7])).T)[None, None].astype(dtype)
         cos, sin = K.rope_tables(c, pos, 1)
         shared = {"cos": held(cos), "sin": held(sin),
                   "mask": held(K.attention_mask(c, key, pos, 1))}  # fmt: skip

@@ -69,6 +69,20 @@ class NSDictionary:
 class NSArray:
     items: list[Any]
 
+    def count(self) -> int:
+        return len(self.items)
+
+    def objectAtIndex_(self, index: int) -> Any:
+        return self.items[index]
+
+
+class FakeObjCError(Exception):
+    """Stands in for ``objc.error``: an Objective-C exception with PyObjC's ``_pyobjc_info_``."""
+
+    def __init__(self, name: str, reason: str, user_info: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{name} - {reason}")
+        self._pyobjc_info_ = {"name": name, "reason": reason, "userInfo": user_info}
+
 
 @dataclass(frozen=True)
 class NSURL:
@@ -186,6 +200,7 @@ class FakeFramework:
     """The Framework seam with every Objective-C object replaced by a recording stand-in."""
 
     pyobjc_version = "fake"
+    foreign_errors = (FakeObjCError,)
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
@@ -202,6 +217,9 @@ class FakeFramework:
         self.plane_pad = 0
         self.symbol_suffix = ""
         self.hex_ignores_weights = False
+        self.metadata_registered = True  # whether NSError** reads as an out-parameter
+        self.stats_where = "attached"  # "attached", "array", "property" or None: where ns land
+        self.request_valid = True  # what -[_ANERequest validate] answers
         self.device = {"hasANE": True, "isVirtualMachine": False, "aneSubType": "h16",
                        "numANECores": 16, "numANEs": 1}  # fmt: skip
         self.violations: list[str] = []
@@ -236,6 +254,13 @@ class FakeFramework:
                 self, "io", surface=s
             ),
             ("_ANERequest", REQUEST): self._request,
+            ("request", "validate"): lambda r: self.request_valid,
+            ("request", "perfStatsArray"): lambda r: NSArray(
+                [r.reported] if self.stats_where == "array" and r.reported else []
+            ),
+            ("request", "perfStats"): lambda r: (
+                r.reported if self.stats_where == "property" else None
+            ),
             ("_ANEPerformanceStats", "statsWithHardwareExecutionNS:"): lambda c, ns: ObjCObject(
                 self, "stats", ns=ns
             ),
@@ -275,6 +300,17 @@ class FakeFramework:
         if not any(label == name for label, _ in self.selectors):
             raise BackendUnavailable(f"no class {name}")
         return ObjCObject(self, name)
+
+    def selector_metadata(self, class_name: str, selector: str) -> dict[str, Any]:
+        """``__metadata__()`` as PyObjC really returns it: a registered ``type_modifier`` is
+        merged into the native type (``b"o^@"``), there is no ``type_modifier`` key."""
+        self.cls(class_name)
+        n = selector.count(":")
+        arguments: dict[int, dict[str, Any]] = {0: {"type": b"@"}, 1: {"type": b":"}}
+        for i in range(2, n + 1):
+            arguments[i] = {"type": b"@"}
+        arguments[n + 1] = {"type": b"o^@" if self.metadata_registered else b"^@"}
+        return {"retval": {"type": b"Z"}, "arguments": arguments, "variadic": False}
 
     def data(self, payload: bytes) -> NSData:
         assert isinstance(payload, bytes)
@@ -419,6 +455,7 @@ class FakeFramework:
         return ObjCObject(
             self, "request", inputs=ins, input_indices=in_idx, outputs=outs,
             output_indices=out_idx, weights_buffer=weights_buf, stats=stats, procedure=proc,
+            reported=None,
         )  # fmt: skip
 
     def _evaluate(self, model: ObjCObject, request: ObjCObject) -> tuple[bool, Any]:
@@ -435,8 +472,7 @@ class FakeFramework:
             if self.evaluate_result is not None:
                 return self.evaluate_result
             self._compute(model, request)
-            if request.stats is not None:
-                request.stats.ns = 12_345
+            self._report_stats(request)
             return True, None
         finally:
             with self._guard:
@@ -458,6 +494,15 @@ class FakeFramework:
             truth = self.true_layout(out_order[index.value], align)
             self._check_size(obj.surface, truth)
             truth.write(obj.surface.buffer, outs[truth.name])
+
+    def _report_stats(self, request: ObjCObject) -> None:
+        """Put the hardware time where this stand-in's framework keeps it (``stats_where``)."""
+        if request.stats is None or self.stats_where is None:
+            return
+        if self.stats_where == "attached":
+            request.stats.ns = 12_345
+        else:
+            request.reported = ObjCObject(self, "stats", ns=23_456)
 
     def _check_size(self, surface: FakeSurface, truth: TrueLayout) -> None:
         need = truth.channels * truth.plane
@@ -530,3 +575,16 @@ def count_surface_writes(monkeypatch: Any) -> SurfaceWrites:
     monkeypatch.setattr(fp16, "cast_into", counted_cast)
     monkeypatch.setattr(SurfaceView, "__setitem__", counted_setitem, raising=False)
     return counter
+
+
+def rung_context(tmp_path: Path, monkeypatch: Any, framework: Any, options: dict[str, Any]) -> Any:
+    """A ladder rung's Context over ``framework``, with a fresh compile budget and no load pause."""
+    from anekit.backends import budget
+    from anekit.backends.ane import kernel
+    from anekit.ladder.runner import Context
+
+    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
+    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
+    ctx = Context(options, None, tmp_path)
+    ctx.resources["framework"] = framework
+    return ctx

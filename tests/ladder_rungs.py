@@ -1,6 +1,6 @@
 """A synthetic ladder for the runner's tests: rungs that pass, fail, crash, hang and depend.
 
-Each rung runs in its own child process (``python -m anekit.doctor.runner``); this
+Each rung runs in its own child process (``python -m anekit.ladder.runner``); this
 module is imported there by name, so it must not need anything a child lacks.
 """
 
@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from anekit.doctor.runner import Context, Rung
 from anekit.errors import CompileError
+from anekit.ladder.runner import Context, Rung
 
 
 def passes(ctx: Context) -> None:

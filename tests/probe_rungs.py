@@ -1,7 +1,7 @@
 """Synthetic ``anekit probe`` experiments for the runner test: real experiments on the
 stand-in (each builds its own in its process), one that crashes, one that hangs.
 
-Each runs in its own child process (``python -m anekit.doctor.runner tests.probe_rungs``),
+Each runs in its own child process (``python -m anekit.ladder.runner tests.probe_rungs``),
 which imports this module by name.
 """
 
@@ -12,7 +12,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from anekit.doctor.runner import Context, Rung
+from anekit.ladder.runner import Context, Rung
 from anekit.probe import dispatch, weights
 from anekit.probe.registry import Experiment
 from tests.probe_fake import ProbeFramework

@@ -121,6 +121,7 @@ def test_contract_sequence_of_selectors_for_compile_run_close(fake: FakeFramewor
         "objectWithIOSurface:",  # input x
         "objectWithIOSurface:",  # output y
         REQUEST,
+        "validate",  # asked once, before the first evaluation
         "evaluateWithQoS:options:request:error:",
         "unloadWithQoS:error:",
     ]
@@ -414,6 +415,7 @@ def test_contract_client_path_for_mlmodelc(fake: FakeFramework, tmp_path: Path) 
         "objectWithIOSurface:",  # the evaluation slot, made when first needed
         "objectWithIOSurface:",
         REQUEST,
+        "validate",
         "evaluateWithModel:options:request:qos:error:",
         "unloadModel:options:qos:error:",
     ]

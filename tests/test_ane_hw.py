@@ -6,7 +6,7 @@ storage with an accumulator of undocumented width (ANE_NOTES section 1).
 
 The unaligned shapes (rows not a multiple of 64 bytes) and the three-input,
 three-output program whose signature, alphabetical and size orders differ are the
-ones ``doctor --ladder`` uses (:mod:`anekit.doctor.cases`, outputs computed in
+ones ``doctor --ladder`` uses (:mod:`anekit.ladder.cases`, outputs computed in
 NumPy): they fail on hardware if the layout or binding rules are wrong.
 """
 
@@ -18,7 +18,7 @@ import pytest
 import anekit
 from anekit import mil
 from anekit.backends import ane, reference
-from anekit.doctor import cases
+from anekit.ladder import cases
 from anekit.mil import blob
 from tests.examples import SECTION_3_EXAMPLE
 

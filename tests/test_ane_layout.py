@@ -10,6 +10,7 @@ follows is for ``doctor --ladder`` on a Mac to find out.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -88,7 +89,11 @@ def test_surfaces_follow_the_reported_strides_and_requests_the_reported_symbols(
         order = {"alphabetical": ["big", "mid", "small"], "size": ["small", "mid", "big"]}
         signature = ["mid", "big", "small"]
         want = [order[attributes].index(n) for n in signature]
-        assert [n.value for n in request.args[1].items] == want
+        # the arrays list surfaces in ascending request index (tmc), not in signature order
+        assert [n.value for n in request.args[1].items] == [0, 1, 2]
+        widths = {"big": 41, "mid": 3, "small": 1}
+        by_index = [obj.surface.properties["Width"] for obj in request.args[0].items]
+        assert by_index == [widths[n] for n in order[attributes]]
         assert k.layout.inputs["big"].source == "model attributes"
         row = 128  # 41 fp16 values are 82 bytes: one 128-byte row at either alignment
         assert k.layout.inputs["big"].strides == (8 * row, 2 * row, row, 2)
@@ -118,7 +123,7 @@ def test_plane_padding_is_honoured(fake: FakeFramework) -> None:
     with ane_compile(program, framework=fake, pack_inputs=False, canonical_io=False) as k:
         run_both_ways(k, program)
         assert k.layout.inputs["big"].strides == (4 * 320, 320, 128, 2)
-        surface = fake.calls_to(REQUEST)[0].args[0].items[1].surface  # "big"
+        surface = fake.calls_to(REQUEST)[0].args[0].items[0].surface  # "big": index 0 (a-z)
         assert surface.properties["AllocSize"] == 4 * (2 * 128 + 64)
 
 
@@ -213,10 +218,19 @@ def test_computed_layout_of_rank_0_and_fp32() -> None:
     assert (lay.channels, lay.height, lay.row_stride, lay.alloc_size) == (8, 1, 64, 512)
 
 
+@pytest.mark.parametrize("attrs", [None, {}])
+def test_no_attributes_at_all_fall_back_to_computed_rows_saying_so(attrs) -> None:
+    spec = TensorSpec("x", (1, 2, 1, 3), DType.fp16)
+    got = plan([spec], [spec], attrs)
+    assert "reported no modelAttributes" in got.inputs[0].source
+    assert got.inputs[0].row_stride == 64 and got.notes
+    with pytest.raises(CompileError, match="reported no modelAttributes"):
+        plan([spec], [spec], attrs, layout="model")
+
+
 @pytest.mark.parametrize(
     "attrs, why",
     [
-        (None, "reported no modelAttributes"),
         ({"NetworkStatusList": []}, "no NetworkStatusList[0]"),
         ({"NetworkStatusList": [{"LiveInputList": []}]}, "no LiveOutputList"),
         (
@@ -225,21 +239,35 @@ def test_computed_layout_of_rank_0_and_fp32() -> None:
         ),
     ],
 )
-def test_unusable_attributes_fall_back_with_the_reason(attrs, why: str) -> None:
+def test_unusable_attributes_are_an_error_not_a_silent_fallback(attrs, why: str) -> None:
+    """tmc aborts on a layout report it cannot read: computed strides could be wrong."""
     spec = TensorSpec("x", (1, 2, 1, 3), DType.fp16)
-    got = plan([spec], [spec], attrs)
-    assert why in got.inputs[0].source and got.inputs[0].row_stride == 64
+    with pytest.raises(CompileError, match=re.escape(why)):
+        plan([spec], [spec], attrs)
 
 
-def test_a_reported_layout_that_does_not_fit_falls_back() -> None:
-    spec = TensorSpec("x", (1, 2, 1, 3), DType.fp16)
+def _entry(**fields: int) -> dict:
     entry = {"Name": "x", "Symbol": "x", "Channels": 2, "Height": 1, "Width": 3,
-             "RowStride": 4, "PlaneStride": 4, "Type": "Float16"}  # fmt: skip
+             "RowStride": 64, "PlaneStride": 64, "Type": "Float16"}  # fmt: skip
+    return {**entry, **fields}
+
+
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        (_entry(RowStride=4, PlaneStride=4), "RowStride 4 / PlaneStride 4 are too small"),
+        (_entry(RowStride=96, PlaneStride=96), "RowStride 96 is not a multiple of 64"),
+        (_entry(Channels=3), "C x H x W = 3 x 1 x 3 is not 2 x 3"),
+        ({**_entry(), "Name": "other", "Symbol": "other"}, "not ['x']"),
+    ],
+)
+def test_a_reported_layout_that_does_not_fit_is_refused(entry: dict, why: str) -> None:
+    spec = TensorSpec("x", (1, 2, 1, 3), DType.fp16)
     attrs = {"NetworkStatusList": [{"LiveInputList": [entry], "LiveOutputList": [entry]}]}
-    got = plan([spec], [spec], attrs)
-    assert "RowStride 4 / PlaneStride 4 are too small" in got.inputs[0].source
-    with pytest.raises(CompileError, match="too small"):
-        plan([spec], [spec], attrs, layout="model")
+    for layout in ("auto", "model"):
+        with pytest.raises(CompileError, match=re.escape(why)):
+            plan([spec], [spec], attrs, layout=layout)
+    assert plan([spec], [spec], attrs, layout="pad64").inputs[0].row_stride == 64
     with pytest.raises(ValueError, match="layout must be one of"):
         plan([spec], [spec], attrs, layout="sideways")
 

@@ -167,13 +167,28 @@ def test_a_directory_another_live_process_uses_is_shared_when_identical(
         ane_compile(program(), framework=fake)
 
 
-def test_one_identifier_for_two_programs_raises_instead_of_reusing(fake: FakeFramework) -> None:
+def test_one_identifier_for_two_programs_raises_when_asked_to_verify(fake: FakeFramework) -> None:
     fake.hex_ignores_weights = True  # the identifier would then name both programs
-    first = ane_compile(program(0.5), framework=fake)
+    first = ane_compile(program(0.5), framework=fake, workdir_weights="verify")
     with pytest.raises(CompileError, match="names two different programs"):
-        ane_compile(program(0.25), framework=fake)
+        ane_compile(program(0.25), framework=fake, workdir_weights="verify")
     np.testing.assert_array_equal(first(x=X)["y"], X * np.float16(0.5))
     first.close()
+    assert list(fake.tmp.iterdir()) == []
+
+
+def test_an_identifier_blind_to_weights_shares_the_directory_rewriting_them(fake) -> None:
+    """The default (what maderix and Orion do): weights written before every compile."""
+    fake.hex_ignores_weights = True
+    with ane_compile(program(0.5), framework=fake) as first:
+        with ane_compile(program(0.25), framework=fake) as second:
+            assert first.workdir == second.workdir
+            assert fake.compile_snapshots[0] != fake.compile_snapshots[1]  # the compiler saw each
+            np.testing.assert_array_equal(first(x=X)["y"], X * np.float16(0.5))
+            np.testing.assert_array_equal(second(x=X)["y"], X * np.float16(0.25))
+        with pytest.raises(CompileError, match="model.mil differs"):
+            (first.workdir / "model.mil").write_text("another program")
+            ane_compile(program(0.25), framework=fake)
     assert list(fake.tmp.iterdir()) == []
 
 

@@ -136,7 +136,7 @@ def test_bench_output_that_is_a_directory_fails_before_measuring(
     monkeypatch.setattr(runner, "run", must_not_run)
     code = main(["bench", "--quick", "--suite", "dispatch", "--chip", "m4", flag, str(tmp_path)])
     assert code == 2
-    assert f"{flag} {tmp_path} is a directory; expected a file name" in capsys.readouterr().err
+    assert f"{flag}: {tmp_path}: is a directory; expected a file name" in capsys.readouterr().err
 
 
 def test_bench_unknown_chip_creates_no_output_directory(tmp_path: Path, capsys) -> None:

@@ -46,7 +46,7 @@ def test_compress_json_matches_the_api(capsys, tmp_path) -> None:
     args = ("--scheme", "int8", "--chip", "m2", "--json")
     code, text, _ = run(capsys, "compress", source, str(out), *args)
     data = json.loads(text)
-    expected = anekit.compress.compress_with_report(mil.load(source), "int8", chip="m2").report
+    expected = anekit.compress_with_report(mil.load(source), "int8", chip="m2").report
     assert code == 0 and data["out"] == str(out)
     assert data["weight_bytes_after"] == expected.weight_bytes_after
     assert data["error"] == expected.error and data["chip"] == "m2"

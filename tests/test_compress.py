@@ -14,7 +14,7 @@ import pytest
 
 import anekit
 from anekit import mil
-from anekit.compress import SCHEMES, compress_with_report, find_layers
+from anekit.compression import SCHEMES, compress_with_report, find_layers
 from anekit.errors import UsageError
 from anekit.mil.graph import stored_form
 from tests.compress_decode import decoded
@@ -174,14 +174,14 @@ def test_stored_forms_declare_their_encoding() -> None:
     assert set(SCHEMES) == {"int8", "w8a8", "lut6", "lut4"}
 
 
-def test_anekit_compress_is_both_the_function_and_its_package() -> None:
+def test_anekit_compress_is_the_package_function() -> None:
     import subprocess
     import sys
 
-    import anekit.compress.schemes  # importing a submodule sets anekit.compress to the package
+    import anekit.compression.schemes  # a submodule's import must not shadow anekit.compress
 
     program = conv_program(layers=1)
-    assert anekit.compress(program, "int8") == anekit.compress.compress(program, "int8")
-    lazy = "import anekit, sys; print('anekit.compress' in sys.modules)"
+    assert anekit.compress(program, "int8") == anekit.compression.compress(program, "int8")
+    lazy = "import anekit, sys; print('anekit.compression' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", lazy], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"  # import anekit loads no compression code

@@ -7,10 +7,10 @@ import pytest
 
 import anekit
 from anekit import mil
-from anekit.compress import compress_with_report, find_layers
-from anekit.compress.auto import ladders
-from anekit.compress.kmeans import kmeans_1d, nearest
-from anekit.compress.schemes import Options
+from anekit.compression import compress_with_report, find_layers
+from anekit.compression.auto import ladders
+from anekit.compression.kmeans import kmeans_1d, nearest
+from anekit.compression.schemes import Options
 from anekit.hw.chips import get_chip
 from anekit.hw.compression import encodings, streams, support
 from anekit.mil.ops.registry import Encoding

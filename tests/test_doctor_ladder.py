@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 
 from anekit import cli
-from anekit.backends import ane, budget
-from anekit.backends.ane import kernel
+from anekit.backends import ane
 from anekit.doctor import ane_rungs, ladder
-from anekit.doctor.runner import Context, run_ladder
 from anekit.errors import EvaluationError
+from anekit.ladder.runner import Context, run_ladder
 from tests import ladder_rungs
-from tests.ane_fake import FakeFramework
+from tests.ane_fake import FakeFramework, rung_context
 
 
 # -- the runner --------------------------------------------------------------------------------
@@ -123,11 +122,8 @@ def test_budget_needs_the_ladder(capsys: pytest.CaptureFixture[str]) -> None:
 # -- the ANE rungs against the stand-in ------------------------------------------------------------
 @pytest.fixture
 def ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Context:
-    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
-    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
-    c = Context({"evaluations": 5, "evaluations_per_thread": 3}, None, tmp_path)
-    c.resources["framework"] = FakeFramework(tmp_path / "T")
-    return c
+    options = {"evaluations": 5, "evaluations_per_thread": 3}
+    return rung_context(tmp_path, monkeypatch, FakeFramework(tmp_path / "T"), options)
 
 
 @pytest.mark.parametrize("row_align, held", [(64, ["auto", "pad64"]), (128, ["auto", "pad128"])])

@@ -11,8 +11,8 @@ import pytest
 
 import anekit
 from anekit import mil
+from anekit import passes as P
 from anekit.errors import ConversionError
-from anekit.frontends import passes as P
 from anekit.hw import get_chip
 
 RNG = np.random.default_rng(11)
@@ -173,7 +173,7 @@ def test_split_wide_splits_channels_and_rejoins() -> None:
 
 
 def test_default_passes_are_visible_and_can_be_switched_off() -> None:
-    names = [p.name for p in P.DEFAULT_PASSES]
+    names = [p.name for p in P.CONVERT_PASSES]
     assert names == [
         "fold_constants",
         "finite_masks",
@@ -183,8 +183,8 @@ def test_default_passes_are_visible_and_can_be_switched_off() -> None:
         "split_wide",
     ]
     prog, _ = _embedding(9, "fp32")
-    assert P.run_passes(prog, passes=()) is prog
-    only = P.run_passes(prog, passes=["fp16"])
+    assert P.convert(prog, passes=()) is prog
+    only = P.convert(prog, passes=["fp16"])
     assert "gather" in op_types(only) and only.main.outputs[0].dtype is mil.DType.fp16
     with pytest.raises(ConversionError, match="unknown pass 'nope'"):
-        P.run_passes(prog, passes=["nope"])
+        P.convert(prog, passes=["nope"])

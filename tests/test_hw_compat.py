@@ -14,6 +14,7 @@ from anekit import mil
 from anekit.hw import rules
 from anekit.hw.chips import chips
 from anekit.hw.compat import Diagnostic, check
+from anekit.hw.rules import ops as op_rules
 from anekit.mil.ops import registry
 from anekit.mil.program import BlobRef, Function, Operation, Program, Value
 from anekit.mil.types import DType, TensorType
@@ -191,9 +192,9 @@ def test_rule_fires_on_its_violation(rule_id):
 
 
 def test_op_incorrect_fires_when_the_sweep_says_so(monkeypatch):
-    data = {k: dict(v) for k, v in rules.sweep().items()}
+    data = {k: dict(v) for k, v in op_rules.sweep().items()}
     data["abs"].update(correct=False, relerr=0.4)
-    monkeypatch.setattr(rules, "sweep", lambda: data)
+    monkeypatch.setattr(op_rules, "sweep", lambda: data)
     found = [d for d in check(unary("abs"), "m4") if d.rule == "op-incorrect"]
     assert [d.severity for d in found] == ["warning"] and "0.4" in found[0].message
 
@@ -267,7 +268,7 @@ def test_verdicts_agree_with_the_sweep_for_every_op_in_it():
             expected = "incorrect"
         else:
             expected = "unverified"
-        assert rules.sweep_verdict(entry["op"]) == expected, entry["op"]
+        assert op_rules.sweep_verdict(entry["op"]) == expected, entry["op"]
 
 
 SIMPLE_UNARY = sorted(
@@ -287,8 +288,8 @@ def test_check_reports_each_unary_op_as_the_sweep_found_it(op):
         d.severity for d in check(mid_graph(op), "m4") if d.rule.startswith("op-") and d.op == op
     }
     if not entry["compile"]:
-        expected = {"warning"} if op in rules.NOTES_WORKING_M4 else {"error"}
-    elif entry["correct"] is True or op in rules.NOTES_WORKING_M4:
+        expected = {"warning"} if op in op_rules.NOTES_WORKING_M4 else {"error"}
+    elif entry["correct"] is True or op in op_rules.NOTES_WORKING_M4:
         expected = set()
     else:
         expected = {"info"}

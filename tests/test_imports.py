@@ -22,10 +22,15 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "config", "files", "fp16"}),
     frozenset({"mil"}),
     frozenset({"hw"}),
-    frozenset({"passes"}),
+    frozenset({"passes"}),  # the convert and device pipelines (hw's limits, for backends)
     frozenset({"backends"}),
     frozenset({"nn"}),
-    frozenset({"train", "bench", "inspect", "frontends", "llm", "compress"}),
+    # the feature layer, in its own order: compression < train < frontends, llm;
+    # ladder < doctor, probe
+    frozenset({"compression", "bench", "inspect"}),
+    frozenset({"train"}),
+    frozenset({"frontends", "llm"}),
+    frozenset({"ladder"}),
     frozenset({"doctor", "probe"}),
     frozenset({"cli", "__main__"}),
 )

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 import anekit
-from anekit import mil
+from anekit import mil, passes
 from anekit.backends import reference
 from anekit.backends.ane import compile as ane_compile
 from anekit.errors import UsageError
-from anekit.mil import passes
 from anekit.mil.loading import load_path
 from tests.ane_fake import FakeFramework
 

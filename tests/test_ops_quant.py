@@ -188,7 +188,7 @@ def test_cast_to_fp16_rejects_finite_values_beyond_its_range(values, dtype) -> N
 
 
 def test_constant_folding_leaves_an_overflowing_cast_to_fail_at_run_time() -> None:
-    from anekit.mil.passes import fold_constants
+    from anekit.passes import fold_constants
 
     b = mil.Builder()
     x = b.input("x", (2,), "fp16")

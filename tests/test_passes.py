@@ -10,15 +10,8 @@ import pytest
 from anekit import mil
 from anekit.backends import reference
 from anekit.errors import MilTypeError
-from anekit.mil.passes import (
-    InputPacking,
-    fold_constants,
-    order_by_size,
-    pack_inputs,
-    prepare_for_device,
-    rename_io,
-    substitute,
-)
+from anekit.mil.rewrite import rename_io, substitute
+from anekit.passes import InputPacking, device, fold_constants, order_by_size, pack_inputs
 
 RNG = np.random.default_rng(5)
 
@@ -492,23 +485,23 @@ def test_fp16_overflow_and_program_outputs_stay_ops() -> None:
     assert np.isinf(reference.compile(folded)(x=np.zeros(4, np.float16))["y"]).all()
 
 
-def test_prepare_for_device_folds_then_packs_then_orders() -> None:
+def test_device_pipeline_folds_then_packs_then_orders() -> None:
     b = mil.Builder()
     x, y = b.input("x", (1, 4, 1, 8)), b.input("y", (1, 4, 1, 2))
     scale = b.mul(x=b.const(np.float16(2.0)), y=b.const(np.float16(4.0)))
     b.output(b.mul(x=x, y=scale), "small_first")
     b.output(b.mul(x=y, y=scale), "then_big")
     program = b.build()
-    device, packing = prepare_for_device(program)
+    prepared, packing = device(program)
     assert packing is not None and packing.shape == (1, 4, 1, 10)
-    assert [op.op_type for op in device.ops].count("mul") == 2  # the scale is folded
-    assert [v.name for v in device.main.outputs] == ["small_first", "then_big"]
+    assert [op.op_type for op in prepared.ops].count("mul") == 2  # the scale is folded
+    assert [v.name for v in prepared.main.outputs] == ["small_first", "then_big"]
     inputs = random_inputs(program)
-    got = reference.compile(device)(**{packing.name: packing.pack(inputs)})
+    got = reference.compile(prepared)(**{packing.name: packing.pack(inputs)})
     want = reference.compile(program)(**inputs)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
-    unpacked, none = prepare_for_device(program, pack=False)
+    unpacked, none = device(program, pack=False)
     assert none is None and [v.name for v in unpacked.main.inputs] == ["y", "x"]
 
 

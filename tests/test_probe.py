@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from anekit.backends import budget
-from anekit.backends.ane import kernel
-from anekit.doctor.runner import Context
+from anekit.ladder.runner import Context
 from anekit.probe import cache, clients, dispatch, events, weights
 from anekit.probe.common import build, find
-from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber
+from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber, rung_context
 from tests.probe_fake import CHAIN, ProbeFramework
 
 
@@ -30,13 +28,9 @@ def fake(tmp_path: Path) -> ProbeFramework:
 
 @pytest.fixture
 def ctx(tmp_path: Path, fake: ProbeFramework, monkeypatch: pytest.MonkeyPatch) -> Context:
-    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
-    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
     options = {"evaluations": 20, "depths": [1, 2, 4], "evaluations_per_depth": 8,
                "signal_timeout_s": 0.5, "chain_poll_s": 0.2}  # fmt: skip
-    c = Context(options, None, tmp_path)
-    c.resources["framework"] = fake
-    return c
+    return rung_context(tmp_path, monkeypatch, fake, options)
 
 
 def clean(fake: ProbeFramework) -> None:
@@ -49,8 +43,9 @@ def clean(fake: ProbeFramework) -> None:
 
 
 def sent(fake: ProbeFramework, *selectors: str) -> list[str]:
-    """The calls to any of ``selectors``, in order."""
-    return [c.selector for c in fake.calls if c.selector in selectors]
+    """The calls to any of ``selectors``, in order (a plain request's ``validate`` left out)."""
+    return [c.selector for c in fake.calls
+            if c.selector in selectors and (c.receiver, c.selector) != ("request", "validate")]  # fmt: skip
 
 
 # -- chaining -------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import anekit
-from anekit.doctor import cases
+from anekit.ladder import cases
 
 pytestmark = pytest.mark.ane
 

@@ -13,6 +13,7 @@ from anekit.cli._common import (
     add_chip,
     add_threads,
     one_of,
+    output_file,
     progress_bar,
     resolve_chip,
 )
@@ -60,10 +61,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_backend(parser)
     add_chip(parser, "the profile to predict for")
     add_threads(parser)
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument(
+        "--json", metavar="FILE", type=output_file, help="write the results as JSON"
+    )
     parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite (needs matplotlib)")
     parser.add_argument(
-        "--report", metavar="FILE.md", help="write a Markdown report with tables and plots"
+        "--report",
+        metavar="FILE.md",
+        type=output_file,
+        help="write a Markdown report with tables and plots",
     )
     parser.add_argument(
         "--list", action="store_true", help="list the suites and what each measures"
@@ -107,9 +113,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare_outputs(args: argparse.Namespace) -> None:
     """Create the output directories before measuring, so a long run cannot fail at the end."""
-    for flag, file in (("--json", args.json), ("--report", args.report)):
-        if file and Path(file).is_dir():
-            raise UsageError(f"{flag} {file} is a directory; expected a file name")
     dirs = [Path(f).parent for f in (args.json, args.report) if f]
     dirs += [Path(args.plot)] if args.plot else []
     for d in dirs:

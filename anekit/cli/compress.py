@@ -27,7 +27,7 @@ from anekit.errors import UsageError, os_reason
 
 
 def _schemes() -> list[str]:
-    from anekit.compress import CHOICES
+    from anekit.compression import CHOICES
 
     return list(CHOICES)
 
@@ -80,7 +80,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from anekit.compress import MIN_ELEMENTS, compress_with_report
+    from anekit.compression import MIN_ELEMENTS, compress_with_report
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -1,9 +1,11 @@
-"""``anekit convert MODEL.pt2 --out DIR``: a PyTorch ExportedProgram to an ANE-ready MIL model."""
+"""``anekit convert MODEL.pt2|MODEL.onnx --out DIR``: a PyTorch ExportedProgram or an ONNX
+model to an ANE-ready MIL model."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ from anekit.errors import UsageError
 
 
 def _schemes() -> list[str]:
-    from anekit.compress import CHOICES
+    from anekit.compression import CHOICES
 
     return list(CHOICES)
 
@@ -24,7 +26,10 @@ PROGRESS_FROM = 300
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="an ExportedProgram saved with torch.export.save (.pt2)")
+    parser.add_argument(
+        "path",
+        help="an ExportedProgram saved with torch.export.save (.pt2) or an ONNX model (.onnx)",
+    )
     parser.add_argument(
         "--out", required=True, help="output model directory (model.mil + weights/)"
     )
@@ -48,18 +53,52 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with --compress: budget on the relative output error against the uncompressed "
         "program (layers fall back until it holds; auto: default 0.02)",
     )
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D,D,..",
+        help="ONNX: the static shape of an input declared with dynamic dimensions (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _input_shapes(items: list[str]) -> dict[str, list[int]]:
+    """``--input-shape NAME=1,3,224,224`` (repeated) as a dict."""
+    shapes = {}
+    for item in items:
+        name, _, dims = item.partition("=")
+        try:
+            shapes[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise UsageError(
+                f"--input-shape {item!r}: expected NAME=D,D,.. with integers"
+            ) from None
+        if not name or not shapes[name]:
+            raise UsageError(f"--input-shape {item!r}: expected NAME=D,D,..")
+    return shapes
+
+
+def _converter(path: str, input_shapes: dict[str, list[int]]) -> Any:
+    """The front end's ``convert_file`` for the file's kind (by suffix: .onnx, else .pt2)."""
+    try:
+        if path.lower().endswith(".onnx"):
+            from anekit.frontends.onnx import convert_file
+
+            return functools.partial(convert_file, input_shapes=input_shapes)
+        if input_shapes:
+            raise UsageError("--input-shape applies to ONNX models (.onnx)")
+        from anekit.frontends.torch import convert_file
+    except ImportError as e:  # torch and onnx are optional extras; the message says how
+        raise UsageError(str(e)) from None
+    return convert_file
 
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError("is a file; expected a directory for --out", path=str(out))
-    try:
-        from anekit.frontends.torch import convert_file
-        from anekit.frontends.torch.compare import TOLERANCE
-    except ImportError as e:  # torch is an optional extra; the message says how to get it
-        raise UsageError(str(e)) from None
+    convert_file = _converter(args.path, _input_shapes(args.input_shape))
     if args.max_error is not None and args.compress is None:
         raise UsageError("--max-error applies to --compress")
     chip = resolve_chip(args.chip)
@@ -69,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
             passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
         )  # fmt: skip
+    from anekit.frontends.fidelity import TOLERANCE
+
     errors = [d for d in result.diagnostics if d.severity == "error"]
     fidelity_ok = result.fidelity is None or result.fidelity.worst.rel_error <= TOLERANCE
     if args.json:
@@ -80,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _passes(text: str | None) -> Any:
     """``--passes`` as convert_file takes it: None (all), () or a list of known names."""
-    from anekit.frontends.passes import PASSES
+    from anekit.passes import PASSES
 
     if text is None:
         return None
@@ -134,6 +175,7 @@ def _as_json(result: Any, chip: str) -> dict:
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
         "compression": None if result.compression is None else result.compression.record(),
+        "renamed": result.renamed,
     }
 
 
@@ -144,6 +186,8 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         f"wrote {result.out_dir / 'model.mil'} and {result.out_dir / 'weights'}/ "
         f"({result.nodes} graph nodes, {len(result.program.main.ops)} MIL statements)"
     )
+    for old, new in result.renamed.items():
+        print(f"renamed {old!r} -> {new!r} (not a valid MIL name)")
     if result.fidelity is None:
         print("no example inputs saved with the ExportedProgram: fidelity not measured")
     else:

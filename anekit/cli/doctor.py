@@ -9,11 +9,14 @@ import argparse
 import json
 from pathlib import Path
 
+from anekit.cli._common import output_file
 from anekit.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
+    parser.add_argument(
+        "--json", metavar="FILE", type=output_file, help="also write the report as JSON to FILE"
+    )
     parser.add_argument(
         "--no-smoke", action="store_true", help="skip the compile/evaluate smoke test on the ANE"
     )
@@ -33,8 +36,6 @@ def run(args: argparse.Namespace) -> int:
     from anekit.doctor.report import format_report, report
     from anekit.files import write_atomic
 
-    if args.json and Path(args.json).is_dir():
-        raise UsageError(f"--json {args.json} is a directory; expected a file name")
     if args.budget and not args.ladder:
         raise UsageError("--budget needs --ladder")
     if args.ladder:

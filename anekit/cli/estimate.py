@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", nargs="?", help=SHAPES_HELP)
     parser.add_argument(
         "--model",
-        help="instead of a program, a language model (Hugging Face directory, llama2.c .bin or "
+        help="instead of a program, a language model (Hugging Face directory, .gguf, llama2.c .bin or "
         "training checkpoint): predict its prefill and decode tokens/s",
     )
     parser.add_argument(

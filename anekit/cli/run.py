@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anekit.cli._common import MODEL_HELP, add_backend, add_threads, load_program, non_negative
+from anekit.cli._common import (
+    MODEL_HELP,
+    add_backend,
+    add_threads,
+    load_program,
+    non_negative,
+    output_file,
+)
 from anekit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -51,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="evaluations to time (default 1); above 1, one untimed warm-up comes first",
     )
     add_threads(parser)
-    parser.add_argument("--out", help="write the outputs to this .npz file")
+    parser.add_argument("--out", type=output_file, help="write the outputs to this .npz file")
     parser.add_argument(
         "--json", action="store_true", help="print a JSON summary instead of a table"
     )

@@ -56,7 +56,7 @@ def target(command: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.backends.ane import framework
-    from anekit.doctor.runner import child_env
+    from anekit.ladder.runner import child_env
     from anekit.probe import tracing
 
     command = target(args.traced)

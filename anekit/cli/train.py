@@ -18,6 +18,7 @@ from anekit.cli._common import (
     add_chip,
     non_negative,
     one_of,
+    output_file,
     positive_int,
     progress_bar,
     resolve_chip,
@@ -62,7 +63,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in --out"
     )
-    parser.add_argument("--log", help="write one JSON object per step to this .jsonl file")
+    parser.add_argument(
+        "--log", type=output_file, help="write one JSON object per step to this .jsonl file"
+    )
     parser.add_argument("--lr", type=float, help="peak learning rate")
     parser.add_argument("--batch-size", type=int, help="sequences per micro-batch")
     parser.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
@@ -428,7 +431,11 @@ def _save_interrupted(trainer, out: Path, saved_at: int) -> None:
 def _open_log(path: Path) -> Any:
     """The --log file, opened to append; its directory is created (out/x.jsonl in a fresh one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "a")  # noqa: SIM115 (closed by the caller's finally)
+    # O_NONBLOCK on open only: a FIFO nobody reads is an error (ENXIO), not a hang
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o666)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a")
 
 
 def _print_step(record: dict[str, Any], total: int, mean_loss: float) -> None:

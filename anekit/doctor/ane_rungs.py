@@ -1,6 +1,6 @@
 """The ANE experiments of ``doctor --ladder``: one function per rung, each recording what it saw.
 
-Every function takes a :class:`~anekit.doctor.runner.Context` and runs in its own
+Every function takes a :class:`~anekit.ladder.runner.Context` and runs in its own
 process on a Mac (``ladder.py`` declares the order and prerequisites). They use the
 framework through the backend's one seam, ``framework.load()``, or a stand-in put in
 ``ctx.resources["framework"]`` (the tests do that). A function raises to fail its
@@ -30,9 +30,9 @@ from anekit.backends.ane.kernel import compile_step
 from anekit.backends.ane.layout import computed, parse_attributes
 from anekit.backends.ane.workdirs import WORKDIRS
 from anekit.backends.base import TensorSpec
-from anekit.doctor import cases
-from anekit.doctor.runner import Context, describe_exception
-from anekit.errors import AnekitError, CompileError, EvaluationError
+from anekit.errors import CompileError, EvaluationError
+from anekit.ladder import cases
+from anekit.ladder.runner import Context, describe_exception
 from anekit.mil import Builder, Program
 from anekit.mil.types import DType
 
@@ -60,16 +60,24 @@ def _attempt(ctx: Context, case: cases.Case, **options: Any) -> dict[str, Any]:
             record = cases.compare(case, k(**case.inputs))
             record["layout"] = k.layout.as_dict()
             return record
-    except AnekitError as e:
+    except Exception as e:  # any failure is this variant's record; the others still run
         return {"match": False, "error": describe_exception(e)}
 
 
+OP_NAME = "scale_op"  # the load rung's output op: its name differs from its variable's
+
+
 def weighted_program(weight: float) -> Program:
-    """``y = x * w`` with ``w`` in its own weight file: the descriptor and compile probe."""
+    """``y = x * w`` with ``w`` in its own weight file, the op named ``scale_op``.
+
+    The op's ``name`` attribute differs from its output variable ``y``, so the ``load``
+    rung's dump of ``modelAttributes`` shows which of the two the compiler binds by.
+    """
     b = Builder()
     x = b.input("x", (1, 16, 1, 32), "fp16")
     w = b.weight("w", np.full((1, 16, 1, 32), weight, np.float16))
-    b.output(b.mul(x=x, y=w), "y")
+    y = b.output(b.mul(x=x, y=w), "y")
+    y.producer.attrs["name"] = OP_NAME
     return b.build()
 
 
@@ -121,41 +129,50 @@ def device_info(ctx: Context) -> None:
 def selectors(ctx: Context) -> None:
     """Every class and selector the backend sends, with its runtime type encoding."""
     fw = _fw(ctx)
-    rows, missing = [], []
+    rows, missing, client_missing = [], [], []
     for cls_name, sels in framework.SELECTORS.items():
         encodings = {(kind, sel): enc for kind, sel, enc in fw.methods(cls_name)}
         for kind, sel in sels:
             encoding = encodings.get((kind, sel))
             found = encoding is not None or framework.responds(fw, cls_name, kind, sel)
             optional = sel in framework.OPTIONAL_SELECTORS
+            client = framework.is_client_path(cls_name, sel)
             rows.append({"class": cls_name, "selector": f"{kind}{sel}", "found": found,
-                         "encoding": encoding, "optional": optional})  # fmt: skip
+                         "encoding": encoding, "optional": optional,
+                         "client_path_only": client})  # fmt: skip
             if not found and not optional:
-                missing.append(f"{kind}[{cls_name} {sel}]")
+                (client_missing if client else missing).append(f"{kind}[{cls_name} {sel}]")
     ctx.observe("selectors", rows)
+    ctx.observe("client_path_missing", client_missing)  # costs compile_mlmodelc only
     if missing:
-        raise CompileError(f"missing selectors: {', '.join(missing)}")
+        raise CompileError(f"missing selectors of the in-memory path: {', '.join(missing)}")
 
 
 def metadata(ctx: Context) -> None:
     """The NSError** of every error selector is an out-parameter for PyObjC."""
-    import objc
-
-    _fw(ctx)  # loading the framework registers the metadata
+    fw = _fw(ctx)  # loading the framework registers the metadata
     rows, wrong = [], []
     for cls_name, sels in framework.ERROR_SELECTORS.items():
-        cls = objc.lookUpClass(cls_name)
         for sel in sels:
-            meta = getattr(cls, sel.replace(":", "_")).__metadata__()
-            arg = meta["arguments"][sel.count(":") + 1]
-            modifier = arg.get("type_modifier")
-            rows.append({"class": cls_name, "selector": sel, "type_modifier": modifier,
-                         "retval": meta["retval"].get("type")})  # fmt: skip
-            if modifier != objc._C_OUT:
-                wrong.append(sel)
+            row: dict[str, Any] = {"class": cls_name, "selector": sel}
+            try:
+                meta = fw.selector_metadata(cls_name, sel)
+                arg = meta["arguments"][sel.count(":") + 1]
+                row.update(type=_text(arg.get("type")), retval=_text(meta["retval"].get("type")),
+                           out_parameter=framework.is_out_parameter(arg))  # fmt: skip
+            except Exception as e:  # a missing class or selector is this row's answer
+                row.update(out_parameter=False, error=f"{type(e).__name__}: {e}")
+            rows.append(row)
+            if not row["out_parameter"] and not framework.is_client_path(cls_name, sel):
+                wrong.append(f"{cls_name} {sel} ({row.get('type') or row.get('error')})")
     ctx.observe("metadata", rows)
     if wrong:
         raise CompileError(f"NSError** is not an out-parameter of {', '.join(wrong)}")
+
+
+def _text(value: Any) -> Any:
+    """A type encoding as text for the report (PyObjC gives bytes)."""
+    return value.decode("ascii", "replace") if isinstance(value, bytes) else value
 
 
 def iosurface(ctx: Context) -> None:
@@ -191,7 +208,9 @@ def descriptor(ctx: Context) -> None:
              for w in (0.5, 0.5, 0.25)]  # fmt: skip
     ctx.observe("hex", hexes[0])
     ctx.observe("same_program_same_hex", hexes[0] == hexes[1])
-    ctx.observe("hex_changes_with_weight_bytes_only", hexes[0] != hexes[2])
+    covers = ctx.observe("hex_changes_with_weight_bytes_only", hexes[0] != hexes[2])
+    # which work-directory policy the evidence needs (workdir_weights=, inmemory.py)
+    ctx.observe("workdir_weights", "either" if covers else "rewrite (verify would refuse)")
 
 
 def compile_rung(ctx: Context) -> None:
@@ -231,10 +250,18 @@ def load(ctx: Context) -> None:
                                    "outputs": [vars(e) for e in io.outputs],
                                    "input_symbols": io.input_symbols,
                                    "output_symbols": io.output_symbols})  # fmt: skip
+            ctx.observe("outputs_named_by", _named_by(io.outputs, io.output_symbols))
         except CompileError as e:
             ctx.observe("parsed", f"unusable: {e}")
     finally:
         loaded.unload()
+
+
+def _named_by(outputs: Any, symbols: Any) -> str:
+    """Whether the compiled model names the output by its variable (``y``) or its op's name."""
+    names = {str(n) for e in outputs for n in (e.name, e.symbol)} | {str(s) for s in symbols or ()}
+    by = [label for label, name in (("variable", "y"), ("op name", OP_NAME)) if name in names]
+    return " and ".join(by) if by else f"neither: {sorted(names)}"
 
 
 # -- evaluation ---------------------------------------------------------------------------------------
@@ -347,8 +374,8 @@ def threads(ctx: Context) -> None:
                     try:
                         if not np.array_equal(k(x=x)["y"], want):
                             errors.append(f"thread {seed} evaluation {i}: wrong numbers")
-                    except AnekitError as e:
-                        errors.append(f"thread {seed} evaluation {i}: {e}")
+                    except Exception as e:  # objc.error too: a thread must not swallow it
+                        errors.append(f"thread {seed} evaluation {i}: {type(e).__name__}: {e}")
 
             start = time.perf_counter()
             pool = [threading.Thread(target=work, args=(s,)) for s in range(n)]
@@ -364,10 +391,13 @@ def stats(ctx: Context) -> None:
     """Hardware time without stats, with a stats object but no counter mask, and with both."""
     case = cases.affine((1, 64, 1, 64), "fp16")
     for label, options in (("stats_off", {}), ("stats_without_mask", {"stats": True, "stats_mask": 0}),
-                           ("stats_with_mask", {"stats": True})):  # fmt: skip
+                           ("stats_with_mask", {"stats": True}),
+                           ("stats_attached_only", {"stats": True, "stats_read": "attached"})):  # fmt: skip
         with _compile(ctx, case.program, **options) as k:
             k(**case.inputs)
             ctx.observe(label, k.last_stats())
+    found = ctx.observed["stats_with_mask"]
+    ctx.observe("read_from", found["read_from"] if found else "nowhere: no hardware time reported")
 
 
 def _rss_kb() -> int | None:
@@ -418,7 +448,8 @@ def worker(ctx: Context) -> None:
     import anekit
 
     case = cases.affine((1, 64, 1, 64), "fp16")
-    with anekit.compile(case.program, backend="ane", isolate=True, timeout=60.0) as k:
+    backend = ctx.options.get("worker_backend", "ane")  # the tests host the reference backend
+    with anekit.compile(case.program, backend=backend, isolate=True, timeout=60.0) as k:
         record = cases.compare(case, k(**case.inputs))
         record["worker_pid"] = k.worker_pid
         record["worker_layout"] = k.worker_layout
@@ -448,7 +479,7 @@ def compile_budget(ctx: Context) -> None:
         try:
             with _compile(ctx, b.build(), check=False) as k:
                 right = np.array_equal(k(x=x)["y"], (x * np.float16(factor)).astype(np.float16))
-        except AnekitError as e:
+        except Exception as e:  # whatever the framework raises ends the count
             ctx.observe("first_failure", {"compile": i + 1, "error": describe_exception(e)})
             break
         ctx.observe("compiles_that_worked", i + 1)

@@ -2,7 +2,7 @@
 
 A ladder of rungs, from "what is this machine" up to evaluation with unaligned
 shapes, binding rules, threads, memory and the compile budget. Each rung runs in
-its own process with a timeout (:mod:`anekit.doctor.runner`); the JSON report is
+its own process with a timeout (:mod:`anekit.ladder.runner`); the JSON report is
 rewritten after every rung, so a segfault or a hang costs one rung, not the
 report. A rung whose prerequisite failed is skipped with the reason. The summary
 names the first failing rung and the settings the evidence supports (layout
@@ -22,10 +22,11 @@ from typing import Any, TextIO
 import numpy as np
 
 from anekit.backends.ane import host
-from anekit.doctor import ane_rungs, cases
-from anekit.doctor.runner import Context, Rung, run_ladder
+from anekit.doctor import ane_rungs
 from anekit.errors import EvaluationError
 from anekit.files import write_atomic
+from anekit.ladder import cases
+from anekit.ladder.runner import Context, Rung, run_ladder
 
 PACKAGES = ("numpy", "pyobjc-core", "pyobjc-framework-Cocoa", "pyobjc-framework-IOSurface")
 FAILED = ("fail", "crash", "timeout")
@@ -97,11 +98,11 @@ RUNGS: tuple[Rung, ...] = (
     _rung("iosurface", "Can an IOSurface be created, locked, written through its base address "
           "and read back?", ane_rungs.iosurface, ("imports",)),
     _rung("descriptor", "Do descriptor and model build, and does the hex identifier change when "
-          "only the weight bytes change?", ane_rungs.descriptor, ("selectors", "metadata")),
+          "only the weight bytes change?", ane_rungs.descriptor, ("bundle",)),
     _rung("compile", "Does a small program compile, and which files are in its temporary "
-          "directory afterwards?", ane_rungs.compile_rung, ("descriptor",)),
-    _rung("load", "Does it load, and what does modelAttributes hold?", ane_rungs.load,
-          ("compile",)),
+          "directory afterwards?", ane_rungs.compile_rung, ("descriptor", "metadata")),
+    _rung("load", "Does it load, what does modelAttributes hold, and does it name an output "
+          "by its variable or by its op's name?", ane_rungs.load, ("compile",)),
     _rung("eval_aligned", "Do programs with 64-byte-multiple rows give the right numbers?",
           ane_rungs.eval_aligned, ("load", "iosurface")),
     _rung("eval_unaligned", "With unaligned rows, which layout (the model's, dense, 64-byte, "
@@ -120,7 +121,8 @@ RUNGS: tuple[Rung, ...] = (
     _rung("threads", "Do 2 and 8 threads evaluating one model get the right numbers?",
           ane_rungs.threads, ("eval_aligned",)),
     _rung("stats", "Does the framework report hardware time, without and with the counter "
-          "mask?", ane_rungs.stats, ("eval_aligned",)),
+          "mask, and where: the request's perfStatsArray, its perfStats, or the object passed "
+          "in?", ane_rungs.stats, ("eval_aligned",)),
     _rung("memory", "Does memory grow over 2,000 evaluations, with and without autorelease "
           "pools?", ane_rungs.memory, ("eval_aligned",), timeout_s=300.0),
     _rung("unload", "Does close unload and clean up, and can the program compile again?",

@@ -21,7 +21,6 @@ import anekit
 from anekit.backends import available_backends, budget, reference
 from anekit.backends.ane import framework
 from anekit.doctor import iokit
-from anekit.errors import AnekitError
 from anekit.hw.chips import default_chip, host_brand_string
 
 # fp16 outputs of the smoke test agree with the reference within this (absolute) margin;
@@ -65,7 +64,7 @@ def ane_generation(fw: Any) -> str | None:
     """The ANE sub-type from ``+[_ANEDeviceInfo aneSubType]`` ("h16" on M4), upper-cased."""
     try:
         sub_type = fw.cls("_ANEDeviceInfo").aneSubType()
-    except (AnekitError, AttributeError):
+    except Exception:  # objc.error, a missing class or selector: the generation is unknown
         return None
     return str(sub_type).upper() if sub_type else None
 
@@ -99,7 +98,7 @@ def smoke_test(fw: Any) -> dict[str, Any]:
             for _ in range(SMOKE_EVALUATIONS):
                 kernel(x=x)
             result["mean_evaluation_s"] = (time.perf_counter() - start) / SMOKE_EVALUATIONS
-    except AnekitError as e:
+    except Exception as e:  # any failure (objc.error included) is the smoke test's answer
         result["error"] = f"{type(e).__name__}: {e}"
         return result
     want = reference.compile(program)(x=x)["y"]

@@ -1,6 +1,6 @@
-"""Front ends: other frameworks' models into MIL, and the ANE rewrite passes they share.
+"""Front ends: other frameworks' models into MIL.
 
-``anekit.frontends.torch`` converts PyTorch models (through ``torch.export``);
-``anekit.frontends.passes`` holds the MIL -> MIL rewrites that make any program
-ANE-friendly. Nothing here imports torch until a torch function is called.
+``anekit.frontends.torch`` converts PyTorch models (through ``torch.export``) and runs
+the convert pipeline of ``anekit.passes`` on the result. Nothing here imports torch
+until a torch function is called.
 """

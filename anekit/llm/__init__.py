@@ -38,6 +38,12 @@ def read_model_config(path: str | Path) -> LlmConfig:
         from anekit.llm.llama2c import Llama2cCheckpoint
 
         return Llama2cCheckpoint(p).config
+    if p.is_file() and p.suffix == ".gguf":
+        from anekit.llm.gguf import GgufCheckpoint
+
+        checkpoint = GgufCheckpoint(p)
+        checkpoint.close()
+        return checkpoint.config
     if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
         from anekit.llm.training import read_training_checkpoint
 
@@ -57,12 +63,13 @@ def load(
     compress: str | None = None,
     calibration: Sequence[int] | None = None,
 ) -> Model:
-    """Load a model: a Hugging Face directory, or a llama2.c ``.bin`` checkpoint.
+    """Load a model: a Hugging Face directory, a GGUF file, or a llama2.c ``.bin`` checkpoint.
 
     Args:
         path: a directory with ``config.json`` and ``model.safetensors`` (or a sharded
-            ``model.safetensors.index.json``), a llama2.c ``.bin`` file, or an
-            ``anekit train`` checkpoint (or output) directory.
+            ``model.safetensors.index.json``), a llama.cpp ``.gguf`` file (its tokenizer
+            from its metadata; ``Model.load_report`` says what each tensor became), a
+            llama2.c ``.bin`` file, or an ``anekit train`` checkpoint (or output) directory.
         backend: "ane", "reference", or None for the best available.
         chip: chip profile for the head's dimension limit and predictions (default: this Mac's,
             else m4).
@@ -86,7 +93,7 @@ def load(
         "backend": backend,
         "chip": chip,
         "max_seq": max_seq,
-        "chunk": chunk or DEFAULT_CHUNK,
+        "chunk": DEFAULT_CHUNK if chunk is None else chunk,
         "hold": hold,
         "compress": compress,
         "calibration": calibration,
@@ -96,6 +103,8 @@ def load(
 
         config, source, tok = llama2c.read(p, tokenizer)
         return Model(config, source, tokenizer=tok, **options)
+    if p.is_file() and p.suffix == ".gguf":
+        return _load_gguf(p, options)
     if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
         from anekit.llm.training import read_training_checkpoint
 
@@ -103,10 +112,29 @@ def load(
         return Model(config, source, tokenizer=tok, **options)
     if not p.is_dir():
         raise ModelError(
-            "expected a Hugging Face model directory or a llama2.c .bin file", path=str(p)
+            "expected a Hugging Face model directory, a .gguf file or a llama2.c .bin file",
+            path=str(p),
         )
     from anekit.llm.tokenizer import load_tokenizer
     from anekit.llm.weights import WeightStore
 
     config = read_config(p)
     return Model(config, WeightStore(p), tokenizer=load_tokenizer(p), **options)
+
+
+def _load_gguf(path: Path, options: dict) -> Model:
+    """A GGUF file's model; its load report adds what ``compress=`` did to the weights."""
+    from anekit.llm import gguf
+
+    config, source, tok = gguf.read(path)
+    try:
+        model = Model(config, source, tokenizer=tok, **options)
+    finally:
+        source.close()
+    model.load_report = source.report_lines()
+    if options["compress"] not in (None, "fp16"):
+        model.load_report.append(
+            f"then the block and head matrices compressed per output channel with "
+            f"{options['compress']} (Model.compression has each program's report)"
+        )
+    return model

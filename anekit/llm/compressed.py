@@ -27,8 +27,8 @@ import math
 from collections.abc import Sequence
 
 from anekit.backends.budget import DEFAULT_LIMIT
-from anekit.compress import SCHEMES
-from anekit.compress.schemes import Options
+from anekit.compression import SCHEMES
+from anekit.compression.schemes import Options
 from anekit.errors import UsageError
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig

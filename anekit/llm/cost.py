@@ -31,7 +31,8 @@ from anekit.hw.chips import Chip, get_chip
 from anekit.hw.cost import ProgramWork, analyze, estimate_work, padded_bytes
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig, config_from_hf
-from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ, decode_cache, decode_slots
+from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ
+from anekit.llm.runners import decode_cache, decode_slots
 from anekit.mil.program import Program
 
 
@@ -182,9 +183,9 @@ def compressed_seconds(program: Program, scheme: str, chip: Chip) -> float:
     ``scheme`` "fp16" costs the program as it is. The weights need not hold real values:
     what they cost depends on their shapes and the scheme's stored form only.
     """
-    from anekit.compress import SCHEMES, find_layers
-    from anekit.compress.auto import compressed_work
-    from anekit.compress.schemes import Options
+    from anekit.compression import SCHEMES, find_layers
+    from anekit.compression.auto import compressed_work
+    from anekit.compression.schemes import Options
     from anekit.llm.compressed import MIN_ELEMENTS
 
     work = analyze(program)

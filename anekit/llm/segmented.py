@@ -5,7 +5,7 @@ several layers with their weights compiled in) and plans them. This module holds
 such a model needs on the host: every weight, read once from the source, since each
 segment is compiled again for every token width it reaches (the prefill chunk and each
 decode cache bucket); and each program's compression, encoded once per program name
-(``anekit.compress.CompressState``), so that every width decodes the same weights.
+(``anekit.compression.CompressState``), so that every width decodes the same weights.
 
 W8A8 calibration measures the activations of the uncompressed model on the calibration
 ids: the dynamic-weight block program, called per layer with these host weights (as
@@ -106,7 +106,7 @@ class CompiledIn:
         """``program`` compressed by the scheme (weights encoded once per program name)."""
         if self.scheme == FP16:
             return program
-        from anekit.compress import CompressState, compress_with_report
+        from anekit.compression import CompressState, compress_with_report
 
         state = self.states.setdefault(name, CompressState())
         result = compress_with_report(

@@ -29,6 +29,11 @@ class ArraySource:
     def __contains__(self, name: str) -> bool:
         return name in self.arrays
 
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The array's shape (None: not in the checkpoint, or already staged)."""
+        array = self.arrays.get(name)
+        return None if array is None else array.shape
+
     def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
         """Write a tensor into the flat ``out`` as fp16 values, then drop the fp32 copy."""
         if name not in self.arrays:

@@ -107,6 +107,8 @@ class Program:
         self.functions = dict(functions)
         self.version = version
         self.build_info = dict(DEFAULT_BUILD_INFO if build_info is None else build_info)
+        # the passes a pipeline ran on this program (anekit.passes), so none runs twice on a path
+        self.passes_run: frozenset[str] = frozenset()
 
     @property
     def main(self) -> Function:

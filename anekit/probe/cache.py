@@ -19,8 +19,8 @@ from anekit.backends.ane import dialect as dialects
 from anekit.backends.ane import host
 from anekit.backends.ane.inmemory import in_memory_model, workdir_files, workdir_path
 from anekit.backends.ane.workdirs import WORKDIRS
-from anekit.doctor.runner import Context
 from anekit.inspect.cache import default_cache_dirs
+from anekit.ladder.runner import Context
 from anekit.mil import Builder, Program
 from anekit.probe.common import QOS, call, client, framework, has, step
 

@@ -16,9 +16,9 @@ from typing import Any
 from anekit.backends.ane import framework as objc_framework
 from anekit.backends.ane.kernel import request_for
 from anekit.backends.ane.stats import set_perf_mask
-from anekit.doctor import cases
-from anekit.doctor.runner import Context
 from anekit.errors import EvaluationError
+from anekit.ladder import cases
+from anekit.ladder.runner import Context
 from anekit.probe import encoding
 from anekit.probe.common import (
     FAILED,

@@ -19,9 +19,9 @@ import numpy as np
 
 from anekit.backends.ane import framework as objc_framework
 from anekit.backends.ane.kernel import ObjCParts, evaluation_error
-from anekit.doctor import cases
-from anekit.doctor.runner import Context, describe_exception
 from anekit.errors import EvaluationError
+from anekit.ladder import cases
+from anekit.ladder.runner import Context, describe_exception
 from anekit.mil import Builder
 from anekit.probe import encoding
 

@@ -22,8 +22,8 @@ import numpy as np
 from anekit.backends.ane.iosurface import Surface
 from anekit.backends.ane.layout import computed
 from anekit.backends.base import QUEUE_DEPTH, TensorSpec
-from anekit.doctor import cases
-from anekit.doctor.runner import Context
+from anekit.ladder import cases
+from anekit.ladder.runner import Context
 from anekit.mil.types import DType
 from anekit.probe.common import (
     FAILED,

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from anekit.backends.ane.kernel import ObjCParts, request_for
-from anekit.doctor import cases
-from anekit.doctor.runner import Context
 from anekit.errors import EvaluationError
+from anekit.ladder import cases
+from anekit.ladder.runner import Context
 from anekit.probe.common import (
     FAILED,
     compile_kernel,

@@ -2,13 +2,13 @@
 
 Each row says what it answers, what it needs, what it records and which published
 claims it settles; docs/probe.md expands the same table with sources. The runner
-(:mod:`anekit.doctor.runner`) runs each in its own process with its timeout, so a crash
+(:mod:`anekit.ladder.runner`) runs each in its own process with its timeout, so a crash
 or hang in one is that experiment's result, not the end of the report.
 """
 
 from __future__ import annotations
 
-from anekit.doctor.runner import Rung
+from anekit.ladder.runner import Rung
 from anekit.probe import cache, clients, dispatch, events, weights
 from anekit.probe.registry import Experiment
 

@@ -3,7 +3,7 @@
 An :class:`Experiment` is data: its name, the question it answers, what it needs
 (names from :data:`REQUIREMENTS`), the function that runs it, the observations it
 records and the conflicting published claims it settles. :meth:`Experiment.rung`
-turns it into a :class:`~anekit.doctor.runner.Rung`, so the doctor ladder's runner
+turns it into a :class:`~anekit.ladder.runner.Rung`, so the doctor ladder's runner
 runs it in its own process with a timeout and skips it, saying why, where a
 requirement does not hold.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anekit.backends.ane import framework, host
-from anekit.doctor.runner import Context, Rung
+from anekit.ladder.runner import Context, Rung
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Running ``anekit probe``: pick experiments, run them through the ladder runner, summarise.
 
-The report is the runner's (``anekit.doctor.runner.run_ladder``): one entry per
+The report is the runner's (``anekit.ladder.runner.run_ladder``): one entry per
 experiment with its status (``pass``, ``fail``, ``skip``, ``crash``, ``timeout``),
 seconds, observations, and on failure the error with its NSError fields; the JSON file
 is rewritten after every experiment. Off macOS every experiment is skipped with the
@@ -19,9 +19,9 @@ from typing import Any, TextIO
 
 import anekit
 from anekit.backends.ane import host
-from anekit.doctor.runner import run_ladder
 from anekit.errors import UsageError
 from anekit.files import write_atomic
+from anekit.ladder.runner import run_ladder
 from anekit.probe.experiments import BY_NAME, EXPERIMENTS, Experiment
 
 FAILED = ("fail", "crash", "timeout")

@@ -21,10 +21,10 @@ import numpy as np
 
 from anekit.backends import budget
 from anekit.backends.ane.kernel import request_for
-from anekit.doctor import cases
-from anekit.doctor.runner import Context
 from anekit.errors import EvaluationError
 from anekit.files import write_atomic
+from anekit.ladder import cases
+from anekit.ladder.runner import Context
 from anekit.mil import Builder, Program
 from anekit.probe.common import (
     FAILED,

@@ -67,7 +67,7 @@ def compile(program: Program, *, framework: Any = None, **options: Any) -> Any:
         program (Program): the verified program.
         qos (int): QoS passed to every framework call. Default: 21.
         pack_inputs (bool): rewrite a multi-input program to one packed input
-            (:func:`anekit.mil.passes.pack_inputs`). Default: True.
+            (:func:`anekit.passes.pack_inputs`). Default: True.
         stats (bool): set the performance-counter mask and attach ``_ANEPerformanceStats``
             to requests so ``last_stats()`` can report hardware time. Default: False.
         stats_mask (int): the counter mask ``stats=True`` sets; 0 sets none (the ladder compares

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from anekit import passes
 from anekit.backends import budget
 from anekit.backends.ane.device import prepare
 from anekit.backends.ane.kernel import (
@@ -27,7 +28,6 @@ from anekit.backends.ane.kernel import (
 from anekit.backends.ane.layout import check_choices
 from anekit.backends.ane.stats import perf_mask, set_perf_mask
 from anekit.errors import CompileError
-from anekit.mil import passes
 from anekit.mil.loading import load
 from anekit.mil.program import Program
 
@@ -43,7 +43,7 @@ class ClientModel(Loaded):
     ) -> None:
         super().__init__(framework, qos, autorelease=autorelease)
         fw = framework
-        with self.pool():
+        with self.call("compile", CompileError):
             client = fw.cls("_ANEClient").sharedConnection()
             model = fw.cls("_ANEModel").modelAtURL_key_(fw.file_url(str(root.resolve())), key)
             if client is None or model is None:
@@ -68,13 +68,13 @@ class ClientModel(Loaded):
             return read_attributes([self.model])
 
     def dispatch(self, request: Any) -> tuple[bool, Any]:
-        with self.pool():
+        with self.call("evaluation"):
             return self.client.evaluateWithModel_options_request_qos_error_(
                 self.model, self.options, request, self.qos, None
             )
 
     def unload(self) -> None:
-        with self.pool():
+        with self.call("unload"):
             ok, error = self.client.unloadModel_options_qos_error_(
                 self.model, self.options, self.qos, None
             )

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from anekit.mil import passes
-from anekit.mil.passes import InputPacking
+from anekit import passes
 from anekit.mil.program import Program
+from anekit.mil.rewrite import rename_io
+from anekit.passes import InputPacking
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,7 @@ def prepare(
 
     ``max_dim`` is the chip's dimension limit: packing never builds a longer axis.
     """
-    device, packing = passes.prepare_for_device(
-        program, pack=pack_inputs, order=canonical_io, max_dim=max_dim
-    )
+    device, packing = passes.device(program, pack=pack_inputs, order=canonical_io, max_dim=max_dim)
     fn = device.main
     if not canonical_io:
         ins = {v.name: v.name for v in fn.inputs}
@@ -46,7 +45,7 @@ def prepare(
     taken = _names(device)
     new_in = _prefixed("i", [v.name for v in fn.inputs], taken)
     new_out = _prefixed("o", [v.name for v in fn.outputs], taken | set(new_in.values()))
-    renamed = passes.rename_io(device, new_in, new_out)
+    renamed = rename_io(device, new_in, new_out)
     return DeviceProgram(
         renamed,
         packing,

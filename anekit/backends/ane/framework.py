@@ -21,10 +21,11 @@ import os
 import platform
 import re
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from anekit.backends.ane import host
-from anekit.errors import BackendUnavailable, EvaluationError
+from anekit.errors import AnekitError, BackendUnavailable, EvaluationError
 
 FRAMEWORK_PATH = host.FRAMEWORK_PATH
 
@@ -100,6 +101,9 @@ SELECTORS: dict[str, tuple[tuple[str, str], ...]] = {
             "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:"
             "procedureIndex:",
         ),
+        ("-", "validate"),
+        ("-", "perfStatsArray"),
+        ("-", "perfStats"),
     ),
     "_ANEPerformanceStats": (("+", "statsWithHardwareExecutionNS:"), ("-", "hwExecutionTime")),
     "_ANEDeviceInfo": tuple(("+", s) for s in DEVICE_INFO),
@@ -108,8 +112,18 @@ SELECTORS: dict[str, tuple[tuple[str, str], ...]] = {
 # Selectors the backend asks for only if they exist (it works, with less, without them).
 OPTIONAL_SELECTORS = frozenset(
     {"setPerfStatsMask:", "model", "modelAttributes", "statsWithHardwareExecutionNS:",
-     "hwExecutionTime", *DEVICE_INFO}
+     "hwExecutionTime", "validate", "perfStatsArray", "perfStats", *DEVICE_INFO}
 )  # fmt: skip
+
+# Classes only ``compile_mlmodelc`` (the ``_ANEClient`` path, ANE_NOTES 2.2) sends to; the
+# in-memory path never does, so their absence costs that path only.
+CLIENT_PATH_CLASSES = frozenset({"_ANEClient"})
+CLIENT_PATH_SELECTORS = frozenset({"modelAtURL:key:"})
+
+# PyObjC merges a registered ``type_modifier`` into the argument's native type: an
+# out-parameter ``NSError**`` reads ``{"type": b"o^@"}`` in ``__metadata__()`` (pyobjc-core
+# Modules/objc/method-signature.m; PyObjC's own ``assertArgIsOut`` tests this prefix).
+OUT_PARAMETER_PREFIX = b"o^"
 
 PYOBJC_HINT = "pip install pyobjc-core pyobjc-framework-Cocoa pyobjc-framework-IOSurface"
 METAL_HINT = "pip install 'anekit[metal]' (pyobjc-framework-Metal)"
@@ -151,6 +165,44 @@ def load() -> Framework:
     if reason is not None or _loaded is None:
         raise BackendUnavailable(f"backend 'ane' is unavailable: {reason}", backend="ane")
     return _loaded
+
+
+def is_out_parameter(argument: Any) -> bool:
+    """Whether one argument of a selector's ``__metadata__()`` is an out-parameter for PyObjC."""
+    kind = argument.get("type") if isinstance(argument, dict) else None
+    return isinstance(kind, (bytes, str)) and _as_bytes(kind).startswith(OUT_PARAMETER_PREFIX)
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def is_client_path(class_name: str, selector: str) -> bool:
+    """Whether only the ``_ANEClient`` path (``compile_mlmodelc``) sends ``selector``."""
+    return class_name in CLIENT_PATH_CLASSES or selector in CLIENT_PATH_SELECTORS
+
+
+def foreign_error(e: BaseException) -> tuple[str, str, Any]:
+    """The name, reason and userInfo of an Objective-C exception PyObjC raised as ``objc.error``.
+
+    PyObjC keeps them in ``_pyobjc_info_``; an ``objc.error`` raised by PyObjC itself (a bad
+    argument, a missing selector) has none, and its type name and text stand in.
+    """
+    info = getattr(e, "_pyobjc_info_", None)
+    if isinstance(info, dict) and info.get("name") is not None:
+        return str(info["name"]), str(info.get("reason")), plain(info.get("userInfo"))
+    return type(e).__name__, str(e), None
+
+
+@contextlib.contextmanager
+def translated(fw: Any, what: str, error_type: type[AnekitError]) -> Iterator[None]:
+    """Turn an ``objc.error`` raised inside into ``error_type`` naming the exception and reason."""
+    try:
+        yield
+    except fw.foreign_errors as e:
+        name, reason, info = foreign_error(e)
+        details = {"exception": name, "reason": reason, "userInfo": info}
+        raise error_type(f"ANE {what} raised {name}: {reason}", user_info=details) from e
 
 
 def describe_error(error: Any) -> tuple[str, str | None, int | None, dict[str, Any] | None]:
@@ -249,6 +301,7 @@ class Framework:
         self._ns = Foundation
         self._ios = IOSurface
         self.pyobjc_version: str = objc.__version__
+        self.foreign_errors: tuple[type[BaseException], ...] = (objc.error,)
 
     # -- Objective-C objects -------------------------------------------------------------------
     def pool(self) -> contextlib.AbstractContextManager[Any]:
@@ -267,6 +320,10 @@ class Framework:
             raise BackendUnavailable(
                 f"{FRAMEWORK_PATH} has no class {name}", backend="ane"
             ) from None
+
+    def selector_metadata(self, class_name: str, selector: str) -> dict[str, Any]:
+        """PyObjC's ``__metadata__()`` of ``selector`` on a class (its instance method)."""
+        return getattr(self.cls(class_name), selector.replace(":", "_")).__metadata__()
 
     def data(self, payload: bytes) -> Any:
         """An NSData copy of ``payload``."""

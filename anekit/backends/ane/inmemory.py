@@ -39,7 +39,7 @@ from anekit.backends.ane.kernel import (
     read_attributes,
 )
 from anekit.backends.ane.layout import check_choices
-from anekit.backends.ane.stats import perf_mask, set_perf_mask
+from anekit.backends.ane.stats import check_stats_read, perf_mask, set_perf_mask
 from anekit.backends.ane.workdirs import WORKDIRS
 from anekit.errors import CompileError, MilTypeError
 from anekit.hw.chips import Chip
@@ -60,12 +60,15 @@ class InMemoryModel(Loaded):
         qos: int,
         mask: int = 0,
         autorelease: bool = True,
+        workdir_weights: str = "rewrite",
     ) -> None:
         super().__init__(framework, qos, autorelease=autorelease)
         fw = framework
-        with self.pool():
+        with self.call("compile", CompileError):
             self.model = model = in_memory_model(fw, text, weights)
-            self.workdir = WORKDIRS.acquire(workdir_path(fw, model), workdir_files(text, weights))
+            files = workdir_files(text, weights)
+            rewrite = _rewritable(files, workdir_weights)
+            self.workdir = WORKDIRS.acquire(workdir_path(fw, model), files, rewrite)
             try:
                 self._compile_and_load(mask)
             except BaseException:
@@ -94,14 +97,14 @@ class InMemoryModel(Loaded):
             return read_attributes([*self.inner_models(), self.model])
 
     def dispatch(self, request: Any) -> tuple[bool, Any]:
-        with self.pool():
+        with self.call("evaluation"):
             return self.model.evaluateWithQoS_options_request_error_(
                 self.qos, self.options, request, None
             )
 
     def unload(self) -> None:
         try:
-            with self.pool():
+            with self.call("unload"):
                 ok, error = self.model.unloadWithQoS_error_(self.qos, None)
             if not ok:
                 raise evaluation_error(error, "unload")
@@ -121,6 +124,8 @@ class InMemoryKernel(SurfaceKernel):
         pack_inputs: bool = True,
         stats: bool = False,
         stats_mask: int | None = None,
+        stats_read: str = "request",
+        workdir_weights: str = "rewrite",
         dialect: str | None = None,
         chip: str | Chip | None = None,
         check: bool = True,
@@ -145,11 +150,14 @@ class InMemoryKernel(SurfaceKernel):
                 f"cannot print the program in the {self.dialect} dialect: {e}"
             ) from e
         mask = _mask(stats, stats_mask)
+        check_stats_read(stats_read)
         loaded = InMemoryModel(text, device.program.weight_files(), framework, qos=qos,
-                               mask=mask, autorelease=autorelease)  # fmt: skip
+                               mask=mask, autorelease=autorelease,
+                               workdir_weights=workdir_weights)  # fmt: skip
         self.qos = loaded.qos
         self.workdir: Path = loaded.workdir
-        super().__init__(program, device, loaded, stats=stats, layout=layout, binding=binding)
+        super().__init__(program, device, loaded, stats=stats, stats_read=stats_read,
+                         layout=layout, binding=binding)  # fmt: skip
 
 
 def _mask(stats: bool, stats_mask: int | None) -> int:
@@ -161,6 +169,20 @@ def _mask(stats: bool, stats_mask: int | None) -> int:
     if not stats:
         return 0
     return perf_mask() if stats_mask is None else stats_mask
+
+
+WORKDIR_WEIGHTS = ("rewrite", "verify")
+
+
+def _rewritable(files: dict[str, bytes], workdir_weights: str) -> frozenset[str]:
+    """The work-directory files written again when the directory is in use (see workdirs)."""
+    if workdir_weights not in WORKDIR_WEIGHTS:
+        raise ValueError(
+            f"workdir_weights must be one of {WORKDIR_WEIGHTS}, found {workdir_weights!r}"
+        )
+    if workdir_weights == "verify":
+        return frozenset()
+    return frozenset(name for name in files if name.startswith("weights/"))
 
 
 def in_memory_model(fw: Any, text: str, weights: dict[str, bytes]) -> Any:

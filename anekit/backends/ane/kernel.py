@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from anekit.backends.ane.device import DeviceProgram
-from anekit.backends.ane.framework import describe_error, mil_line, plain
+from anekit.backends.ane.framework import describe_error, mil_line, plain, translated
 from anekit.backends.ane.iosurface import Surface
 from anekit.backends.ane.layout import IOPlan, TensorLayout, plan
-from anekit.backends.ane.stats import hardware_seconds, make_stats
+from anekit.backends.ane.stats import check_stats_read, hardware_seconds, make_stats
 from anekit.backends.base import (
     QUEUE_DEPTH,
     Buffer,
@@ -47,7 +47,7 @@ from anekit.backends.base import (
     KernelLayout,
     TensorSpec,
 )
-from anekit.errors import CompileError, EvaluationError
+from anekit.errors import AnekitError, CompileError, EvaluationError
 from anekit.mil.program import Program
 
 MAX_QOS = 2**32 - 1  # the selectors take an unsigned int
@@ -115,6 +115,12 @@ class Loaded(ABC):
         """The autorelease pool every framework call runs in (none with ``autorelease=False``)."""
         return self.fw.pool() if self.autorelease else contextlib.nullcontext()
 
+    @contextlib.contextmanager
+    def call(self, what: str, error_type: type[AnekitError] = EvaluationError) -> Iterator[None]:
+        """A framework call: in a pool, an ``objc.error`` raised inside becomes ``error_type``."""
+        with self.pool(), translated(self.fw, what, error_type):
+            yield
+
     @abstractmethod
     def attributes(self) -> Any:
         """The compiled model's ``modelAttributes`` as plain Python, or None."""
@@ -146,7 +152,7 @@ class Slot:
         fw = loaded.fw
         fn = device.program.main
         shared = shared or {}
-        with loaded.pool():
+        with loaded.call("request building"):
             self.inputs = [
                 shared[i] if i in shared else Surface.create(fw, lay)
                 for i, lay in enumerate(kernel_plan.inputs)
@@ -215,24 +221,33 @@ def request_for(
     output_indices: Sequence[int],
     stats: Any = None,
 ) -> Any:
-    """An ``_ANERequest`` over the surfaces at the given request indices (ANE_NOTES 2.1 step 6)."""
+    """An ``_ANERequest`` over the surfaces at the given request indices (ANE_NOTES 2.1 step 6).
+
+    The arrays list the surfaces in ascending request index, as tmc's x/ane passes them
+    (not in the program's signature order); ``-validate`` is asked once, where it exists.
+    """
     wrap = fw.cls("_ANEIOSurfaceObject")
-    in_objects = [wrap.objectWithIOSurface_(s.handle) for s in inputs]
-    out_objects = [wrap.objectWithIOSurface_(s.handle) for s in outputs]
+    in_order = sorted(range(len(inputs)), key=lambda i: input_indices[i])
+    out_order = sorted(range(len(outputs)), key=lambda i: output_indices[i])
     request = fw.cls(
         "_ANERequest"
     ).requestWithInputs_inputIndices_outputs_outputIndices_weightsBuffer_perfStats_procedureIndex_(
-        fw.array(in_objects),
-        fw.array([fw.number(i) for i in input_indices]),
-        fw.array(out_objects),
-        fw.array([fw.number(i) for i in output_indices]),
+        fw.array([wrap.objectWithIOSurface_(inputs[i].handle) for i in in_order]),
+        fw.array([fw.number(input_indices[i]) for i in in_order]),
+        fw.array([wrap.objectWithIOSurface_(outputs[i].handle) for i in out_order]),
+        fw.array([fw.number(output_indices[i]) for i in out_order]),
         None,
         stats,
         fw.number(0),
     )
+    what = f"{len(inputs)} input and {len(outputs)} output surfaces"
     if request is None:
+        raise EvaluationError(f"_ANERequest rejected {what}")
+    validate = getattr(request, "validate", None)
+    if validate is not None and not validate():
         raise EvaluationError(
-            f"_ANERequest rejected {len(in_objects)} input and {len(out_objects)} output surfaces"
+            f"-[_ANERequest validate] refused the request over {what} at input indices "
+            f"{list(input_indices)} and output indices {list(output_indices)}"
         )
     return request
 
@@ -283,10 +298,12 @@ class SurfaceKernel(Kernel):
         loaded: Loaded,
         *,
         stats: bool,
+        stats_read: str = "request",
         layout: str = "auto",
         binding: str = "auto",
     ) -> None:
         super().__init__(program)
+        self._stats_read = check_stats_read(stats_read)
         self.device_program = device.program
         self.packing = device.packing
         self._device = device
@@ -439,9 +456,11 @@ class SurfaceKernel(Kernel):
                 s.device_end()
         if not ok:
             raise evaluation_error(error, "evaluation")
-        with self._loaded.pool():
-            hw = hardware_seconds(slot.stats)
-        self._last = None if hw is None else {"wall_s": wall, "hw_s": hw}
+        if not self._stats:
+            return
+        with self._loaded.call("reading performance statistics"):
+            hw = hardware_seconds(slot.request, slot.stats, self._stats_read)
+        self._last = None if hw is None else {"wall_s": wall, "hw_s": hw[0], "read_from": hw[1]}
 
     def _describe(self) -> KernelLayout:
         """The layout of every buffer, from the plan (before any surface exists)."""

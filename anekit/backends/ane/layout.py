@@ -12,8 +12,11 @@ that fix each tensor's request index (tmc/apple ``x/ane/compile.go``).
 tensor and a request index per tensor. ``layout=`` and ``binding=`` switch the rules
 (ANE_NOTES: do not hard-wire one side of a conflict):
 
-- layout ``"auto"``: the model's attributes, else 64-byte rows computed here (and
-  ``Kernel.layout`` says which); ``"model"``: the attributes or CompileError;
+- layout ``"auto"``: the model's attributes; only when it reports none at all, 64-byte
+  rows computed here (and ``Kernel.layout`` says so). Attributes that are reported but
+  cannot be matched to the program, or a ``RowStride`` that is not a multiple of 64, are
+  a CompileError, as tmc's x/ane aborts: computed strides would be wrong for a tensor
+  with several rows per channel. ``"model"``: the attributes or CompileError;
   ``"dense"``, ``"pad64"``, ``"pad128"``: computed rows of exactly that alignment
   (experiments: ``doctor --ladder`` tries each).
 - binding ``"auto"``: the model's symbol arrays, else signature order; or force
@@ -38,6 +41,7 @@ _FORCED_ALIGNMENT = {"dense": 1, "pad64": 64, "pad128": 128}
 
 # ``Type`` strings of LiveInputList entries and the element size each implies.
 _TYPE_BYTES = {"Float16": 2, "Float32": 4, "Int8": 1, "UInt8": 1, "Int16": 2, "Int32": 4}
+ROW_STRIDE_MULTIPLE = 64  # tmc's x/ane rejects a reported RowStride that is not one
 INPUT_SYMBOLS_KEY = "kANEFModelInputSymbolsArrayKey"
 OUTPUT_SYMBOLS_KEY = "kANEFModelOutputSymbolsArrayKey"
 
@@ -125,10 +129,13 @@ class ModelIO:
     output_symbols: tuple[str, ...] | None
 
 
+NO_ATTRIBUTES = "the compiled model reported no modelAttributes"
+
+
 def parse_attributes(attrs: Any) -> ModelIO:
     """Read :class:`ModelIO` from plain ``modelAttributes``; CompileError says what is missing."""
     if not isinstance(attrs, Mapping) or not attrs:
-        raise CompileError("the compiled model reported no modelAttributes")
+        raise CompileError(NO_ATTRIBUTES)
     nets = attrs.get("NetworkStatusList")
     if not isinstance(nets, Sequence) or not nets or not isinstance(nets[0], Mapping):
         raise CompileError("modelAttributes has no NetworkStatusList[0]")
@@ -200,6 +207,10 @@ def _from_reported(spec: TensorSpec, e: Reported) -> TensorLayout:
         )
     if e.row_stride < width * item or e.plane_stride < e.height * e.row_stride:
         problems.append(f"RowStride {e.row_stride} / PlaneStride {e.plane_stride} are too small")
+    if e.row_stride % ROW_STRIDE_MULTIPLE:
+        problems.append(
+            f"RowStride {e.row_stride} is not a multiple of {ROW_STRIDE_MULTIPLE} (tmc rejects it)"
+        )
     if problems:
         raise CompileError(f"{spec.name}: the reported layout does not fit: {'; '.join(problems)}")
     layout = TensorLayout(e.channels, e.height, e.width, item, e.row_stride, e.plane_stride,
@@ -274,9 +285,12 @@ def _reported_or_computed(
                 [_from_reported(s, e) for s, e in zip(outputs, out_e)],
             )
         except CompileError as e:
-            why = str(e)
-    if layout == "model":
-        raise CompileError(f"layout='model' needs the compiled model's layout: {why}")
+            raise CompileError(
+                f"layout={layout!r}: the compiled model's layout report cannot be used, and "
+                f"computed strides could be wrong: {e}"
+            ) from e
+    if layout == "model" or why != NO_ATTRIBUTES:
+        raise CompileError(f"layout={layout!r} needs the compiled model's layout: {why}")
     align = facts.value("row_alignment_bytes")
     source = f"computed: {align}-byte rows ({why})"
     notes.append(f"layout {source}")

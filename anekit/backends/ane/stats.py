@@ -4,9 +4,15 @@ Passing a stats object as a request's ``perfStats:`` is the presumed way to read
 the time the ANE itself spent; it is not confirmed on hardware, so kernels use it
 only when compiled with ``stats=True``. Then the model's ``setPerfStatsMask:`` is
 set before compile and again after load (load clears it; tmc/apple x/ane), on the
-in-memory model and on the ``_ANEModel`` inside it. Where no ``hwExecutionTime``
-comes back, ``Kernel.last_stats()`` returns None rather than a guess (counters may
-be unavailable for in-memory MIL models).
+in-memory model and on the ``_ANEModel`` inside it.
+
+Where the framework puts the numbers is a hypothesis with two readings, behind
+``stats_read=``: ``"request"`` (the default, what tmc's ``telemetry/eval.go`` and
+Espresso do) reads ``request.perfStatsArray()[0]``, then ``request.perfStats()``, then
+the object passed in; ``"attached"`` reads only the object passed in. Where no
+``hwExecutionTime`` comes back, ``Kernel.last_stats()`` returns None rather than a
+guess (counters may be unavailable for in-memory MIL models); the ``stats`` rung of
+``doctor --ladder`` records which reading held.
 """
 
 from __future__ import annotations
@@ -40,9 +46,35 @@ def make_stats(framework: Any) -> Any | None:
     return cls.statsWithHardwareExecutionNS_(0)
 
 
-def hardware_seconds(stats: Any | None) -> float | None:
-    """The hardware time a stats object recorded for the last evaluation, if it recorded one."""
-    if stats is None:
-        return None
-    ns = int(stats.hwExecutionTime())
-    return ns * 1e-9 if ns > 0 else None
+STATS_READS = ("request", "attached")
+
+
+def check_stats_read(stats_read: str) -> str:
+    """ValueError for an unknown ``stats_read`` (checked before anything compiles)."""
+    if stats_read not in STATS_READS:
+        raise ValueError(f"stats_read must be one of {STATS_READS}, found {stats_read!r}")
+    return stats_read
+
+
+def _request_stats(request: Any) -> list[tuple[str, Any]]:
+    """The stats objects a request itself holds after an evaluation, in tmc's order."""
+    found = []
+    array = getattr(request, "perfStatsArray", None)
+    entries = array() if array is not None else None
+    if entries is not None and int(entries.count()) > 0:
+        found.append(("perfStatsArray[0]", entries.objectAtIndex_(0)))
+    own = getattr(request, "perfStats", None)
+    if own is not None:
+        found.append(("perfStats", own()))
+    return found
+
+
+def hardware_seconds(request: Any, attached: Any | None, read: str) -> tuple[float, str] | None:
+    """The hardware time of the last evaluation and where it was read, if anything recorded it."""
+    candidates = _request_stats(request) if read == "request" else []
+    candidates.append(("the attached stats object", attached))
+    for where, stats in candidates:
+        ns = int(stats.hwExecutionTime()) if stats is not None else 0
+        if ns > 0:
+            return ns * 1e-9, where
+    return None

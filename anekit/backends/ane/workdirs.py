@@ -8,7 +8,12 @@ share one; the last to close removes it. Two rules keep that safe:
   anything is written into it, so stale files never mix with new ones;
 - a directory in use (by this process or another live one) is reused only if its
   files hold exactly the bytes this program needs; a mismatch raises CompileError,
-  since the identifier would then name two different programs.
+  since the identifier would then name two different programs. The exception is the
+  files named in ``rewrite`` (the weight files, with ``workdir_weights="rewrite"``):
+  whether the identifier covers the weight bytes is contested (Orion and maderix
+  disagree), and if it does not, two kernels of one text with different weights share
+  a directory; the hardware-tested clients write the weights before every compile,
+  and so does anekit (the compiler reads them at compile time; weights are frozen then).
 
 Which processes use a directory is recorded in marker files beside it
 (``<hex>.anekit-<pid>``), not inside it, so the compiler sees only its own files.
@@ -35,11 +40,18 @@ class WorkDirs:
         self._lock = threading.RLock()
         self._users: dict[Path, int] = {}
 
-    def acquire(self, path: Path, files: dict[str, bytes]) -> Path:
-        """Make ``path`` hold ``files`` (relative path -> bytes) for one more user; returns it."""
+    def acquire(
+        self, path: Path, files: dict[str, bytes], rewrite: frozenset[str] = frozenset()
+    ) -> Path:
+        """Make ``path`` hold ``files`` (relative path -> bytes) for one more user; returns it.
+
+        A directory in use must hold the same bytes, except the files named in ``rewrite``,
+        which are written again.
+        """
         with self._lock:
             if path in self._users or _live_owners(path):
-                _verify(path, files)
+                _verify(path, {k: v for k, v in files.items() if k not in rewrite})
+                _write(path, {k: v for k, v in files.items() if k in rewrite})
             else:
                 if path.exists():  # left behind by a process that is gone
                     shutil.rmtree(path)

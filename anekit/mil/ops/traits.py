@@ -31,9 +31,12 @@ def _declare(name: str, readers: tuple[str, ...], meaning: str) -> str:
 
 
 _COST = "anekit.hw.cost"
-_RULES = "anekit.hw.rules"
+_OP_RULES = "anekit.hw.rules.ops"
+_SIZE_RULES = "anekit.hw.rules.sizes"
+_CHIP_RULES = "anekit.hw.rules.generations"
+_WEIGHT_RULES = "anekit.hw.rules.compression"
 _REFERENCE = "anekit.backends.reference.planner"
-_COMPRESS = ("anekit.compress.layers", "anekit.compress.auto")  # layers are MAC ops' weights
+_COMPRESS = ("anekit.compression.layers", "anekit.compression.auto")  # layers are MAC ops' weights
 
 CONST = _declare(
     "const",
@@ -41,10 +44,11 @@ CONST = _declare(
         "anekit.mil.builder",
         "anekit.mil.parser",
         "anekit.mil.graph",
-        _RULES,
+        _OP_RULES,
+        _CHIP_RULES,
         _COST,
         _REFERENCE,
-        "anekit.compress.layers",
+        "anekit.compression.layers",
     ),
     "the op is a constant: its one output is the value of its `val` argument",
 )
@@ -53,9 +57,11 @@ CONSTEXPR = _declare(
     (
         "anekit.mil.ops.conv",
         "anekit.mil.graph",
-        "anekit.mil.passes",
+        "anekit.passes.fold",
         "anekit.mil.verify",
-        _RULES,
+        _OP_RULES,
+        _CHIP_RULES,
+        _WEIGHT_RULES,
         _COST,
     ),
     "computed from constants when the device loads the program (decompression): known at "
@@ -83,7 +89,7 @@ ACTIVATION = _declare("activation", (_COST,), "a nonlinearity applied after a co
 COMPARISON = _declare("comparison", (_COST,), "an elementwise comparison giving bool")
 CAST = _declare(
     "cast",
-    (_RULES, _COST),
+    (_OP_RULES, _CHIP_RULES, _COST),
     "converts the element type only; at the program's edge it runs outside the engine",
 )
 QUANTIZE = _declare(
@@ -93,17 +99,17 @@ QUANTIZE = _declare(
 )
 CONV = _declare(
     "conv",
-    (_RULES, _COST, *_COMPRESS),
+    (_SIZE_RULES, _CHIP_RULES, _COST, *_COMPRESS),
     "a convolution: multiply-accumulates on the MAC array, channels on axis 1",
 )
 MATMUL = _declare(
     "matmul",
-    (_RULES, _COST, *_COMPRESS),
+    (_SIZE_RULES, _COST, *_COMPRESS),
     "a matrix product: multiply-accumulates on the MAC array over `OpDef.contraction`",
 )
 ATTENTION = _declare(
     "attention",
-    (_RULES, _COST, *_COMPRESS),
+    (_CHIP_RULES, _COST, *_COMPRESS),
     "fused scaled-dot-product attention (two matrix products around a softmax)",
 )
 

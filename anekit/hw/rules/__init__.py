@@ -1,0 +1,105 @@
+"""The checker's rules, as a table: (id, severity, which chips, check, evidence).
+
+Each rule states one known ANE constraint and the public evidence for it. Where the
+evidence conflicts, the rule is a warning that names both sides; nothing here
+silently picks one. Op-level facts come from data: the ANEForge one-op sweep
+(``data/mil_op_sweep.json``) and the ops ANE_NOTES section 3 saw working on M4.
+"""
+
+from __future__ import annotations
+
+from anekit.hw.rules.base import Context, Finding, Rule, every_chip, legacy_chip
+from anekit.hw.rules.compression import compression_findings
+from anekit.hw.rules.generations import (
+    legacy_dialect,
+    legacy_fp32_cast,
+    legacy_multi_blob,
+    m3_conv_channels,
+    sdpa_mask,
+)
+from anekit.hw.rules.io import multi_input, multi_input_order
+from anekit.hw.rules.ops import (
+    NOTES_M4_SOURCE,
+    SWEEP_SOURCE,
+    op_conflicting,
+    op_incorrect,
+    op_unsupported,
+    op_unverified,
+    preferred_spelling,
+)
+from anekit.hw.rules.sizes import (
+    conv_input_channels,
+    dim_limits,
+    dynamic_shapes,
+    last_axis_padding,
+    m1_matmul_k,
+    program_bytes,
+    program_memory,
+    rank_limit,
+    tensor_bytes,
+    weights_ceiling,
+    zero_size,
+)
+
+__all__ = ["RULES", "Context", "Finding", "Rule", "program_memory"]
+
+RULES: tuple[Rule, ...] = (
+    Rule("dynamic-shape", "error", "every shape must be static", "ANE_NOTES section 1 (DMA fixed at compile time)",
+         every_chip, dynamic_shapes),
+    Rule("op-unsupported", "error", "op did not compile in the one-op sweep", SWEEP_SOURCE,
+         every_chip, op_unsupported),
+    Rule("op-conflicting-evidence", "warning", "sweep and ANE_NOTES disagree on the op",
+         f"{SWEEP_SOURCE}; {NOTES_M4_SOURCE}", every_chip, op_conflicting),
+    Rule("op-incorrect", "warning", "op compiled but was wrong in the one-op sweep", SWEEP_SOURCE,
+         every_chip, op_incorrect),
+    Rule("op-unverified", "info", "no evidence the op's results are right on the ANE", SWEEP_SOURCE,
+         every_chip, op_unverified),
+    Rule("zero-size", "error", "a tensor has a zero-size dimension",
+         "ANE_NOTES 2.5 (surface layout); coremltools' MILBlob reader refuses empty data; estimate: "
+         "no published run of an empty tensor", every_chip, zero_size),
+    Rule("rank-limit", "error", "a tensor's rank exceeds the compiler's limit",
+         "ANEForge graph.py: ANECCompile rejects rank 6 and more", every_chip, rank_limit),
+    Rule("tensor-bytes", "error", "a tensor is too large for the ANE's DMA addressing",
+         "estimate: tinygrad's H13 register map (32-bit DMA offsets and strides)", every_chip,
+         tensor_bytes),
+    Rule("program-memory", "error", "the program needs more memory at once than the ANE addresses",
+         "estimate: tinygrad's H13 register map (32-bit DMA offsets); ANE_NOTES 2.4 (~2 GB weights)",
+         every_chip, program_bytes),
+    Rule("dim-limit", "error", "a dimension exceeds the chip's limit",
+         "ANE_NOTES 2.4 (65536, M4); ANEForge capabilities (16384 spatial through A15)", every_chip, dim_limits),
+    Rule("conv-input-channels", "error", "too many conv input channels",
+         "ANE_NOTES 2.4: 32000-input-channel conv rejected, 32000 output channels work", every_chip,
+         conv_input_channels),
+    Rule("sdpa-mask", "error", "scaled_dot_product_attention ignores attn_mask",
+         "ANE_NOTES 2.4; maderix/ANE README (Limitations)", every_chip, sdpa_mask),
+    Rule("weights-ceiling", "error", "weights over the per-program ceiling",
+         "ANE_NOTES 2.4: ~2 GB of weights per program (e5rt path)", every_chip, weights_ceiling(True)),
+    Rule("weights-near-ceiling", "warning", "weights within 20% of the per-program ceiling",
+         "ANE_NOTES 2.4: ~2 GB of weights per program (e5rt path)", every_chip, weights_ceiling(False)),
+    Rule("multi-input-order", "warning", "multiple inputs not ordered by size",
+         "ANE_NOTES 2.4 (three reports disagree)", every_chip, multi_input_order),
+    Rule("multi-input", "info", "multiple inputs", "ANE_NOTES 2.4 (three reports disagree)",
+         every_chip, multi_input),
+    Rule("last-axis-padding", "warning", "tiny last axis wastes memory",
+         "ANE_NOTES section 1; Apple ml-ane-transformers (last axis padded to 64 bytes)", every_chip,
+         last_axis_padding),
+    Rule("preferred-spelling", "info", "an op has a better-supported spelling", "ANE_NOTES 2.4",
+         every_chip, preferred_spelling),
+    Rule("m1-matmul-k", "error", "M1 matmul inner dimension must be a multiple of 32", "ANE_NOTES 2.4",
+         lambda chip: chip.matmul_k_multiple > 1, m1_matmul_k),
+    Rule("legacy-dialect", "warning", "M1/M2 want program(1.0) / ios16",
+         "ANE_NOTES 2.4; maderix/ANE cross-generation report (M1: program(1.3) partial)", legacy_chip,
+         legacy_dialect),
+    Rule("legacy-fp32-cast", "warning", "fp32 casts may be unsupported on M1/M2", "ANE_NOTES 2.4",
+         legacy_chip, legacy_fp32_cast),
+    Rule("legacy-multi-blob", "warning", "M1/M2 reject multi-blob weight files",
+         "ANE_NOTES 2.4 and section 4; maderix/ANE report", legacy_chip, legacy_multi_blob),
+    Rule("compression-folds", "warning", "the chip folds this weight encoding to dense fp16",
+         "data/compression.json (ANEForge per-family compressed-weight streaming)", every_chip,
+         lambda ctx: compression_findings(ctx, "folds")),
+    Rule("compression-unverified", "info", "no evidence how the chip treats this weight encoding",
+         "data/compression.json", every_chip, lambda ctx: compression_findings(ctx, None)),
+    Rule("m3-conv-channels", "warning", "only 512-channel convs reported to compile on M3",
+         "maderix/ANE cross-generation report (M3 Pro); maderix/ANE issue #42 (M3 Ultra)",
+         lambda chip: chip.generation == "H15", m3_conv_channels),
+)  # fmt: skip

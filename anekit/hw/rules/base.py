@@ -1,0 +1,73 @@
+"""What a checker rule is: a Finding, the Context rules read, the Rule row and chip selectors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from anekit.hw.chips import Chip
+from anekit.mil.graph import FunctionGraph
+from anekit.mil.program import Operation, Program, Value
+from anekit.mil.types import DType
+
+LEGACY_GENERATIONS = frozenset({"H13", "H14"})  # M1, M2
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A rule's raw finding, before the driver (``anekit.hw.compat``) makes it a Diagnostic."""
+
+    message: str
+    op: Operation | None = None
+    name: str | None = None
+
+
+class Context(FunctionGraph):
+    """What rules read: the main function, the chip, and facts derived from the program."""
+
+    def __init__(self, program: Program, chip: Chip) -> None:
+        super().__init__(program.main)
+        self.program = program
+        self.chip = chip
+
+    def tensors(self) -> Iterator[tuple[Value, Operation | None]]:
+        """Every runtime tensor (inputs and op results, consts excluded) with its producer."""
+        for v in self.fn.inputs:
+            yield v, None
+        for op in self.runtime_ops():
+            for v in op.outputs:
+                yield v, op
+
+    def ops_with(self, *traits: str) -> Iterator[Operation]:
+        """The ops carrying any of the given traits."""
+        wanted = set(traits)
+        return (op for op in self.fn.ops if op.opdef.traits & wanted)
+
+    def weight_bytes(self) -> int:
+        """Bytes of every constant tensor the program's ops consume (its weights)."""
+        seen: dict[int, int] = {}
+        for op in self.runtime_ops():  # count what compute ops consume, once
+            for v in op.input_values():
+                if self.is_const(v) and v.type.is_static and v.type.dtype is not DType.string:
+                    seen[id(v)] = v.type.nbytes or 0
+        return sum(seen.values())
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One checker rule: applies(chip) selects chips; check(ctx) yields findings."""
+
+    id: str
+    severity: str
+    summary: str
+    evidence: str
+    applies: Callable[[Chip], bool]
+    check: Callable[[Context], Iterable[Finding]]
+
+
+def every_chip(chip: Chip) -> bool:
+    return True
+
+
+def legacy_chip(chip: Chip) -> bool:
+    return chip.generation in LEGACY_GENERATIONS
