@@ -34,6 +34,7 @@ __all__ = [
     "KernelClosed",
     "os_reason",
     "ModelError",
+    "GarbageValues",
     "ModelClosed",
     "SessionReused",
 ]
@@ -321,3 +322,16 @@ class ModelClosed(UsageError):
 
 class SessionReused(UsageError):
     """A generator whose KV cache a later generation of the same session has taken over."""
+
+
+class GarbageValues(AnekitError, ArithmeticError):
+    """A model's values became garbage (non-finite, saturated, or logits without variance).
+
+    Raised instead of sampling from them: names the token position and the first layer (or
+    op) where the values went wrong, so a broken model never emits tokens silently.
+    """
+
+    def __init__(self, message: str, *, position: int, where: str) -> None:
+        self.position = position
+        self.where = where
+        super().__init__(f"position {position}, {where}: {message}")

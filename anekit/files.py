@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -41,6 +42,7 @@ __all__ = [
     "open_regular",
     "parse_json",
     "read_json",
+    "read_npz",
     "read_regular",
     "write_atomic",
     "write_synced",
@@ -120,6 +122,55 @@ def _check(info: os.stat_result, limit: int, what: str, where: str, error: Error
         raise error(f"is {file_kind(info.st_mode)}; expected {what}", path=where)
     if info.st_size > limit:
         raise error(f"{info.st_size} bytes; expected {what} of at most {limit} bytes", path=where)
+
+
+def read_npz(
+    path: str | os.PathLike[str], *, limit: int, what: str, error: ErrorFactory = UsageError
+) -> dict[str, Any]:
+    """The named arrays of an ``.npz`` file, each header checked against its member first.
+
+    An ``.npz`` is a zip of ``.npy`` files; a header may declare any shape, and a compressed
+    member may inflate to any size. Refused before anything is allocated: a file over
+    ``limit`` bytes, members inflating past ``limit`` in all, a header declaring more data
+    than its member holds, object (pickled) arrays. Every failure is ``error``.
+    """
+    import zipfile
+    import zlib
+
+    where = str(path)
+    try:
+        with open_regular(path, limit=limit, what=what, error=error) as f, zipfile.ZipFile(f) as z:
+            members = z.infolist()
+            inflated = sum(m.file_size for m in members)
+            if inflated > limit:
+                raise error(f"its arrays inflate to {inflated} bytes; expected {what} of at most "
+                            f"{limit}", path=where)  # fmt: skip
+            return {m.filename.removesuffix(".npy"): _npz_member(z, m, error, where)
+                    for m in members}  # fmt: skip
+    except AnekitError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as e:
+        raise error(f"not a readable .npz file ({e}); expected {what}", path=where) from None
+
+
+def _npz_member(z: Any, member: Any, error: ErrorFactory, where: str) -> Any:
+    """One member's array, its header's size checked against the member's."""
+    import numpy as np
+
+    fmt = np.lib.format
+    with z.open(member) as f:
+        version = fmt.read_magic(f)
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read_header(f)
+        if dtype.hasobject:
+            raise error(f"array {member.filename!r} holds Python objects (a pickle); "
+                        "expected numbers", path=where)  # fmt: skip
+        declared = math.prod(shape) * dtype.itemsize
+        if declared > member.file_size:
+            raise error(f"array {member.filename!r} declares {list(shape)} {dtype} "
+                        f"({declared} bytes), its member holds {member.file_size}", path=where)  # fmt: skip
+    with z.open(member) as f:
+        return fmt.read_array(f, allow_pickle=False)
 
 
 def model_file(

@@ -110,7 +110,7 @@ def test_sampling_rules():
     assert Sampler(Sampling(repetition_penalty=1.2))(np.array([2.0, 1.9]), [0]) == 1
     assert Sampler(Sampling(repetition_penalty=1.2))(np.array([-1.0, -1.1]), [0]) == 1
     assert Sampler(Sampling())(np.array([2.0, 1.9]), [0]) == 0
-    with pytest.raises(UsageError, match="temperature must be at least 0"):
+    with pytest.raises(UsageError, match="temperature must be a finite number of at least 0"):
         Sampling(temperature=-1)
 
 

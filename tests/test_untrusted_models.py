@@ -259,7 +259,12 @@ def test_bombs_are_refused_quickly_under_an_address_space_limit(saved, tmp_path:
     shutil.copytree(root / "plain", big)
     with open(big / "tokenizer.json", "wb") as f:
         f.truncate(1 << 40)  # sparse: a terabyte that takes no disk
+    npz = tmp_path / "calibration.npz"
+    _declaring_npz(npz, (1 << 36,))  # 64 Gi float32 elements declared in a ~100-byte member
     bombs = {
+        "npz header": f"from anekit.cli.compress import _sample; _sample({str(npz)!r})",
+        "classes --diff /dev/zero": "from anekit.doctor.classes import read_listing; "
+        "read_listing('/dev/zero')",
         "llama2c layers": f"from anekit import llm; llm.load({str(bin_file)!r})",
         "config layers": f"from anekit import llm; llm.load({str(layers)!r}, backend='reference')",
         "config /dev/zero": f"from anekit import llm; llm.load({str(zero)!r})",
@@ -269,3 +274,45 @@ def test_bombs_are_refused_quickly_under_an_address_space_limit(saved, tmp_path:
         result = _bomb(code)
         assert result.startswith("refused"), (name, result)
         assert float(result.split()[1]) < 10, (name, result)
+
+
+def _declaring_npz(path: Path, shape: tuple[int, ...]) -> None:
+    """An .npz whose one member's header declares ``shape`` float32 but holds 16 bytes."""
+    import io
+    import zipfile
+
+    member = io.BytesIO()
+    header = {"descr": "<f4", "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(member, header)
+    member.write(b"\0" * 16)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("x.npy", member.getvalue())
+
+
+def test_calibration_files_are_bounded_and_typed(tmp_path: Path) -> None:
+    from anekit.files import read_npz
+
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.arange(6, dtype=np.float16).reshape(2, 3))
+    assert np.array_equal(read_npz(good, limit=10_000, what="x")["x"], np.arange(6).reshape(2, 3))
+    cases = {
+        "declared": (r"declares \[1000\] float32 \(4000 bytes\), its member holds", None),
+        "empty": ("not a readable .npz file", b""),
+        "inflating": ("its arrays inflate to 800128 bytes; expected x of at most 100000", None),
+        "pickle": ("holds Python objects", None),
+        "fifo": (r"is a FIFO \(named pipe\)", None),
+    }
+    for name, (message, data) in cases.items():
+        path = tmp_path / f"{name}.npz"
+        if name == "declared":
+            _declaring_npz(path, (1000,))
+        elif name == "inflating":
+            np.savez_compressed(path, x=np.zeros(100_000))  # 800 KB of zeros in ~1 KB
+        elif name == "pickle":
+            np.savez(path, x=np.array([{"a": 1}], dtype=object))
+        elif name == "fifo":
+            os.mkfifo(path)
+        else:
+            path.write_bytes(data)
+        with pytest.raises(UsageError, match=message):
+            read_npz(path, limit=100_000, what="x")

@@ -20,6 +20,7 @@ from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
 from anekit.llm.config import LlmConfig
+from anekit.llm.guard import check_step
 from anekit.llm.runners import CacheState, ResidentRunner, Runner, SegmentedRunner, decode_cache
 from anekit.llm.session import GenerationStats, Session
 from anekit.llm.source import TensorSource, check_shapes
@@ -69,6 +70,7 @@ class Model:
         hold: str | None = None,
         compress: str | None = None,
         calibration: Sequence[int] | None = None,
+        compression_states: dict[str, Any] | None = None,
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
@@ -98,7 +100,12 @@ class Model:
         else:
             tokens = None if calibration is None else self._tokens(calibration)
             self.runner = SegmentedRunner(
-                config, source, scheme=self.compress, calibration=tokens, **options
+                config,
+                source,
+                scheme=self.compress,
+                calibration=tokens,
+                states=compression_states,
+                **options,
             )
         self._own = Session(self, self.runner.cache)  # of Model.stream, generate and logits
 
@@ -146,23 +153,33 @@ class Model:
 
     # -- forward ------------------------------------------------------------------------------
     def _prefill(self, ids: Sequence[int], state: CacheState, *, all_logits: bool) -> np.ndarray:
-        """Fill the cache with ``ids`` from position 0; logits of every token, or of the last."""
+        """Fill the cache with ``ids`` from position 0; logits of every token, or of the last.
+
+        Each chunk's values pass the garbage guard (:mod:`anekit.llm.guard`) first.
+        """
         key = K.BlockKey(self.chunk, self.max_seq)
         rows = []
         for start in range(0, len(ids), self.chunk):
             part = ids[start : start + self.chunk]
             h = self.runner.blocks(part, start, key, state)
+            last = len(part) - 1
+            logits = np.empty((0, self.config.vocab_size), np.float32)
             if all_logits:
-                rows.append(self.runner.head(h)[: len(part)])
+                logits, last = self.runner.head(h)[: len(part)], 0
             elif start + self.chunk >= len(ids):
-                rows.append(self.runner.head(h[..., len(part) - 1 : len(part)]))
+                logits = self.runner.head(h[..., last : last + 1])
+            check_step(self.runner.residuals(key, state), logits, start=start,
+                       tokens=len(part), logit_start=start + last)  # fmt: skip
+            rows.append(logits)
         return np.concatenate(rows, axis=0)
 
     def _decode(self, token: int, pos: int, state: CacheState) -> np.ndarray:
         """One token at position ``pos`` (the cache holds ``pos`` tokens); its logits ``[V]``."""
         key = K.BlockKey(1, decode_cache(self.max_seq, pos))
         h = self.runner.blocks([token], pos, key, state)
-        return self.runner.head(h)[0]
+        logits = self.runner.head(h)
+        check_step(self.runner.residuals(key, state), logits, start=pos, tokens=1, logit_start=pos)
+        return logits[0]
 
     # -- public API ---------------------------------------------------------------------------
     def session(self) -> Session:

@@ -207,6 +207,12 @@ class Runner(ABC):
                     bs.input(self._cache_name(f"{kind}_cache", j))[0, :, start : start + n] = rows
         return sets[-1].output("y")
 
+    def residuals(self, key: K.BlockKey, state: CacheState) -> list[tuple[range, np.ndarray]]:
+        """Each program of a step at ``key``'s shape, in order: the layers it runs and its
+        output residual stream ``[1, 1, D, T]`` (as the last step left it)."""
+        sets = self._sets_for(key, state)
+        return [(layers, bs.output("y")) for bs, (_, layers) in zip(sets, self._runs(key))]
+
     def head(self, h: np.ndarray) -> np.ndarray:
         """Logits ``[T, V]`` (float32) of a residual stream ``[1, 1, D, T]``."""
         key = K.HeadKey(h.shape[3], self.pieces)
@@ -428,6 +434,7 @@ class SegmentedRunner(Runner):
         *,
         scheme: str,
         calibration: list[int] | None,
+        states: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
         self.scheme = scheme
@@ -444,6 +451,7 @@ class SegmentedRunner(Runner):
                 pieces=self.pieces,
                 calibration=calibration,
                 dense=self._kernel,
+                states=states,
             )
         except BaseException:
             self.close()

@@ -56,6 +56,9 @@ def layer_parts(config: LlmConfig, i: int) -> dict[str, Parts]:
         "w13": [(p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d))],
         "w2": [(p + "mlp.down_proj.weight", (d, f))],
     }  # fmt: skip
+    if c.fused:  # stored already stacked, in the order the programs take
+        parts["wqkv"] = [(att + "qkv_proj.weight", (q + 2 * kv, d))]
+        parts["w13"] = [(p + "mlp.gate_up_proj.weight", (2 * f, d))]
     return {name: parts[name] for name in K.block_weight_shapes(c)}
 
 
