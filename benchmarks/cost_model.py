@@ -126,13 +126,15 @@ def load_entries() -> list[dict[str, Any]]:
     return json.loads(PUBLISHED_JSON.read_text("utf-8"))["entries"]
 
 
+_WORKS: dict[str, cost.ProgramWork] = {}  # program description -> its work, analysed once
+
+
 def _works(entries: list[dict[str, Any]]) -> dict[str, cost.ProgramWork]:
-    """Each distinct program's work, analysed once (many entries share a program)."""
-    works: dict[str, cost.ProgramWork] = {}
+    """Each distinct program's work, analysed once per process (many entries share one)."""
     for e in entries:
-        if _key(e) not in works:
-            works[_key(e)] = cost.analyze(build(e["program"]))
-    return works
+        if _key(e) not in _WORKS:
+            _WORKS[_key(e)] = cost.analyze(build(e["program"]))
+    return _WORKS
 
 
 def evaluate(entries: list[dict[str, Any]], chips: dict[str, Chip] | None = None) -> list[dict]:
