@@ -169,3 +169,10 @@ def test_reply_text_never_splits_a_character_and_cuts_at_a_stop():
     assert "".join(out) == "naïve → café " and reply.stop == "END"
     assert bytes(reply.tokens).decode() == "naïve → café END"  # up to the token completing it
     assert reply.finish_reason(max_tokens=100) == "stop"
+
+
+def test_the_plain_template_is_built_in(tmp_path):
+    template = load_chat_template(tmp_path, "plain")
+    assert (
+        template.render(CONVERSATIONS[1][:2]) == "system:  Be brief. \nuser: The robot\nassistant:"
+    )

@@ -102,7 +102,7 @@ def test_a_vocabulary_beyond_memory_is_a_checkpoint_error(ckpt: Path) -> None:
     [
         ("dim", 16.5, "dim must be an integer, found 16.5"),
         ("n_heads", True, "n_heads must be an integer, found True"),
-        ("n_kv_heads", 3, r"heads \(2\) must be a multiple of kv_heads \(3\)"),
+        ("n_kv_heads", 3, r"n_heads \(2\) must be a multiple of n_kv_heads \(3\)"),
         ("norm_eps", "small", "norm_eps must be a finite number > 0"),
         ("head_dim", -4, "head_dim must be at least 1"),
     ],

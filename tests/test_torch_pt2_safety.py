@@ -78,3 +78,11 @@ def test_truncated_and_garbage_archives_are_conversion_errors(source, tmp_path) 
         path.write_bytes(blob)
         with pytest.raises(ConversionError):
             archive.load_exported(path)
+
+
+def test_a_missing_transformers_is_named(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    with pytest.raises(ConversionError, match="pip install transformers"):
+        archive.register_pytree_types({"transformers.modeling_outputs.NoSuchOutput"}, "x.pt2")

@@ -29,11 +29,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit import fp16
     from anekit.bench.threads import pinned
     from anekit.errors import UsageError
     from anekit.llm.run import summary_line, write_reply
     from anekit.llm.stops import ReplyText
 
+    fp16.use_torch()  # imported before pinning, so that its threads are pinned too
     with pinned(args.threads):
         model, chat = chat_setup(args, chat=True)
         assert chat is not None

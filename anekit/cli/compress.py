@@ -41,7 +41,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=one_of("scheme", _schemes),
         help="int8, w8a8, lut6, lut4, or auto (per layer, what the cost model finds faster)",
     )
-    add_chip(parser, "to choose schemes for (auto), check and predict on")
+    add_chip(
+        parser,
+        "to choose schemes for (auto), check and predict on, and whose rules the output satisfies (M1 padding, M1/M2 dialect)",
+    )
     parser.add_argument(
         "--granularity",
         help="per_channel, per_block, per_tensor or per_grouped_channel "
@@ -81,6 +84,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.compression import MIN_ELEMENTS, compress_with_report
+    from anekit.passes import for_chip, save_dialect
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -101,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         group_size=args.group_size,
         seed=args.seed,
     )
-    result.program.save(out)
+    program = for_chip(result.program, chip)  # M1's padding, M1/M2's dialect, ...
+    program.save(out, dialect=save_dialect(program))
     if args.json:
         print(json.dumps({"out": str(out), **result.report.record()}, indent=1))
     else:

@@ -28,7 +28,14 @@ PROGRESS_FROM = 300
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
-        help="an ExportedProgram saved with torch.export.save (.pt2) or an ONNX model (.onnx)",
+        help="an ExportedProgram saved with torch.export.save (.pt2) or an ONNX model (.onnx); "
+        "with --llm a Hugging Face language-model directory",
+    )
+    parser.add_argument(
+        "--llm",
+        action="store_true",
+        help="save a language model with its weights compressed once (--compress) into a new "
+        "directory that load, generate, chat and serve open without compressing again",
     )
     parser.add_argument(
         "--out", required=True, help="output model directory (model.mil + weights/)"
@@ -59,6 +66,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=D,D,..",
         help="ONNX: the static shape of an input declared with dynamic dimensions (repeatable)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="let torch's log and warnings through while loading"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -95,6 +105,8 @@ def _converter(path: str, input_shapes: dict[str, list[int]]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.llm:
+        return _save_llm(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError("is a file; expected a directory for --out", path=str(out))
@@ -107,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert_file(
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
             passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
+            verbose=args.verbose,
         )  # fmt: skip
     from anekit.frontends.fidelity import TOLERANCE
 
@@ -117,6 +130,36 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_text(args, result, chip.name)
     return 0 if fidelity_ok and not errors else 1
+
+
+def _save_llm(args: argparse.Namespace) -> int:
+    """``--llm``: load the model with ``--compress`` for the chip, save it with its encodings."""
+    import time
+
+    from anekit import llm
+    from anekit.llm.compressed import CHOICES
+    from anekit.llm.saved import save_compressed
+
+    if args.compress not in CHOICES:
+        raise UsageError(f"--llm needs --compress, one of {', '.join(CHOICES)}")
+    if args.check or args.estimate or args.passes or args.max_error is not None or args.input_shape:
+        raise UsageError("--llm takes --out, --compress and --chip only")
+    chip = resolve_chip(args.chip)
+    begin = time.perf_counter()
+    with llm.load(args.path, chip=chip.name, compress=args.compress) as model:
+        manifest = save_compressed(model, args.path, args.out)
+    seconds = time.perf_counter() - begin
+    encodings = sum(len(p["encodings"]) for p in manifest["programs"].values())
+    record = {"out": args.out, "scheme": manifest["scheme"], "chip": manifest["chip"],
+              "layout": manifest["layout"], "encodings": encodings, "seconds": round(seconds, 2),
+              "files": sorted(manifest["checksums"])}  # fmt: skip
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        print(f"wrote {args.out}: {encodings} weights encoded with {manifest['scheme']} for "
+              f"{manifest['chip']}'s layout in {seconds:.1f} s; load, generate, chat and serve "
+              "open it without compressing again")  # fmt: skip
+    return 0
 
 
 def _passes(text: str | None) -> Any:
@@ -171,6 +214,7 @@ def _as_json(result: Any, chip: str) -> dict:
         "statements": len(result.program.main.ops),
         "fidelity": None if result.fidelity is None else result.fidelity.to_dict(),
         "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
+        "converter_notes": [dataclasses.asdict(d) for d in result.converter_notes],
         "estimate": None
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
@@ -205,5 +249,10 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         print(
             f"{chip}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
         )
+        if result.converter_notes:
+            print(
+                f"({len(result.converter_notes)} layout finding(s) on tensors inside the program, "
+                "placed by the converter, are not advice: --json lists them as converter_notes)"
+            )
     if args.estimate:
         print(estimate_table(result.estimate))

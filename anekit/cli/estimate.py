@@ -1,7 +1,8 @@
 """``anekit estimate FILE``: how long one evaluation takes on a chip, op by op.
 
 ``anekit estimate --model DIR``: the prefill and decode tokens/s a language model would
-reach on a chip, from the kernels it would run (:mod:`anekit.llm.cost`).
+reach on a chip, from the kernels it would run (:mod:`anekit.llm.cost`); with ``--draft``,
+the speed-up speculative decoding would bring (:func:`anekit.llm.cost.estimate_speculative`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anekit.cli._common import (
     SHAPES_HELP,
@@ -17,6 +18,7 @@ from anekit.cli._common import (
     llm_compression,
     load_program,
     non_negative,
+    positive_int,
     resolve_chip,
 )
 
@@ -43,6 +45,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with --model: predict the model loaded with this weight compression ("
         "int8, w8a8, lut6, lut4, fp16)",
     )
+    parser.add_argument(
+        "--draft",
+        help="with --model: a draft model for speculative decoding; predict the speed-up",
+    )
+    parser.add_argument(
+        "--draft-tokens", type=positive_int, default=4,
+        help="with --draft: tokens proposed per check (default: 4)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--acceptance", type=non_negative(float), default=0.7,
+        help="with --draft: the assumed chance that the target accepts a proposal (default: 0.7)",
+    )  # fmt: skip
     add_chip(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--all-chips", action="store_true", help="one line per chip profile")
@@ -109,6 +123,8 @@ def _run_model(args: argparse.Namespace) -> int:
     from anekit.llm.run import estimate_report
 
     config = read_model_config(args.model)
+    if args.draft is not None:
+        return _run_speculative(args, config)
     options = {"prompt_tokens": args.prompt_tokens, "compress": args.compress}
     if args.all_chips:
         rows = [estimate_llm(config, name, **options) for name in chips()]
@@ -121,6 +137,33 @@ def _run_model(args: argparse.Namespace) -> int:
         return 0
     est, lines = estimate_report(config, resolve_chip(args.chip).name, **options)
     print(json.dumps(est.record(), indent=1) if args.json else "\n".join(lines))
+    return 0
+
+
+def _run_speculative(args: argparse.Namespace, config: Any) -> int:
+    """``--model M --draft D``: the predicted speed-up of speculative decoding, per chip."""
+    from anekit.hw.chips import chips
+    from anekit.llm import read_model_config
+    from anekit.llm.cost import estimate_speculative
+
+    draft = read_model_config(args.draft)
+    names = list(chips()) if args.all_chips else [resolve_chip(args.chip).name]
+    rows = [
+        estimate_speculative(config, draft, name, draft_tokens=args.draft_tokens,
+                             acceptance=args.acceptance, prompt_tokens=args.prompt_tokens)
+        for name in names
+    ]  # fmt: skip
+    if args.json:
+        records = [r.record() for r in rows]
+        print(json.dumps(records if args.all_chips else records[0], indent=1))
+        return 0
+    print(f"speculative decoding: {args.draft_tokens} draft tokens per check, acceptance "
+          f"{args.acceptance:.0%} (assumed), cost model")  # fmt: skip
+    print(f"{'chip':10} {'target ms':>10} {'draft ms':>9} {'check ms':>9} {'tok/round':>10} "
+          f"{'speed-up':>9}")  # fmt: skip
+    for r in rows:
+        print(f"{r.chip:10} {r.target_step_s * 1e3:10.3f} {r.draft_step_s * 1e3:9.3f} "
+              f"{r.verify_s * 1e3:9.3f} {r.tokens_per_round:10.2f} {r.speedup:8.2f}x")  # fmt: skip
     return 0
 
 

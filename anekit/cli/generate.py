@@ -29,6 +29,7 @@ from anekit.cli._common import (
     utf8_text,
 )
 from anekit.cli.serve import add_model_source
+from anekit.errors import UsageError
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +93,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also print one-time costs, time to first token, measured and predicted tokens/s",
     )
+    parser.add_argument(
+        "--draft",
+        help="a smaller model with the same tokenizer (directory, .gguf or .bin) proposing "
+        "tokens the model checks in one call (speculative decoding)",
+    )
+    parser.add_argument(
+        "--draft-tokens", type=positive_int, default=4,
+        help="with --draft: tokens proposed per check (default: 4)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="with --stats: the stats as JSON")
 
 
@@ -123,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     fp16.use_torch()  # its one-time import (torch, where installed) counted here, not in a token
     imported = time.perf_counter()
     chat = args.chat or args.system is not None
+    if args.draft and chat:
+        raise UsageError("--draft applies to plain generation (--prompt), not --chat/--system")
     with pinned(args.threads) as threads:
         model, prompt = chat_setup(args, chat)
         loaded = time.perf_counter()
@@ -131,18 +143,25 @@ def run(args: argparse.Namespace) -> int:
                 stats = _chat_reply(args, model, prompt)
             else:
                 needed = len(prompt_ids(model, args.prompt)) + args.max_tokens
+                needed += args.draft_tokens if args.draft else 0  # speculation checks k past
                 if needed > model.max_seq:
                     model.reserve(needed)
+                speculation = _draft(args, model, needed)
                 path = args.model or args.ckpt
                 eot = (
                     end_of_turn_ids(path, model.tokenizer, model.config.eos_token_ids)
                     if os.path.isdir(path)
                     else None
                 )
-                stats = stream_text(model, args.prompt, sys.stdout, args.max_tokens,
-                                    stop_strings=args.stop, stop=eot, temperature=args.temperature,
-                                    top_k=args.top_k, top_p=args.top_p,
-                                    repetition_penalty=args.repetition_penalty, seed=args.seed)  # fmt: skip
+                try:
+                    stats = stream_text(model, args.prompt, sys.stdout, args.max_tokens,
+                                        stop_strings=args.stop, stop=eot, temperature=args.temperature,
+                                        top_k=args.top_k, top_p=args.top_p,
+                                        repetition_penalty=args.repetition_penalty, seed=args.seed,
+                                        **speculation)  # fmt: skip
+                finally:
+                    if speculation:
+                        speculation["draft"].close()
             if not (args.stats and args.json):  # --json: the record alone, for scripts
                 print(summary_line(stats), file=sys.stderr)
             if args.stats:
@@ -160,6 +179,17 @@ def run(args: argparse.Namespace) -> int:
                 text = json.dumps(report, indent=1) if args.json else "\n".join(stats_lines(report))
                 print(text, file=sys.stderr)
     return 0
+
+
+def _draft(args: argparse.Namespace, model: Any, needed: int) -> dict[str, Any]:
+    """``--draft``: the draft model as ``stream`` keywords (the caller closes it)."""
+    if args.draft is None:
+        return {}
+    from anekit.llm.run import open_model
+
+    draft = open_model(args.draft, None, None, backend=model.backend, chip=model.chip,
+                       max_seq=needed)  # fmt: skip
+    return {"draft": draft, "draft_tokens": args.draft_tokens}
 
 
 def _chat_reply(args: argparse.Namespace, model: Any, prompt: Any) -> Any:

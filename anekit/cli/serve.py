@@ -85,6 +85,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from anekit import fp16
     from anekit.bench.threads import describe, pinned
     from anekit.llm.chat import ChatTemplateError, end_of_turn_ids, load_chat_template
     from anekit.llm.run import open_model
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_queue < 0 or args.timeout <= 0 or args.drain_seconds < 0:
         raise UsageError("--max-queue must be >= 0, --timeout > 0 and --drain-seconds >= 0")
+    fp16.use_torch()  # imported before pinning, so that its threads are pinned too
     sock = listen(args.host, args.port)  # before loading: a taken port fails at once
     try:
         with pinned(args.threads) as threads:

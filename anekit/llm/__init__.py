@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from anekit.errors import ModelError
+from anekit.errors import ModelError, UsageError
 from anekit.llm.config import ARCHITECTURES, LlmConfig, read_config
 from anekit.llm.model import GenerationStats, Model
 from anekit.llm.sampling import Sampling
@@ -115,11 +115,34 @@ def load(
             "expected a Hugging Face model directory, a .gguf file or a llama2.c .bin file",
             path=str(p),
         )
+    from anekit.llm.saved import is_saved
     from anekit.llm.tokenizer import load_tokenizer
     from anekit.llm.weights import WeightStore
 
     config = read_config(p)
+    if is_saved(p):  # written by `anekit convert --llm`: its compression is stored
+        return _load_saved(p, config, options)
     return Model(config, WeightStore(p), tokenizer=load_tokenizer(p), **options)
+
+
+def _load_saved(path: Path, config: LlmConfig, options: dict) -> Model:
+    """A directory ``anekit convert --llm`` wrote: its weights encoded once, for its chip."""
+    from anekit.hw.chips import default_chip, get_chip
+    from anekit.llm.saved import read_compressed
+    from anekit.llm.tokenizer import load_tokenizer
+    from anekit.llm.weights import WeightStore
+
+    chip = get_chip(options["chip"] or default_chip()[0]).name
+    scheme, states = read_compressed(path, chip)
+    if options["compress"] not in (None, scheme):
+        raise UsageError(
+            f"saved compressed with {scheme}; load it without compress= (or with "
+            f"{scheme!r}), or convert the original with --compress {options['compress']}",
+            path=str(path),
+        )
+    options = {**options, "compress": scheme, "chip": chip}
+    tok = load_tokenizer(path)
+    return Model(config, WeightStore(path), tokenizer=tok, compression_states=states, **options)
 
 
 def _load_gguf(path: Path, options: dict) -> Model:

@@ -30,8 +30,10 @@ from anekit.errors import ModelError, UsageError
 from anekit.files import read_regular
 
 __all__ = [
+    "BUILTIN_TEMPLATES",
     "ChatTemplate",
     "ChatTemplateError",
+    "encode_rendered",
     "end_of_turn_ids",
     "load_chat_template",
     "read_json_file",
@@ -55,7 +57,13 @@ NAMED_TOKENS = (
     "cls_token",
     "mask_token",
 )
-ROLES = ("system", "user", "assistant", "tool", "developer")
+# templates anekit brings, by name, for models without one (a demo checkpoint)
+BUILTIN_TEMPLATES = {
+    "plain": (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    ),
+}
 
 
 class ChatTemplateError(UsageError):
@@ -334,7 +342,8 @@ def load_chat_template(directory: str | Path, override: str | Path | None = None
 
     Args:
         directory: the model directory (its tokenizer_config.json names the special tokens).
-        override: a Jinja file to use instead of the model's own template.
+        override: a Jinja file to use instead of the model's own template, or the name of
+            one of :data:`BUILTIN_TEMPLATES` ("plain": ``role: text`` lines).
 
     Raises:
         ChatTemplateError: the model has no template (and no override), or it does not parse.
@@ -343,6 +352,8 @@ def load_chat_template(directory: str | Path, override: str | Path | None = None
     config_path = d / TOKENIZER_CONFIG
     config = read_json_file(config_path, "a tokenizer_config.json") if config_path.is_file() else {}
     tokens = {n: t for n in NAMED_TOKENS if (t := token_text(config.get(n))) is not None}
+    if override is not None and str(override) in BUILTIN_TEMPLATES and not Path(override).exists():
+        return ChatTemplate(BUILTIN_TEMPLATES[str(override)], tokens, origin=str(override))
     if override is not None:
         path = Path(override)
     elif (d / TEMPLATE_FILE).is_file():
@@ -353,7 +364,8 @@ def load_chat_template(directory: str | Path, override: str | Path | None = None
     else:
         raise ChatTemplateError(
             "this model has no chat template (no chat_template in tokenizer_config.json, no "
-            f"{TEMPLATE_FILE}); pass --chat-template FILE, or generate without --chat",
+            f"{TEMPLATE_FILE}); pass --chat-template FILE (or --chat-template plain for "
+            "'role: text' lines), or generate without --chat",
             path=str(d),
         )
     data = read_regular(path, limit=MAX_TEMPLATE_CHARS * 4, what="a Jinja chat template",
@@ -388,3 +400,14 @@ def end_of_turn_ids(
         if token_id is not None:
             found.append(int(token_id))
     return tuple(dict.fromkeys(found))
+
+
+def encode_rendered(tokenizer: Any, text: str) -> list[int]:
+    """The tokens of a rendered chat: a Hugging Face tokenizer adds no special tokens (the
+    template wrote its own, as transformers encodes it); llama2.c and byte tokenizers encode
+    as they always do."""
+    from anekit.llm.tokenizer import HFTokenizer
+
+    if isinstance(tokenizer, HFTokenizer):
+        return tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer.encode(text)

@@ -16,6 +16,7 @@ import numpy as np
 
 from anekit.errors import ModelError
 from anekit.files import read_json
+from anekit.nn.spec import DecoderShape
 
 # Hugging Face architecture name -> our family name. Every family is a Llama-style decoder
 # (RMSNorm, RoPE, grouped-query attention, SwiGLU); the flags below say how each differs.
@@ -96,20 +97,12 @@ class RopeConfig:
 
 
 @dataclass(frozen=True)
-class LlmConfig:
-    """The shape and flavour of a Llama-style decoder.
+class LlmConfig(DecoderShape):
+    """A decoder to load: its sizes (:class:`~anekit.nn.spec.DecoderShape`) and its flavour.
 
     Attributes:
         architecture: the Hugging Face class name (or "llama2c").
         family: "llama", "mistral", "qwen2", "qwen3", "phi3" or "llama2c".
-        dim: residual stream width.
-        n_layers: decoder blocks.
-        n_heads: query heads.
-        n_kv_heads: key/value heads (grouped-query attention; 1 is multi-query).
-        head_dim: width of one head.
-        hidden_dim: SwiGLU hidden width.
-        vocab_size: tokens.
-        norm_eps: RMSNorm epsilon.
         rope: rotary embedding parameters.
         max_position: the longest context the model was trained for.
         tie_embeddings: the output head is the embedding matrix (no ``lm_head.weight``).
@@ -125,14 +118,6 @@ class LlmConfig:
 
     architecture: str
     family: str
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    hidden_dim: int
-    vocab_size: int
-    norm_eps: float = 1e-5
     rope: RopeConfig = field(default_factory=RopeConfig)
     max_position: int = 2048
     tie_embeddings: bool = False
@@ -147,49 +132,25 @@ class LlmConfig:
     style: str = "rope_parameters"
 
     def __post_init__(self) -> None:
-        if not (0 < self.norm_eps < 1):  # also refuses NaN
+        if not (0 < self.norm_eps < 1):  # also refuses NaN; in the config file's own name
             raise ModelError(f"config rms_norm_eps must be in (0, 1), found {self.norm_eps}")
+        super().__post_init__()
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ModelError(
                 f"config sliding_window must be at least 1, found {self.sliding_window}"
             )
-        for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim"):
-            if getattr(self, name) < 1:
-                raise ModelError(f"config {name} must be at least 1, found {getattr(self, name)}")
-        if self.vocab_size < 2:
-            raise ModelError(f"config vocab_size must be at least 2, found {self.vocab_size}")
-        if self.n_heads % self.n_kv_heads:
-            raise ModelError(
-                f"num_attention_heads ({self.n_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.n_kv_heads})"
-            )
-        if self.head_dim % 2:
-            raise ModelError(f"head_dim must be even for RoPE, found {self.head_dim}")
 
     @property
-    def q_dim(self) -> int:
-        """Channels of all query heads."""
-        return self.n_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        """Channels of all key (or value) heads."""
-        return self.n_kv_heads * self.head_dim
-
-    @property
-    def group(self) -> int:
-        """Query heads per KV head."""
-        return self.n_heads // self.n_kv_heads
+    def owner(self) -> str:
+        return f"config of {self.architecture}"
 
     def n_params(self) -> int:
-        """Parameters, counting a tied head once."""
-        d, q, kv, f = self.dim, self.q_dim, self.kv_dim, self.hidden_dim
-        per_layer = d * (2 * q + 2 * kv) + 3 * d * f + 2 * d
-        per_layer += (
-            (q + 2 * kv) * self.qkv_bias + d * self.o_bias + 2 * self.head_dim * self.qk_norm
-        )
+        """Parameters, counting a tied head once: the plain decoder's, plus biases, q/k norms
+        and an untied head."""
+        d, q, kv = self.dim, self.q_dim, self.kv_dim
+        extra = (q + 2 * kv) * self.qkv_bias + d * self.o_bias + 2 * self.head_dim * self.qk_norm
         head = 0 if self.tie_embeddings else self.vocab_size * d
-        return self.vocab_size * d + head + self.n_layers * per_layer + d
+        return super().n_params() + self.n_layers * extra + head
 
 
 def read_config(path: str | Path) -> LlmConfig:

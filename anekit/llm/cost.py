@@ -33,6 +33,7 @@ from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig, config_from_hf
 from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ
 from anekit.llm.runners import decode_cache, decode_slots
+from anekit.llm.speculative import MAX_DRAFT_TOKENS
 from anekit.mil.program import Program
 
 
@@ -291,3 +292,70 @@ def compare_published(prompt_tokens: int = 128) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class SpeculativeEstimate:
+    """Predicted decode speed-up of a target with a draft on one chip (cost model).
+
+    Per round the draft decodes ``k`` tokens and the target checks them in one call of
+    ``k + 1`` positions; with each proposal accepted with probability ``acceptance``
+    (independently) a round yields ``(1 - a^(k+1)) / (1 - a)`` tokens (Leviathan et al.
+    2023, eq. 1), against one token per target step without a draft
+    (:mod:`anekit.llm.speculative`).
+    """
+
+    chip: str
+    draft_tokens: int
+    acceptance: float
+    target_step_s: float
+    draft_step_s: float
+    verify_s: float
+
+    @property
+    def tokens_per_round(self) -> float:
+        a, k = self.acceptance, self.draft_tokens
+        return k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+    @property
+    def round_s(self) -> float:
+        return self.draft_tokens * self.draft_step_s + self.verify_s
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_round * self.target_step_s / self.round_s
+
+    def record(self) -> dict[str, float | int | str]:
+        return {
+            "chip": self.chip,
+            "draft_tokens": self.draft_tokens,
+            "acceptance": self.acceptance,
+            "tokens_per_round": round(self.tokens_per_round, 3),
+            "target_step_ms": round(self.target_step_s * 1e3, 3),
+            "draft_step_ms": round(self.draft_step_s * 1e3, 3),
+            "verify_ms": round(self.verify_s * 1e3, 3),
+            "decode_tokens_per_s": round(self.tokens_per_round / self.round_s, 2),
+            "speedup": round(self.speedup, 3),
+        }
+
+
+def estimate_speculative(target: LlmConfig, draft: LlmConfig, chip: str, *, draft_tokens: int,
+                         acceptance: float, prompt_tokens: int = 128,
+                         max_seq: int | None = None) -> SpeculativeEstimate:  # fmt: skip
+    """Predict the speed-up of speculative decoding from both models' predicted step times.
+
+    The target's check is costed as the prefill of ``k + 1`` tokens in one chunk (the same
+    block program; its head runs on the last position there, on all ``k + 1`` here, a
+    difference the weight streaming of the head dominates).
+    """
+    if not 0 <= acceptance <= 1:
+        raise UsageError(f"acceptance must be in [0, 1], found {acceptance}")
+    if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
+        raise UsageError(f"draft_tokens must be in [1, {MAX_DRAFT_TOKENS}], found {draft_tokens}")
+    seq = max_seq or max(min(target.max_position, 1024), prompt_tokens + draft_tokens + 2)
+    plain = estimate_llm(target, chip, prompt_tokens=prompt_tokens, max_seq=seq)
+    small = estimate_llm(draft, chip, prompt_tokens=prompt_tokens, max_seq=seq)
+    check = estimate_llm(target, chip, prompt_tokens=draft_tokens + 1, max_seq=seq,
+                         chunk=draft_tokens + 1)  # fmt: skip
+    return SpeculativeEstimate(plain.chip, draft_tokens, acceptance, plain.decode_step_s,
+                               small.decode_step_s, check.prefill_s)  # fmt: skip

@@ -70,6 +70,7 @@ class Model:
         hold: str | None = None,
         compress: str | None = None,
         calibration: Sequence[int] | None = None,
+        compression_states: dict[str, Any] | None = None,
     ) -> None:
         from anekit.hw.chips import default_chip, get_chip
 
@@ -99,7 +100,12 @@ class Model:
         else:
             tokens = None if calibration is None else self._tokens(calibration)
             self.runner = SegmentedRunner(
-                config, source, scheme=self.compress, calibration=tokens, **options
+                config,
+                source,
+                scheme=self.compress,
+                calibration=tokens,
+                states=compression_states,
+                **options,
             )
         self._own = Session(self, self.runner.cache)  # of Model.stream, generate and logits
 

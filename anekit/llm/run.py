@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from anekit.errors import UsageError
+from anekit.llm.chat import encode_rendered
 from anekit.llm.config import LlmConfig
 from anekit.llm.cost import LlmEstimate, estimate_llm
 from anekit.llm.model import GenerationStats, Model
@@ -73,7 +74,7 @@ class ChatPrompt:
     def prompt(self, messages: list[dict[str, str]], max_tokens: int) -> tuple[list[int], int]:
         """The rendered conversation's tokens and the reply's token budget within the context."""
         text = self.template.render(messages, add_generation_prompt=True)
-        ids = self.model.tokenizer.encode(text, add_special_tokens=False)
+        ids = encode_rendered(self.model.tokenizer, text)
         room = self.model.max_seq - len(ids)
         if room < 1:
             raise UsageError(
@@ -117,6 +118,19 @@ def stats_report(model: Model, stats: GenerationStats, chip: str | None = None) 
         "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2),
         "compiles": model.compiles,
         "predicted": predicted.record(),
+        "speculative": _speculative(stats.speculative),
+    }
+
+
+def _speculative(spec: Any) -> dict[str, Any] | None:
+    """What speculation did (None without a draft)."""
+    if spec is None:
+        return None
+    return {
+        "draft_tokens": spec.draft_tokens,
+        "rounds": spec.rounds,
+        "acceptance_rate": round(spec.acceptance_rate, 4),
+        "tokens_per_round": round(spec.tokens_per_round, 3),
     }
 
 
@@ -136,6 +150,11 @@ def stats_lines(report: dict[str, Any]) -> list[str]:
         lines.insert(2, f"one-time: imports {start['imports_ms']:.0f} ms, loading "
                         f"{start['load_ms']:.0f} ms (compiles {start['compiles_at_load_ms']:.0f} ms), "
                         f"{start['threads']}")  # fmt: skip
+    spec = report.get("speculative")
+    if spec:
+        lines.append(f"speculative: {spec['draft_tokens']} draft tokens per check, acceptance "
+                     f"{spec['acceptance_rate']:.1%}, {spec['tokens_per_round']:.2f} tokens per "
+                     f"target call ({spec['rounds']} calls)")  # fmt: skip
     return lines
 
 

@@ -434,6 +434,7 @@ class SegmentedRunner(Runner):
         *,
         scheme: str,
         calibration: list[int] | None,
+        states: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
         self.scheme = scheme
@@ -450,6 +451,7 @@ class SegmentedRunner(Runner):
                 pieces=self.pieces,
                 calibration=calibration,
                 dense=self._kernel,
+                states=states,
             )
         except BaseException:
             self.close()

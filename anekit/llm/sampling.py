@@ -56,6 +56,13 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray, history: Iterable[int] = ()) -> int:
         """The next token for ``logits [V]`` given the tokens so far."""
+        probs = self.probs(logits, history)
+        if probs is None:
+            return int(np.argmax(self.scores(logits, history)))
+        return int(self.rng.choice(len(probs), p=probs))
+
+    def scores(self, logits: np.ndarray, history: Iterable[int] = ()) -> np.ndarray:
+        """``logits`` as float64 with the repetition penalty applied."""
         s = self.sampling
         scores = np.asarray(logits, dtype=np.float64)
         if s.repetition_penalty != 1.0:
@@ -65,8 +72,15 @@ class Sampler:
             scores[seen] = np.where(
                 picked > 0, picked / s.repetition_penalty, picked * s.repetition_penalty
             )
+        return scores
+
+    def probs(self, logits: np.ndarray, history: Iterable[int] = ()) -> np.ndarray | None:
+        """The distribution the next token is drawn from (temperature, top-k, top-p applied),
+        or None when greedy (temperature 0)."""
+        s = self.sampling
         if s.temperature == 0:
-            return int(np.argmax(scores))
+            return None
+        scores = self.scores(logits, history)
         if 0 < s.top_k < len(scores):
             cutoff = np.partition(scores, -s.top_k)[-s.top_k]
             scores = np.where(scores >= cutoff, scores, -np.inf)
@@ -82,4 +96,4 @@ class Sampler:
             kept = np.zeros_like(probs)
             kept[keep] = probs[keep]
             probs = kept / kept.sum()
-        return int(self.rng.choice(len(probs), p=probs))
+        return probs

@@ -29,6 +29,7 @@ from anekit.llm.sampling import Sampler, Sampling
 
 if TYPE_CHECKING:
     from anekit.llm.model import Model
+    from anekit.llm.speculative import SpeculativeStats
 
 __all__ = ["CacheState", "GenerationStats", "Session"]
 
@@ -43,6 +44,7 @@ class GenerationStats:
     prefill_s: float = 0.0  # the prompt's blocks and head
     decode_s: float = 0.0  # every later token: one decode step and one head each
     compile_s: float = 0.0  # programs first compiled during this generation: left out above
+    speculative: SpeculativeStats | None = None  # acceptance, with a draft model
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -93,6 +95,8 @@ class Session:
         repetition_penalty: float = 1.0,
         seed: int = 0,
         stop: int | Iterable[int] | None = None,
+        draft: Any = None,
+        draft_tokens: int = 4,
     ) -> Iterator[int]:
         """Yield new tokens as they are decoded: prefill once, then one KV-cached step per token.
 
@@ -102,6 +106,10 @@ class Session:
             temperature, top_k, top_p, repetition_penalty, seed: see
                 :class:`~anekit.llm.sampling.Sampling`.
             stop: token ids that end generation (not yielded); None: the model's EOS tokens.
+            draft: a smaller :class:`~anekit.llm.model.Model` with the same vocabulary that
+                proposes ``draft_tokens`` tokens per target call (speculative decoding,
+                :mod:`anekit.llm.speculative`); ``stats.speculative`` reports acceptance.
+            draft_tokens: tokens the draft proposes per round (1-16). Default: 4.
         """
         sampler = Sampler(Sampling(temperature, top_k, top_p, repetition_penalty, seed))
         if max_new_tokens < 0:
@@ -110,6 +118,12 @@ class Session:
         ids = self.model._check_ids(ids, max_new_tokens)
         eos = self.model.config.eos_token_ids
         stops = set(eos if stop is None else ([stop] if isinstance(stop, int) else stop))
+        if draft is not None:
+            from anekit.llm.speculative import check_draft, speculative_stream
+
+            check_draft(self, draft, draft_tokens)
+            return speculative_stream(self, ids, max_new_tokens, sampler, stops, draft,
+                                      draft_tokens)  # fmt: skip
         return self._stream(ids, max_new_tokens, sampler, stops)
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from anekit.errors import AnekitError
+from anekit.llm.chat import encode_rendered
 from anekit.llm.serve.engine import Engine, Job
 from anekit.llm.serve.protocol import ApiError, Request, chat_request, completion_request
 
@@ -195,7 +196,7 @@ class _Api:
                 text = self.settings.template.render(req.messages, add_generation_prompt=True)
             except AnekitError as e:
                 raise ApiError(400, str(e), param="messages") from None
-            return tok.encode(text, add_special_tokens=False)
+            return encode_rendered(tok, text)
         if isinstance(req.prompt, list):
             bad = [t for t in req.prompt if not 0 <= t < vocab]
             if bad:
