@@ -37,4 +37,3 @@ def test_unknown_blocks_and_unused_generators_are_reported(tool, tmp_path: Path)
         "README.md: block 'other' has no generator",
         "generator 'answer' is used by no document",
     ]
-
