@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from anekit import config
@@ -20,9 +22,11 @@ __all__ = [
     "BACKENDS",
     "Buffer",
     "BufferSet",
+    "Capabilities",
     "Kernel",
     "TensorSpec",
     "available_backends",
+    "capabilities",
     "compile",
     "compile_budget",
     "resolve_backend",
@@ -65,14 +69,39 @@ def resolve_backend(backend: str | None = None) -> str:
     return name
 
 
-def compile_budget(name: str) -> int | None:
-    """How many compiles one process can make on a backend before it must be replaced; None: no limit.
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend declares about itself, so that no code outside ``backends/`` tests its name.
 
-    A backend module declares it as ``COMPILE_BUDGET`` (the ANE's, ANE_NOTES 2.4); a module
-    without one has no budget.
+    Attributes:
+        compile_budget: compiles one process can make before it must be replaced (the ANE's,
+            ANE_NOTES 2.4); None: no limit. Declared as ``COMPILE_BUDGET``.
+        host_fp16: host arrays holding fp16 cost nothing per call (the ANE's buffers are fp16);
+            otherwise fp16 values held as float32 do (the reference computes in float32).
+            Declared as ``HOST_FP16``.
+        shared_buffer_options: compile options a kernel needs for its buffers to be bound into
+            other kernels' sets (``share=``). Declared as ``SHARED_BUFFER_OPTIONS``.
     """
+
+    compile_budget: int | None
+    host_fp16: bool
+    shared_buffer_options: Mapping[str, Any]
+
+
+def capabilities(name: str) -> Capabilities:
+    """The capabilities backend ``name``'s module declares (absent ones: none)."""
     _check_known(name)
-    return getattr(_module(name), "COMPILE_BUDGET", None)
+    module = _module(name)
+    return Capabilities(
+        getattr(module, "COMPILE_BUDGET", None),
+        getattr(module, "HOST_FP16", False),
+        dict(getattr(module, "SHARED_BUFFER_OPTIONS", {})),
+    )
+
+
+def compile_budget(name: str) -> int | None:
+    """How many compiles one process can make on a backend before it must be replaced; None: no limit."""
+    return capabilities(name).compile_budget
 
 
 def compile(

@@ -138,6 +138,15 @@ def get_chip(name: str | Chip) -> Chip:
     return profiles[key]
 
 
+def resolve(chip: str | Chip | None = None) -> Chip:
+    """The chip a public entry point works for: a profile as it is, a name looked up, None the
+    default (this Mac's chip, else m4: :func:`default_chip`). Below the entry points, functions
+    take the :class:`Chip` this returns and never convert again."""
+    if isinstance(chip, Chip):
+        return chip
+    return get_chip(default_chip()[0] if chip is None else chip)
+
+
 def normalize_name(name: str) -> str:
     """Map a chip spelling ("Apple M4 Pro", "m4_pro", "M4-PRO") to its profile name ("m4-pro")."""
     text = name.strip().lower()

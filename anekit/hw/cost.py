@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anekit.errors import MilTypeError
-from anekit.hw.chips import Chip, CostParams, get_chip
+from anekit.hw.chips import Chip, CostParams, resolve
 from anekit.hw.compression import streams
 from anekit.mil.graph import FunctionGraph, stored_form
 from anekit.mil.ops.registry import Encoding
@@ -170,9 +170,10 @@ def spill_fraction(working_set: float, onchip: float) -> float:
     return min(1.0, CLIFF_SLOPE * (working_set / onchip - 1.0))
 
 
-def estimate(program: Program, chip: str | Chip = "m4") -> Estimate:
-    """Predict the time of one evaluation of ``program`` on ``chip``, with a per-op breakdown."""
-    return estimate_work(analyze(program), get_chip(chip))
+def estimate(program: Program, chip: str | Chip | None = None) -> Estimate:
+    """Predict the time of one evaluation of ``program`` on ``chip`` (None: this Mac's, else m4),
+    with a per-op breakdown."""
+    return estimate_work(analyze(program), resolve(chip))
 
 
 def analyze(program: Program) -> ProgramWork:
@@ -330,9 +331,9 @@ def _sram_load(op: OpWork, p: CostParams) -> tuple[float, float]:
     return op.largest_operand, p.operand_tile_bytes
 
 
-def op_estimate(op: OpWork, chip: str | Chip) -> OpEstimate:
+def op_estimate(op: OpWork, chip: Chip) -> OpEstimate:
     """The predicted time of one op's work on ``chip`` (a row of :func:`estimate_work`)."""
-    return _op_row(op, get_chip(chip))
+    return _op_row(op, chip)
 
 
 def _op_row(op: OpWork, chip: Chip) -> OpEstimate:

@@ -72,18 +72,18 @@ class Model:
         calibration: Sequence[int] | None = None,
         compression_states: dict[str, Any] | None = None,
     ) -> None:
-        from anekit.hw.chips import default_chip, get_chip
+        from anekit.hw.chips import resolve
 
         check_shapes(config, source)  # before any buffer is made
         self.config = config
         self.tokenizer = tokenizer
         self.backend = backends.resolve_backend(backend)
-        self.chip = get_chip(chip or default_chip()[0]).name
+        self.chip = resolve(chip).name
         if chunk < 1:
             raise UsageError(f"chunk must be at least 1, found {chunk}")
         self._chunk = chunk
         if hold is None:
-            hold = "fp32" if self.backend == "reference" else "fp16"
+            hold = "fp16" if backends.capabilities(self.backend).host_fp16 else "fp32"
         if hold not in HOLD:
             raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
         self.compress = None if compress is None else check_scheme(compress)

@@ -22,8 +22,21 @@ from anekit.mil.program import Program
 
 NAME = "ane"
 DEFAULT_QOS = 21  # the QoS every published client uses (ANE_NOTES 2.1)
+# Capabilities (anekit.backends.capabilities reads them beside COMPILE_BUDGET):
+HOST_FP16 = True  # buffers are fp16 IOSurfaces: host arrays in fp16 convert nothing per call
+# surfaces bound into several requests need one per input (packing puts all inputs in one)
+SHARED_BUFFER_OPTIONS = {"pack_inputs": False}
 
-__all__ = ["COMPILE_BUDGET", "DEFAULT_QOS", "NAME", "available", "compile", "compile_mlmodelc"]
+__all__ = [
+    "COMPILE_BUDGET",
+    "DEFAULT_QOS",
+    "HOST_FP16",
+    "NAME",
+    "SHARED_BUFFER_OPTIONS",
+    "available",
+    "compile",
+    "compile_mlmodelc",
+]
 
 
 def available() -> tuple[bool, str]:
