@@ -40,7 +40,9 @@ def test_stream_text_writes_the_prompt_then_each_piece(tmp_path):
     assert report["prefill_tokens_per_s"] > 0 and report["decode_tokens_per_s"] > 0
     assert report["first_token_ms"] > 0 and report["predicted"]["chip"] == "m4"
     lines = stats_lines(report)
-    assert lines[0].startswith(f"prompt tokens: {len(ids)}") and "predicted on m4" in lines[-1]
+    assert lines[0].startswith("placement: reference (CPU via the NumPy reference backend")
+    assert lines[0].endswith("; asked for)") and report["placement"]["skipped"] == []
+    assert lines[1].startswith(f"prompt tokens: {len(ids)}") and "predicted on m4" in lines[-1]
 
 
 def test_training_checkpoint_decodes_like_the_training_model(tmp_path):
