@@ -32,11 +32,8 @@ __all__ = [
     "Kernel",
     "TensorSpec",
     "available_backends",
-<<<<<<< HEAD
-    "choose_backend",
-=======
     "capabilities",
->>>>>>> main
+    "choose_backend",
     "compile",
     "compile_budget",
     "resolve_backend",

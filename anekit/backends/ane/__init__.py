@@ -30,20 +30,13 @@ SHARED_BUFFER_OPTIONS = {"pack_inputs": False}
 __all__ = [
     "COMPILE_BUDGET",
     "DEFAULT_QOS",
-<<<<<<< HEAD
-    "NAME",
-    "available",
-    "compile",
-    "compile_mlmodelc",
-    "default_ready",
-=======
     "HOST_FP16",
     "NAME",
     "SHARED_BUFFER_OPTIONS",
     "available",
     "compile",
     "compile_mlmodelc",
->>>>>>> main
+    "default_ready",
 ]
 
 
