@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 ENV_BACKEND = "ANEKIT_BACKEND"
+ENV_CACHE_DIR = "ANEKIT_CACHE_DIR"
 
 
 def env_backend() -> str | None:
     """The backend named by ``$ANEKIT_BACKEND``, or None when unset or empty."""
     value = os.environ.get(ENV_BACKEND, "").strip()
     return value or None
+
+
+def cache_dir() -> Path:
+    """Where anekit keeps what it caches between runs (self-check verdicts, compiled models).
+
+    ``$ANEKIT_CACHE_DIR``, else ``~/Library/Caches/anekit`` on macOS, else
+    ``$XDG_CACHE_HOME/anekit`` (``~/.cache/anekit``).
+    """
+    named = os.environ.get(ENV_CACHE_DIR, "").strip()
+    if named:
+        return Path(named)
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "anekit"
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "anekit"
 
 
 # Where the system does not say (sysconf is POSIX; Windows has neither name).

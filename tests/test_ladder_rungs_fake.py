@@ -20,12 +20,13 @@ import pytest
 from anekit.doctor import ane_rungs, dist_rungs, ladder
 from anekit.errors import CompileError, EvaluationError
 from anekit.ladder.runner import Context
-from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError, rung_context
+from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError
+from tests.ane_fixtures import fresh, rung_context
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> FakeFramework:
-    return FakeFramework(tmp_path / "T")
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeFramework:
+    return fresh(tmp_path, monkeypatch)
 
 
 @pytest.fixture
@@ -200,17 +201,8 @@ def test_load_dumps_the_attributes_and_answers_the_op_name_question(ctx, fake) -
         ane_rungs.load(ctx)
 
 
-def test_load_records_a_model_that_names_outputs_by_op(ctx, fake, monkeypatch) -> None:
-    real = fake.model_attributes
-
-    def by_op(text: str, weights: Any, align: int | None = None) -> dict:
-        attrs = real(text, weights, align)
-        for entry in attrs["NetworkStatusList"][0]["LiveOutputList"]:
-            entry["Name"] = entry["Symbol"] = ane_rungs.OP_NAME
-        attrs["ANEFModelDescription"]["kANEFModelOutputSymbolsArrayKey"] = [ane_rungs.OP_NAME]
-        return attrs
-
-    monkeypatch.setattr(fake, "model_attributes", by_op)
+def test_load_records_a_model_that_names_outputs_by_op(ctx, fake) -> None:
+    fake.outputs_named_by = "op"
     ane_rungs.load(ctx)
     assert ctx.observed["outputs_named_by"] == "op name"
 

@@ -17,13 +17,14 @@ import pytest
 from anekit.ladder.runner import Context
 from anekit.probe import cache, clients, dispatch, events, weights
 from anekit.probe.common import build, find
-from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber, rung_context
+from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber
+from tests.ane_fixtures import fresh, rung_context
 from tests.probe_fake import CHAIN, ProbeFramework
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> ProbeFramework:
-    return ProbeFramework(tmp_path / "T")
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ProbeFramework:
+    return fresh(tmp_path, monkeypatch, ProbeFramework)
 
 
 @pytest.fixture

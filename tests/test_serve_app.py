@@ -145,3 +145,25 @@ def test_chat_keeps_history_and_its_replies_equal_generate(model_dir, monkeypatc
     # /reset cleared the history and kept the system prompt
     assert main(["generate", *common, "--system", "Be brief.", "--prompt", "The robot"]) == 0
     assert capsys.readouterr().out.splitlines() == [replies[1]]
+
+
+def test_health_reports_each_programs_backend_numerics_and_placement():
+    from types import SimpleNamespace
+
+    from anekit.llm.serve.server import health_facts
+
+    class Placement:
+        def as_dict(self):
+            return {"device": "ane", "why": "compiled"}
+
+    kernels = [SimpleNamespace(backend="ane", numerics="m4", placement=Placement()),
+               SimpleNamespace(backend="reference")]  # fmt: skip
+    model = SimpleNamespace(
+        runner=SimpleNamespace(kernels=lambda: kernels), backend="ane", chip="m4",
+        compress=None, max_seq=64, config=SimpleNamespace(architecture="LlamaForCausalLM"),
+    )  # fmt: skip
+    facts = health_facts(model, "dir")
+    assert facts["programs"][0] == {"program": 0, "backend": "ane", "numerics": "m4",
+                                    "placement": {"device": "ane", "why": "compiled"}}  # fmt: skip
+    assert facts["programs"][1] == {"program": 1, "backend": "reference"}
+    assert facts["fallback"] is True  # a program runs elsewhere than the model's backend

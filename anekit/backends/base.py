@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from anekit import fp16
+from anekit.backends.placement import Placement
 from anekit.errors import AnekitError, KernelClosed, UsageError
 from anekit.mil.program import Program, Value
 from anekit.mil.types import DType
@@ -213,10 +214,14 @@ class Kernel(ABC):
     """
 
     backend: str = ""
+    engine: str = "unknown"  # what executes it, for the placement receipt
+    route: str = "unknown"  # how it gets there
 
     def __init__(self, program: Program) -> None:
         program.require_weights("compile")
         self.program = program
+        # where it runs and why: anekit.compile adds the backends it passed over
+        self.placement = Placement(self.backend, self.engine, self.route)
         self.inputs = tuple(TensorSpec.of(v) for v in program.main.inputs)
         self.outputs = tuple(TensorSpec.of(v) for v in program.main.outputs)
         self._input_specs = {s.name: s for s in self.inputs}

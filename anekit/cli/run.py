@@ -186,7 +186,7 @@ def summarise(name: str, a: np.ndarray) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
 
-    from anekit.backends import compile, resolve_backend
+    from anekit.backends import compile
     from anekit.backends.base import TensorSpec, convert_input
     from anekit.bench.measure import Timing
     from anekit.bench.threads import describe, pinned
@@ -202,10 +202,10 @@ def run(args: argparse.Namespace) -> int:
         }
     except ValueError as e:  # wrong shape, or a dtype that would lose data
         raise UsageError(str(e)) from e
-    backend = resolve_backend(args.backend)
     start = time.perf_counter()
-    with compile(program, backend=backend) as kernel:
+    with compile(program, backend=args.backend) as kernel:
         compile_s = time.perf_counter() - start
+        backend, placement = kernel.backend, kernel.placement
         times = []
         with pinned(args.threads) as pinning:  # unpinned BLAS threads contend: 100x slower
             if args.repeat > 1:
@@ -228,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
         "threads": pinning,
     }
     if args.json:
-        json.dump({"backend": backend, "outputs": rows, **timing}, sys.stdout, indent=2)
+        record = {"backend": backend, "placement": placement.as_dict(), "outputs": rows, **timing}
+        json.dump(record, sys.stdout, indent=2)
         print()
         return 0
     print(
@@ -236,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         f"(median of {len(times)}; min {timing['run_min_ms']:.3f} ms, spread "
         f"{measured.spread:.2f}x); {describe(pinning)}"
     )
+    print("\n".join(placement.lines()))
     if measured.noisy:
         print(
             f"  NOISY: the slow runs took {measured.spread:.1f}x the fastest: the machine "

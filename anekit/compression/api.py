@@ -18,7 +18,7 @@ from anekit.compression.report import CompressReport, LayerReport
 from anekit.compression.rewrite import Choice, apply
 from anekit.compression.schemes import AUTO, Options, get_scheme
 from anekit.errors import UsageError
-from anekit.hw.chips import Chip, default_chip, get_chip
+from anekit.hw.chips import Chip, resolve
 from anekit.hw.cost import estimate
 from anekit.mil.graph import FunctionGraph, stored_form
 from anekit.mil.program import Program
@@ -99,7 +99,7 @@ def compress_with_report(
     Returns:
         Compressed: ``.program``, and ``.report`` (:class:`CompressReport`).
     """
-    profile = get_chip(chip or default_chip()[0])
+    profile = resolve(chip)
     options = Options(granularity, group_size, block_size, seed)
     if max_error is not None and not max_error >= 0:
         raise UsageError(f"max_error must be a non-negative number, found {max_error}")

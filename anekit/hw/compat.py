@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from anekit.hw.chips import Chip, get_chip
+from anekit.hw.chips import Chip, resolve
 from anekit.hw.rules import RULES, Context
 from anekit.mil.program import Program
 
@@ -47,9 +47,10 @@ class Diagnostic:
         return f"{where}: {self.severity}: {self.message} [{self.rule}]"
 
 
-def check(program: Program, chip: str | Chip = "m4") -> list[Diagnostic]:
-    """Check ``program`` against ``chip``'s known constraints; returns diagnostics sorted by line."""
-    profile = get_chip(chip)
+def check(program: Program, chip: str | Chip | None = None) -> list[Diagnostic]:
+    """Check ``program`` against ``chip``'s known constraints (None: this Mac's, else m4);
+    returns diagnostics sorted by line."""
+    profile = resolve(chip)
     ctx = Context(program, profile)
     found: list[Diagnostic] = []
     for rule in RULES:

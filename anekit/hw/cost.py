@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from anekit.errors import MilTypeError
-from anekit.hw.chips import Chip, CostParams, get_chip
+from anekit.hw.chips import Chip, CostParams, resolve
 from anekit.hw.compression import streams
 from anekit.mil.graph import FunctionGraph, stored_form
 from anekit.mil.ops.registry import Encoding
@@ -133,13 +133,20 @@ class OpEstimate:
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """Predicted time of one evaluation, with the per-op breakdown."""
+    """Predicted time of one evaluation, with the per-op breakdown.
+
+    ``low_s`` and ``high_s`` bound the likely time: the prediction scaled by the chip's
+    ``cost.band``, how far predictions of published timings scatter when their source is
+    left out of the fit (see ``benchmarks/cost_model.py``).
+    """
 
     chip: str
     seconds: float
     flops: float
     bytes: float
     rows: tuple[OpEstimate, ...]
+    low_s: float
+    high_s: float
 
     @property
     def tflops(self) -> float:
@@ -163,9 +170,10 @@ def spill_fraction(working_set: float, onchip: float) -> float:
     return min(1.0, CLIFF_SLOPE * (working_set / onchip - 1.0))
 
 
-def estimate(program: Program, chip: str | Chip = "m4") -> Estimate:
-    """Predict the time of one evaluation of ``program`` on ``chip``, with a per-op breakdown."""
-    return estimate_work(analyze(program), get_chip(chip))
+def estimate(program: Program, chip: str | Chip | None = None) -> Estimate:
+    """Predict the time of one evaluation of ``program`` on ``chip`` (None: this Mac's, else m4),
+    with a per-op breakdown."""
+    return estimate_work(analyze(program), resolve(chip))
 
 
 def analyze(program: Program) -> ProgramWork:
@@ -302,7 +310,13 @@ def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
     seconds = sum(r.seconds for r in rows)
     flops = sum(op.flops for op in work.ops if op.kind != "free")
     moved = work.io_bytes + sum(op.bytes for op in work.ops if op.kind in ("mac", "vector"))
-    return Estimate(chip.name, seconds, flops, moved, tuple(rows))
+    return Estimate(chip.name, seconds, flops, moved, tuple(rows), *likely_range(seconds, chip))
+
+
+def likely_range(seconds: float, chip: Chip) -> tuple[float, float]:
+    """The likely range of a predicted time on ``chip`` (its ``cost.band``): (low, high)."""
+    under, over = chip.cost.band  # predicted / published, 10th and 90th percentile
+    return seconds / over, seconds / under
 
 
 def _sram_load(op: OpWork, p: CostParams) -> tuple[float, float]:
@@ -317,9 +331,9 @@ def _sram_load(op: OpWork, p: CostParams) -> tuple[float, float]:
     return op.largest_operand, p.operand_tile_bytes
 
 
-def op_estimate(op: OpWork, chip: str | Chip) -> OpEstimate:
+def op_estimate(op: OpWork, chip: Chip) -> OpEstimate:
     """The predicted time of one op's work on ``chip`` (a row of :func:`estimate_work`)."""
-    return _op_row(op, get_chip(chip))
+    return _op_row(op, chip)
 
 
 def _op_row(op: OpWork, chip: Chip) -> OpEstimate:

@@ -71,9 +71,6 @@ __all__ = [
 ]
 
 MIN_DECODE_SLOTS = 128  # the smallest cache a decode program reads; larger ones double
-# Backend options of every program: ANE surfaces can be bound into several requests only
-# when each input has its own (packing puts all inputs into one surface).
-COMPILE_OPTIONS: dict[str, dict[str, Any]] = {"ane": {"pack_inputs": False}}
 TABLES = ("cos", "sin", "mask")  # block inputs that depend on the step, not on the layer
 ProgramKey = K.BlockKey | K.HeadKey | SegmentKey
 Run = tuple[K.BlockKey | SegmentKey, range]  # a program of one step and the layers it runs
@@ -278,7 +275,7 @@ class Runner(ABC):
         kernel = self._kernels.get(key)
         if kernel is None:
             begin = time.perf_counter()
-            options = COMPILE_OPTIONS.get(self.backend, {})
+            options = backends.capabilities(self.backend).shared_buffer_options  # sets bind
             program = self._program(key)
             kernel = self._kernels[key] = backends.compile(program, self.backend, **options)
             self.compile_s += time.perf_counter() - begin

@@ -27,7 +27,7 @@ from anekit.passes.pipelines import (
     convert,
     device,
     for_chip,
-    resolve,
+    resolve_passes,
 )
 from anekit.passes.precision import fp16
 from anekit.passes.split import split_wide
@@ -56,7 +56,7 @@ __all__ = [
     "order_by_size",
     "pack_inputs",
     "pad_contractions",
-    "resolve",
+    "resolve_passes",
     "save_dialect",
     "split_wide",
 ]

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from anekit.errors import ConversionError
-from anekit.hw import Chip, get_chip
+from anekit.hw.chips import Chip, resolve
 from anekit.mil.program import Program
 from anekit.passes.attention import expand_attention
 from anekit.passes.base import Pass
@@ -73,7 +73,7 @@ CHIP_PASSES = ("bool_logic", "expand_attention", "pad_contractions", "legacy_dia
 DEVICE_PASSES = ("fold_constants", "pack_inputs", "order_by_size")  # in device()'s order
 
 
-def resolve(passes: Sequence[Pass | str] | None) -> tuple[Pass, ...]:
+def resolve_passes(passes: Sequence[Pass | str] | None) -> tuple[Pass, ...]:
     """Pass objects for ``passes`` (names or Pass; None: CONVERT_PASSES)."""
     if passes is None:
         return CONVERT_PASSES
@@ -88,16 +88,17 @@ def resolve(passes: Sequence[Pass | str] | None) -> tuple[Pass, ...]:
     return tuple(result)
 
 
-def chip_profile(chip: str | Chip) -> Chip:
-    """The profile of ``chip``; an unknown name is a ConversionError listing the known ones."""
+def chip_profile(chip: str | Chip | None) -> Chip:
+    """The profile of ``chip`` (:func:`anekit.hw.chips.resolve`); an unknown name is a
+    ConversionError listing the known ones."""
     try:
-        return get_chip(chip)
+        return resolve(chip)
     except ValueError as e:
         raise ConversionError(str(e)) from None
 
 
 def convert(
-    program: Program, passes: Sequence[Pass | str] | None = None, chip: str | Chip = "m4"
+    program: Program, passes: Sequence[Pass | str] | None = None, chip: str | Chip | None = None
 ) -> Program:
     """The convert pipeline: ``passes`` (default: CONVERT_PASSES) in order for ``chip``.
 
@@ -106,7 +107,7 @@ def convert(
     """
     profile = chip_profile(chip)
     ran = set(program.passes_run)
-    for p in resolve(passes):
+    for p in resolve_passes(passes):
         program = p(program, profile)
         ran.add(p.name)
     program.passes_run = frozenset(ran)

@@ -36,7 +36,7 @@ _NUMPY = {
 def from_onnx(
     source: Source,
     *,
-    chip: str | hw.Chip = "m4",
+    chip: str | hw.Chip | None = None,
     passes: Sequence[Pass | str] | None = None,
     verify: bool = True,
     tolerance: float = TOLERANCE,
@@ -48,7 +48,7 @@ def from_onnx(
 
     Args:
         source: the model. External-data files are read only from the model's directory.
-        chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
+        chip (str or Chip): the chip whose limits the passes respect. Default: None, this Mac's chip, else m4.
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
             ``anekit.passes.CONVERT_PASSES``; ``()`` keeps the fp32 program.
         verify (bool): run the program once on the reference backend against onnxruntime
@@ -167,7 +167,7 @@ def convert_file(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     *,
-    chip: str | hw.Chip = "m4",
+    chip: str | hw.Chip | None = None,
     check: bool = True,
     estimate: bool = True,
     passes: Sequence[Pass | str] | None = None,

@@ -36,7 +36,7 @@ def from_torch(
     dynamic: Any = None,
     name: str = "main",
     passes: Sequence[Pass | str] | None = None,
-    chip: str | hw.Chip = "m4",
+    chip: str | hw.Chip | None = None,
     verify: bool = True,
     tolerance: float = TOLERANCE,
     progress: ProgressFn | None = None,
@@ -58,7 +58,7 @@ def from_torch(
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
             ``anekit.passes.CONVERT_PASSES``; ``()`` keeps the fp32 program in
             PyTorch's layout.
-        chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
+        chip (str or Chip): the chip whose limits the passes respect. Default: None, this Mac's chip, else m4.
         verify (bool): run the program once on the reference backend and raise
             ConversionError if an output's relative error exceeds ``tolerance``.
             Default: True.
@@ -112,7 +112,7 @@ def convert_file(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     *,
-    chip: str | hw.Chip = "m4",
+    chip: str | hw.Chip | None = None,
     check: bool = True,
     estimate: bool = True,
     passes: Sequence[Pass | str] | None = None,
