@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from anekit.cli._common import (
     add_backend,
     add_chip,
+    add_threads,
     non_negative,
     one_of,
     output_file,
@@ -52,6 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, help="optimizer steps (default: the config's)")
     parser.add_argument("--seed", type=non_negative(int), help="initialisation and data-order seed")
     add_backend(parser)
+    add_threads(parser)
     parser.add_argument("--out", help="checkpoint directory (default: out/train-CONFIG)")
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in --out"
@@ -105,7 +107,10 @@ def run(args: argparse.Namespace) -> int:
         train_cfg = _train_config(args, named.train, out)
     except ValueError as e:
         raise UsageError(str(e)) from e
-    return _train(args, model_cfg, train_cfg, tokens, tokenizer, out)
+    from anekit.bench.threads import pinned
+
+    with pinned(args.threads):  # steady step times on a shared machine, as bench measures
+        return _train(args, model_cfg, train_cfg, tokens, tokenizer, out)
 
 
 def _train_config(args: argparse.Namespace, default: TrainConfig, out: Path) -> TrainConfig:
