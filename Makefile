@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint conformance clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# coremltools' own MIL op tests through the reference backend (long; needs the coreml extra)
+conformance: $(VENV)/.test-installed
+	$(PY) -m pytest -p tools.coreml_conformance --pyargs coremltools.converters.mil.mil.ops.tests -q -p no:cacheprovider -W ignore
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check anekit tests benchmarks tools
