@@ -27,6 +27,7 @@ __all__ = [
     "CompileBudgetExhausted",
     "CheckpointError",
     "TrainingDiverged",
+    "DistributedError",
     "ConversionError",
     "InspectError",
     "UsageError",
@@ -213,6 +214,14 @@ class TrainingDiverged(AnekitError):
 
     def __init__(self, message: str, *, step: int) -> None:
         self.step = step
+        super().__init__(message)
+
+
+class DistributedError(AnekitError):
+    """A data-parallel run failed: an engine missing, a rank dead, hung or diverged, ranks disagreeing."""
+
+    def __init__(self, message: str, *, rank: int | None = None) -> None:
+        self.rank = rank  # the rank at fault, when one is known
         super().__init__(message)
 
 

@@ -136,7 +136,7 @@ def test_decode_prediction_is_bound_by_dram_bandwidth():
         chip, cost=dataclasses.replace(chip.cost, dram_bw=2 * chip.cost.dram_bw)
     )
     faster = estimate_llm(cfg, fast, prompt_tokens=64)
-    assert 1.5 < est.decode_step_s / faster.decode_step_s < 2.0
+    assert 1.4 < est.decode_step_s / faster.decode_step_s < 2.0  # the per-call floors stay
     # prefill amortises the weights over a chunk: far more tokens per second than decode
     assert est.prefill_tokens_per_s > 20 * est.decode_tokens_per_s
     _, lines = estimate_report(cfg, "m5-pro", 64)

@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # to start the same command
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _PipeGuard(sys.stdout), _PipeGuard(sys.stderr)
     try:

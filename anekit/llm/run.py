@@ -167,14 +167,17 @@ def estimate_report(
 ) -> tuple[LlmEstimate, list[str]]:
     """The cost model's prediction for a model on a chip, and its explanation as lines."""
     est = estimate_llm(config, chip, prompt_tokens=prompt_tokens, compress=compress)
-    mb = est.weight_bytes / 1e6
+    mb = est.streamed_bytes / 1e6
     stored = "fp16 weights" if compress in (None, "fp16") else f"weights stored as {compress}"
+    if est.streamed_bytes != est.weight_bytes:
+        stored += f" ({est.weight_bytes / 1e6:.1f} MB) that {est.chip} folds to fp16"
     lines = [
         f"{config.architecture}: {config.n_params() / 1e6:.1f}M parameters, {config.n_layers} layers, "
         f"{est.compiles} programs to compile",
         f"chip {est.chip}, prompt of {prompt_tokens} tokens:",
         f"  prefill  {est.prefill_tokens_per_s:10.1f} tok/s  ({est.prefill_s * 1e3:.2f} ms for the prompt)",
-        f"  decode   {est.decode_tokens_per_s:10.1f} tok/s  ({est.decode_step_s * 1e3:.3f} ms per token)",
+        f"  decode   {est.decode_tokens_per_s:10.1f} tok/s  ({est.decode_step_s * 1e3:.3f} ms per token; "
+        f"likely {1 / est.likely_decode_s[1]:.1f}-{1 / est.likely_decode_s[0]:.1f} tok/s)",
         f"  a decode step streams {mb:.1f} MB of {stored}: {est.weights_s * 1e3:.3f} ms at the "
         "ANE's measured DRAM bandwidth (the floor of decode)",
     ]
