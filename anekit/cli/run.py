@@ -236,12 +236,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(
         f"backend {backend}: run {timing['run_ms']:.3f} ms (median of {len(times)} after the "
-        f"first call; min {timing['run_min_ms']:.3f} ms, spread {measured.spread:.2f}x); "
-        f"{describe(pinning)}"
-    )
-    print(
-        f"  once: compile {timing['compile_ms']:.2f} ms (with the backend's imports), first "
-        f"call {timing['first_call_ms']:.3f} ms"
+        f"first call; min {timing['run_min_ms']:.3f} ms, spread {measured.spread:.2f}x); once: "
+        f"compile {timing['compile_ms']:.2f} ms (with the backend's imports), first call "
+        f"{timing['first_call_ms']:.3f} ms; {describe(pinning)}"
     )
     print("\n".join(placement.lines()))
     if measured.noisy:
