@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from anekit.hw.chips import Chip
+from anekit.hw.kinds import Severity
 from anekit.mil.graph import FunctionGraph
 from anekit.mil.ops.registry import OPSETS
 from anekit.mil.program import Operation, Program, Value
@@ -58,7 +59,7 @@ class Rule:
     """One checker rule: applies(chip) selects chips; check(ctx) yields findings."""
 
     id: str
-    severity: str
+    severity: Severity
     summary: str
     evidence: str
     applies: Callable[[Chip], bool]
