@@ -27,10 +27,12 @@ __all__ = [
     "CompileBudgetExhausted",
     "CheckpointError",
     "TrainingDiverged",
+    "DistributedError",
     "ConversionError",
     "InspectError",
     "UsageError",
     "KernelClosed",
+    "UnknownName",
     "os_reason",
     "ModelError",
     "GarbageValues",
@@ -216,6 +218,14 @@ class TrainingDiverged(AnekitError):
         super().__init__(message)
 
 
+class DistributedError(AnekitError):
+    """A data-parallel run failed: an engine missing, a rank dead, hung or diverged, ranks disagreeing."""
+
+    def __init__(self, message: str, *, rank: int | None = None) -> None:
+        self.rank = rank  # the rank at fault, when one is known
+        super().__init__(message)
+
+
 class ConversionError(AnekitError, ValueError):
     """A model that cannot be converted, or converts wrongly: names every node, op and source line.
 
@@ -273,6 +283,14 @@ class KernelClosed(UsageError):
     def __init__(self, kernel: str) -> None:
         self.kernel = kernel
         super().__init__(f"{kernel} is closed; compile the program again to run it")
+
+
+class UnknownName(UsageError, KeyError):
+    """A name a kernel or buffer set does not have (an input or output): lists the names there
+    are. Also a ``KeyError``, as a lookup by a missing name is."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
 
 
 # What the user reads for the errors a path can give; others keep the system's wording.

@@ -127,6 +127,7 @@ REQUIRED = {name: ["x.mil"] for name in ("fmt", "run", "check", "estimate")} | {
     "serve": ["--ckpt", "x"],
     "convert": ["x.pt2", "--out", "x"],
     "compress": ["x.mil", "out", "--scheme", "int8"],
+    "export": ["x.mil", "--mlpackage", "x.mlpackage"],
 }
 
 

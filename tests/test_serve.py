@@ -286,3 +286,11 @@ def test_the_server_is_healthy_after_all(server, client):
     assert chat(client, max_tokens=3).usage.completion_tokens <= 3
     log = server.stderr()
     assert any(" POST /v1/chat/completions 200 " in line and "prompt=" in line for line in log)
+
+
+def test_sigterm_stops_the_server_cleanly(server):
+    from tests.serve_process import stop
+
+    stop(server.process)
+    assert server.process.returncode == 0
+    assert not any("Traceback" in line for line in server.stderr())

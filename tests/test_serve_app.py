@@ -58,9 +58,9 @@ def test_bodies_are_bounded_and_must_be_json(app):
     r = client.post("/v1/chat/completions", json=big, headers=auth)
     assert r.status_code == 413 and "2048" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", content=b"{not json", headers=auth)
-    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "not readable JSON" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", content=b"[" * 1000 + b"]" * 1000, headers=auth)
-    assert r.status_code == 400
+    assert r.status_code == 400 and "nested deeper" in r.json()["error"]["message"]
     assert client.get("/v2/anything").status_code == 404
     assert client.get("/v1/chat/completions").status_code == 405
 
@@ -145,3 +145,25 @@ def test_chat_keeps_history_and_its_replies_equal_generate(model_dir, monkeypatc
     # /reset cleared the history and kept the system prompt
     assert main(["generate", *common, "--system", "Be brief.", "--prompt", "The robot"]) == 0
     assert capsys.readouterr().out.splitlines() == [replies[1]]
+
+
+def test_health_reports_each_programs_backend_numerics_and_placement():
+    from types import SimpleNamespace
+
+    from anekit.llm.serve.server import health_facts
+
+    class Placement:
+        def as_dict(self):
+            return {"device": "ane", "why": "compiled"}
+
+    kernels = [SimpleNamespace(backend="ane", numerics="m4", placement=Placement()),
+               SimpleNamespace(backend="reference")]  # fmt: skip
+    model = SimpleNamespace(
+        runner=SimpleNamespace(kernels=lambda: kernels), backend="ane", chip="m4",
+        compress=None, max_seq=64, config=SimpleNamespace(architecture="LlamaForCausalLM"),
+    )  # fmt: skip
+    facts = health_facts(model, "dir")
+    assert facts["programs"][0] == {"program": 0, "backend": "ane", "numerics": "m4",
+                                    "placement": {"device": "ane", "why": "compiled"}}  # fmt: skip
+    assert facts["programs"][1] == {"program": 1, "backend": "reference"}
+    assert facts["fallback"] is True  # a program runs elsewhere than the model's backend

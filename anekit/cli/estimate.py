@@ -80,11 +80,13 @@ def run(args: argparse.Namespace) -> int:
             rows = [{**_summary(e), "checker_errors": r} for e, r in zip(estimates, rejected)]
             print(json.dumps(rows, indent=1))
             return 0
-        print(f"{'chip':10} {'ms':>10} {'TFLOPS':>8}  bound by")
+        print(f"{'chip':10} {'ms':>10} {'likely ms':>19} {'TFLOPS':>8}  bound by")
         for e, r in zip(estimates, rejected):
             s = _summary(e)
             flag = f"  (the checker rejects it: {len(r)} errors)" if r else ""
-            print(f"{e.chip:10} {e.seconds * 1e3:10.4f} {e.tflops:8.2f}  {s['bound']}{flag}")
+            likely = f"{e.low_s * 1e3:.4f}-{e.high_s * 1e3:.4f}"
+            print(f"{e.chip:10} {e.seconds * 1e3:10.4f} {likely:>19} {e.tflops:8.2f}  "
+                  f"{s['bound']}{flag}")  # fmt: skip
         return 0
     est = estimate_work(work, resolve_chip(args.chip))
     rejected = _rejections(program, est.chip)
@@ -178,8 +180,9 @@ def estimate_table(est: Estimate) -> str:
             f"{r.flops / 1e9:9.3f} {r.bytes / 1e6:9.3f} {r.seconds * 1e3:9.4f} {share:6.1%}  {r.bound}"
         )
     lines.append(
-        f"total on {est.chip}: {est.seconds * 1e3:.4f} ms, {est.flops / 1e9:.3f} GFLOP, "
-        f"{est.bytes / 1e6:.3f} MB moved, {est.tflops:.2f} TFLOPS"
+        f"total on {est.chip}: {est.seconds * 1e3:.4f} ms (likely {est.low_s * 1e3:.4f}-"
+        f"{est.high_s * 1e3:.4f} ms), {est.flops / 1e9:.3f} GFLOP, {est.bytes / 1e6:.3f} MB moved, "
+        f"{est.tflops:.2f} TFLOPS"
     )
     return "\n".join(lines)
 
@@ -192,6 +195,7 @@ def _summary(e: Estimate) -> dict:
     return {
         "chip": e.chip,
         "seconds": e.seconds,
+        "likely_seconds": [e.low_s, e.high_s],
         "tflops": e.tflops,
         "bound": max(by_bound, key=by_bound.get),
     }

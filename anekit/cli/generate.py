@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                     if speculation:
                         speculation["draft"].close()
             if not (args.stats and args.json):  # --json: the record alone, for scripts
-                print(summary_line(stats), file=sys.stderr)
+                print(summary_line(stats, model.placement), file=sys.stderr)
             if args.stats:
                 report = stats_report(
                     model, stats, model.chip if args.chip is None else args.chip.name

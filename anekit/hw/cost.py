@@ -133,13 +133,20 @@ class OpEstimate:
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """Predicted time of one evaluation, with the per-op breakdown."""
+    """Predicted time of one evaluation, with the per-op breakdown.
+
+    ``low_s`` and ``high_s`` bound the likely time: the prediction scaled by the chip's
+    ``cost.band``, how far predictions of published timings scatter when their source is
+    left out of the fit (see ``benchmarks/cost_model.py``).
+    """
 
     chip: str
     seconds: float
     flops: float
     bytes: float
     rows: tuple[OpEstimate, ...]
+    low_s: float
+    high_s: float
 
     @property
     def tflops(self) -> float:
@@ -308,7 +315,13 @@ def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
     moved = work.io_bytes + sum(
         op.bytes for op in work.ops if op.kind in (CostKind.MAC, CostKind.VECTOR)
     )
-    return Estimate(chip.name, seconds, flops, moved, tuple(rows))
+    return Estimate(chip.name, seconds, flops, moved, tuple(rows), *likely_range(seconds, chip))
+
+
+def likely_range(seconds: float, chip: Chip) -> tuple[float, float]:
+    """The likely range of a predicted time on ``chip`` (its ``cost.band``): (low, high)."""
+    under, over = chip.cost.band  # predicted / published, 10th and 90th percentile
+    return seconds / over, seconds / under
 
 
 def _sram_load(op: OpWork, p: CostParams) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from anekit import backends
+from anekit.backends.placement import Placement
 from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
@@ -77,7 +78,7 @@ class Model:
         check_shapes(config, source)  # before any buffer is made
         self.config = config
         self.tokenizer = tokenizer
-        self.backend = backends.resolve_backend(backend)
+        self.backend, self._skipped, self._chosen_by = backends.choose_backend(backend)
         self.chip = resolve(chip).name
         if chunk < 1:
             raise UsageError(f"chunk must be at least 1, found {chunk}")
@@ -251,6 +252,15 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def placement(self) -> Placement | None:
+        """Where the model's programs run and why (``Kernel.placement`` of the first compiled,
+        with how the backend was chosen); None before anything is compiled."""
+        kernels = self.runner.kernels()
+        if not kernels:
+            return None
+        return kernels[0].placement.chosen(self._skipped, self._chosen_by)
 
     def __repr__(self) -> str:
         c = self.config

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from anekit.backends.placement import Placement
 from anekit.errors import UsageError
 from anekit.llm.chat import encode_rendered
 from anekit.llm.config import LlmConfig
@@ -109,8 +110,10 @@ def stats_report(model: Model, stats: GenerationStats, chip: str | None = None) 
         max_seq=model.max_seq,
         compress=model.compress,
     )
+    placement = model.placement
     return {
         "backend": model.backend,
+        "placement": placement.as_dict() if placement is not None else None,
         "prompt_tokens": stats.prompt_tokens,
         "new_tokens": stats.new_tokens,
         "first_token_ms": round(stats.first_token_s * 1e3, 2),
@@ -155,7 +158,8 @@ def stats_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"speculative: {spec['draft_tokens']} draft tokens per check, acceptance "
                      f"{spec['acceptance_rate']:.1%}, {spec['tokens_per_round']:.2f} tokens per "
                      f"target call ({spec['rounds']} calls)")  # fmt: skip
-    return lines
+    placed = report.get("placement")
+    return [*(placed["lines"] if placed else []), *lines]
 
 
 def estimate_report(
@@ -163,14 +167,17 @@ def estimate_report(
 ) -> tuple[LlmEstimate, list[str]]:
     """The cost model's prediction for a model on a chip, and its explanation as lines."""
     est = estimate_llm(config, chip, prompt_tokens=prompt_tokens, compress=compress)
-    mb = est.weight_bytes / 1e6
+    mb = est.streamed_bytes / 1e6
     stored = "fp16 weights" if compress in (None, "fp16") else f"weights stored as {compress}"
+    if est.streamed_bytes != est.weight_bytes:
+        stored += f" ({est.weight_bytes / 1e6:.1f} MB) that {est.chip} folds to fp16"
     lines = [
         f"{config.architecture}: {config.n_params() / 1e6:.1f}M parameters, {config.n_layers} layers, "
         f"{est.compiles} programs to compile",
         f"chip {est.chip}, prompt of {prompt_tokens} tokens:",
         f"  prefill  {est.prefill_tokens_per_s:10.1f} tok/s  ({est.prefill_s * 1e3:.2f} ms for the prompt)",
-        f"  decode   {est.decode_tokens_per_s:10.1f} tok/s  ({est.decode_step_s * 1e3:.3f} ms per token)",
+        f"  decode   {est.decode_tokens_per_s:10.1f} tok/s  ({est.decode_step_s * 1e3:.3f} ms per token; "
+        f"likely {1 / est.likely_decode_s[1]:.1f}-{1 / est.likely_decode_s[0]:.1f} tok/s)",
         f"  a decode step streams {mb:.1f} MB of {stored}: {est.weights_s * 1e3:.3f} ms at the "
         "ANE's measured DRAM bandwidth (the floor of decode)",
     ]
@@ -213,17 +220,21 @@ def peak_memory_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
 
 
-def summary_line(stats: GenerationStats) -> str:
-    """The line mlx-lm and llama.cpp print after a reply: prompt and generation speed, memory."""
+def summary_line(stats: GenerationStats, placement: Placement | None = None) -> str:
+    """The line mlx-lm and llama.cpp print after a reply: prompt and generation speed, memory;
+    then where it ran (and, on lines of their own, why earlier backends were skipped)."""
     compiled = (
         f" | compiles: {stats.compile_s * 1e3:.0f} ms (not counted)" if stats.compile_s else ""
     )
-    return (
+    line = (
         f"prompt: {stats.prompt_tokens} tokens, {stats.prefill_tokens_per_s:.1f} tok/s | "
         f"generation: {stats.new_tokens} tokens, {stats.decode_tokens_per_s:.1f} tok/s | "
         f"first token: {stats.first_token_s * 1e3:.1f} ms | "
         f"peak memory: {peak_memory_bytes() / 2**20:.0f} MB{compiled}"
     )
+    if placement is None:
+        return line
+    return "\n".join([f"{line} | {placement.summary()}", *placement.lines()[1:]])
 
 
 def write_reply(tokens: Iterator[int], reply: ReplyText, sink: IO[str]) -> str:

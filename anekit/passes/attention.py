@@ -1,7 +1,7 @@
 """The expand_attention pass: on a chip whose dialect has no ``scaled_dot_product_attention``
 (M1/M2 want ios16; the fused op is ios18), the op becomes what it computes:
 ``softmax(query @ key^T / sqrt(E) + mask) @ value`` from matmul, mul, add (or select for a bool
-mask, where a masked score becomes -65504, the most negative fp16) and softmax."""
+mask, where a masked score becomes ``masks.MASKED``, the project's masked-out value) and softmax."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from anekit.mil.program import Operation, Program
 from anekit.mil.rewrite import Rebuild, rebuild
 from anekit.mil.types import DType
 from anekit.passes.base import ChipRule, by_op_type, has_op_types
-
-MASKED = -65504.0  # a bool mask's "never attend": the most negative finite fp16
+from anekit.passes.masks import MASKED
 
 
 def _expand_sdpa(rb: Rebuild, op: Operation, chip: Chip) -> bool:

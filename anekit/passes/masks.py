@@ -15,6 +15,9 @@ from anekit.passes.precision import FP16_MAX
 # only move or cast it (as their x), and must end in a PROBABILITIES op (softmax). Anything
 # else reading the constant means it is no mask.
 _PASSES_X = frozenset({MOVEMENT, CAST})
+# The one masked-out value of converted programs (Hugging Face's finfo(float32).min, -inf):
+# every pass that writes a mask reads it from here.
+MASKED = -FP16_MAX
 
 
 def _feeds_softmax_only(rb: Rebuild, v: Value) -> bool:
@@ -44,7 +47,7 @@ def _mask_rule(rb: Rebuild, op: Operation) -> bool:
     low = arr <= -FP16_MAX
     if not low.any() or not _feeds_softmax_only(rb, op.outputs[0]):
         return False
-    finite = np.where(low, np.asarray(-FP16_MAX, arr.dtype), arr)  # -inf -> -65504
+    finite = np.where(low, np.asarray(MASKED, arr.dtype), arr)  # -inf -> MASKED
     rb.set(op.outputs[0], rb.const(finite, op.name))
     return True
 

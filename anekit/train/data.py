@@ -319,6 +319,14 @@ class Batches:
                 self._order = self._permutation(self.epoch)
         return out
 
+    def skip(self, batch: int) -> None:
+        """Move past the next ``batch`` windows without reading them (another rank's micro-batch)."""
+        for _ in range(batch):
+            self.cursor += 1
+            if self.cursor == self.windows:
+                self.epoch, self.cursor = self.epoch + 1, 0
+                self._order = self._permutation(self.epoch)
+
     def state(self) -> dict[str, int]:
         """Everything that fixes the rest of the order: ``Batches(tokens, seq, **state)`` resumes."""
         return {"seed": self.seed, "epoch": self.epoch, "cursor": self.cursor}

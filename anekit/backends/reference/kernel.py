@@ -129,6 +129,8 @@ class ReferenceKernel(Kernel):
     """
 
     backend = NAME
+    engine = "CPU"
+    route = "the NumPy reference backend (the ANE's numerics modelled)"
 
     def __init__(
         self, program: Program, storage: str = "fp16", memory_budget: int | None = None

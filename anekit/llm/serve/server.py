@@ -10,6 +10,7 @@ ASGI server (HTTP/1.1 in pure Python through h11, graceful shutdown on SIGTERM).
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -101,6 +102,11 @@ def run_server(
         def handle_exit(self, sig: int, frame: Any) -> None:
             engine.drain()
             super().handle_exit(sig, frame)
+            captured = getattr(self, "_captured_signals", [])
+            if sig == signal.SIGTERM and sig in captured:
+                # uvicorn raises a captured signal again once it has shut down; a drained
+                # SIGTERM is a clean stop (exit status 0), Ctrl-C still ends as interrupted
+                captured.remove(sig)
 
     host, port = sock.getsockname()[:2]
     if announce is not None:

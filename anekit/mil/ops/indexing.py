@@ -102,14 +102,8 @@ def slice_items(shape: tuple, spec: dict[str, Any]) -> tuple[int | slice, ...]:
         step = stride[i]
         stop = None if masks["end_mask"][i] else end[i]
         require(step != 0, op, "stride", lambda: f"stride of dimension {i} is 0")
-        require(
-            not (step < 0 and stop is not None and stop < -d),
-            op,
-            "end",
-            lambda: (
-                f"end {stop} < -{d} with negative stride on dimension {i} is ambiguous; use end_mask"
-            ),
-        )
+        # an end below -d with a negative stride runs past index 0 (Python's and NumPy's
+        # reading, which coremltools' value inference uses): index 0 is included
         chosen = slice(start, stop, step)
         require(
             len(range(*chosen.indices(d))) > 0,

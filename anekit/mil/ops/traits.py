@@ -49,6 +49,7 @@ CONST = _declare(
         _COST,
         _REFERENCE,
         "anekit.compression.layers",
+        "anekit.passes.coreml",
     ),
     "the op is a constant: its one output is the value of its `val` argument",
 )
@@ -80,7 +81,7 @@ EXACT = _declare(
 )
 ELEMENTWISE = _declare(
     "elementwise",
-    (_COST,),
+    (_COST, "anekit.passes.coreml"),
     "each output element depends only on the input elements at the same (broadcast) position",
 )
 UNARY = _declare("unary", (_COST,), "an elementwise function of one tensor")
