@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint conformance clean docs-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,19 @@ demo: $(VENV)/.train-installed
 test: $(VENV)/.test-installed
 	$(PY) -m ruff check anekit tests benchmarks tools
 	$(PY) -m ruff format --check anekit tests benchmarks tools
+	$(PY) tools/docs_check.py
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test-installed
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# coremltools' own MIL op tests through the reference backend (long; needs the coreml extra)
+conformance: $(VENV)/.test-installed
+	$(PY) -m pytest -p tools.coreml_conformance --pyargs coremltools.converters.mil.mil.ops.tests -q -p no:cacheprovider -W ignore
+
+# every generated number in README.md and docs/ against its data (a few seconds, no network)
+docs-check: $(VENV)/.test-installed
+	$(PY) tools/docs_check.py
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check anekit tests benchmarks tools

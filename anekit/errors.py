@@ -27,12 +27,17 @@ __all__ = [
     "CompileBudgetExhausted",
     "CheckpointError",
     "TrainingDiverged",
+    "DistributedError",
     "ConversionError",
     "InspectError",
     "UsageError",
     "KernelClosed",
+    "UnknownName",
     "os_reason",
     "ModelError",
+    "GarbageValues",
+    "ModelClosed",
+    "SessionReused",
 ]
 
 
@@ -213,6 +218,14 @@ class TrainingDiverged(AnekitError):
         super().__init__(message)
 
 
+class DistributedError(AnekitError):
+    """A data-parallel run failed: an engine missing, a rank dead, hung or diverged, ranks disagreeing."""
+
+    def __init__(self, message: str, *, rank: int | None = None) -> None:
+        self.rank = rank  # the rank at fault, when one is known
+        super().__init__(message)
+
+
 class ConversionError(AnekitError, ValueError):
     """A model that cannot be converted, or converts wrongly: names every node, op and source line.
 
@@ -272,6 +285,14 @@ class KernelClosed(UsageError):
         super().__init__(f"{kernel} is closed; compile the program again to run it")
 
 
+class UnknownName(UsageError, KeyError):
+    """A name a kernel or buffer set does not have (an input or output): lists the names there
+    are. Also a ``KeyError``, as a lookup by a missing name is."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
 # What the user reads for the errors a path can give; others keep the system's wording.
 _OS_REASONS = {
     errno.ENOENT: "no such file or directory",
@@ -302,3 +323,24 @@ class ModelError(AnekitError, ValueError):
         if tensor is not None:
             where += f": tensor {tensor!r}"
         super().__init__(f"{where}: {message}")
+
+
+class ModelClosed(UsageError):
+    """A language model (or one of its sessions) was used after ``close()``."""
+
+
+class SessionReused(UsageError):
+    """A generator whose KV cache a later generation of the same session has taken over."""
+
+
+class GarbageValues(AnekitError, ArithmeticError):
+    """A model's values became garbage (non-finite, saturated, or logits without variance).
+
+    Raised instead of sampling from them: names the token position and the first layer (or
+    op) where the values went wrong, so a broken model never emits tokens silently.
+    """
+
+    def __init__(self, message: str, *, position: int, where: str) -> None:
+        self.position = position
+        self.where = where
+        super().__init__(f"position {position}, {where}: {message}")

@@ -11,7 +11,8 @@ is timed here, so no threads need pinning.
     python benchmarks/cost_model.py              # the table, the summary, bias before/after
     python benchmarks/cost_model.py --json       # machine-readable rows
     python benchmarks/cost_model.py --fit        # re-fit the M4 mechanism to section 7
-    python benchmarks/cost_model.py --fit-floors # re-fit each chip's per-path floor
+    python benchmarks/cost_model.py --fit-floors # the per-generation floors, fitted again
+    python benchmarks/cost_model.py --write-floors  # ... and written into chips.json
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from anekit.hw.chips import Chip, get_chip
 
 TARGET = 1.25
 SMALL_S = 1e-3  # a program published under 1 ms is latency-bound: its floor is a large share
-MIN_SMALL = 3  # small entries a (chip, path) needs before its floor is re-fit
 FLOOR_GRID_S = np.geomspace(5e-6, 1e-3, 801)  # candidate floors, 0.7 % apart
 
 CHIPS_JSON = resources.files("anekit.hw").joinpath("data/chips.json")
@@ -126,13 +126,15 @@ def load_entries() -> list[dict[str, Any]]:
     return json.loads(PUBLISHED_JSON.read_text("utf-8"))["entries"]
 
 
+_WORKS: dict[str, cost.ProgramWork] = {}  # program description -> its work, analysed once
+
+
 def _works(entries: list[dict[str, Any]]) -> dict[str, cost.ProgramWork]:
-    """Each distinct program's work, analysed once (many entries share a program)."""
-    works: dict[str, cost.ProgramWork] = {}
+    """Each distinct program's work, analysed once per process (many entries share one)."""
     for e in entries:
-        if _key(e) not in works:
-            works[_key(e)] = cost.analyze(build(e["program"]))
-    return works
+        if _key(e) not in _WORKS:
+            _WORKS[_key(e)] = cost.analyze(build(e["program"]))
+    return _WORKS
 
 
 def evaluate(entries: list[dict[str, Any]], chips: dict[str, Chip] | None = None) -> list[dict]:
@@ -153,6 +155,7 @@ def evaluate(entries: list[dict[str, Any]], chips: dict[str, Chip] | None = None
                 "ratio": predicted.seconds / e["seconds"],
                 "section7": bool(e.get("section7")),
                 "sets": e.get("sets", ""),
+                "source": _source(e),
             }
         )
     return rows
@@ -263,48 +266,136 @@ def previous_chips() -> dict[str, Chip]:
     return out
 
 
-def fit_floors(entries: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
-    """Re-fit each chip's per-call floor per runtime path to its small "fit" entries.
+def _source(e: dict[str, Any]) -> str:
+    """An entry's source: its document, without the parenthesised details."""
+    return e["source"].split(" (")[0]
 
-    For every (chip, path) with at least ``MIN_SMALL`` fit or calibration entries published
-    under ``SMALL_S`` (latency-bound programs, where the floor matters), the floor minimises
-    the squared log ratios of those entries, with every section-7 entry kept within 1.25x;
-    other (chip, path) pairs keep their floor. Held-out entries are never read. Returns
-    floors in seconds.
+
+def family_floors(
+    entries: list[dict[str, Any]], leave_out: str | None = None
+) -> dict[tuple[str, str], float]:
+    """One per-call floor per ANE generation and runtime path, every source weighted alike.
+
+    The chips of one generation share their Neural Engine (and the software in front of it),
+    so they share one floor; fitting it per chip let one source's machine set a chip's floor
+    alone (the M4 Max's came out 3x the M4's). Each (generation, path) floor minimises the
+    mean over sources of each source's mean squared log ratio on its small (latency-bound)
+    fit and calibration entries, so no one source outweighs the others by its entry count.
+    ``leave_out`` drops a source (leave-one-source-out validation). Held-out entries are
+    never read. Returns floors in seconds.
     """
-    usable = [e for e in entries if e["split"] in ("fit", "calibration")]
+    usable = [e for e in entries if e["split"] in ("fit", "calibration") and e["path"] != "coreml"
+              and e["seconds"] < SMALL_S and _source(e) != leave_out]  # fmt: skip
+    # section 7's entries bound every floor (within 1.25x), small or not
+    usable += [e for e in entries if e["split"] == "calibration" and e["seconds"] >= SMALL_S
+               and e["path"] != "coreml" and _source(e) != leave_out]  # fmt: skip
     works = _works(usable)
-    before = previous_chips()
-    fitted = {}
-    for chip_name, path in sorted({(e["chip"], e["path"]) for e in usable}):
-        group = [e for e in usable if e["chip"] == chip_name and e["path"] == path]
-        small = [e for e in group if e["seconds"] < SMALL_S]
-        if path == "coreml" or len(small) < MIN_SMALL:
-            continue  # Core ML shares the e5rt floor; its entries here are 16 ms GEMVs
-        base = before[chip_name].on_path(path)
-        # the floor is one additive term: time(floor) = time without a floor + floor
-        rest = {
-            e["id"]: cost.estimate_work(works[_key(e)], base).seconds - base.cost.floor_s
-            for e in group
-        }
-        calibration = [e for e in group if e["split"] == "calibration"]
+    groups: dict[tuple[str, str], list[tuple[dict[str, Any], float]]] = {}
+    for e in usable:
+        chip = get_chip(e["chip"]).on_path(e["path"])
+        rest = cost.estimate_work(works[_key(e)], chip).seconds - chip.cost.floor_s
+        groups.setdefault((chip.generation, e["path"]), []).append((e, rest))
+    floors = {}
+    for group, members in groups.items():
+        by_source: dict[str, list[tuple[dict[str, Any], float]]] = {}
+        for e, rest in members:
+            if e["seconds"] < SMALL_S:
+                by_source.setdefault(_source(e), []).append((e, rest))
 
-        def logs(floor: float, subset: list[dict[str, Any]], rest=rest) -> np.ndarray:
-            return np.log([(rest[e["id"]] + floor) / e["seconds"] for e in subset])
+        def loss(floor: float, by_source=by_source) -> float:
+            return float(np.mean([np.mean([math.log((rest + floor) / e["seconds"]) ** 2
+                                           for e, rest in m]) for m in by_source.values()]))  # fmt: skip
 
-        def loss(floor: float, small=small, calibration=calibration) -> float:
-            if calibration and np.abs(logs(floor, calibration)).max() > math.log(TARGET):
-                return math.inf
-            return float(np.sum(logs(floor, small) ** 2))
+        def section7_holds(floor: float, members=members) -> bool:
+            return all(abs(math.log((rest + floor) / e["seconds"])) <= math.log(TARGET)
+                       for e, rest in members if e["split"] == "calibration")  # fmt: skip
 
-        floor = fitted[(chip_name, path)] = float(min(FLOOR_GRID_S, key=loss))
-        before_bias = bias([{"ratio": math.exp(x)} for x in logs(base.cost.floor_s, small)])
-        print(
-            f"  {chip_name:9} {path:6} n={len(small):2}  floor {floor * 1e3:.4f} ms "
-            f"(previous {base.cost.floor_s * 1e3:.4f})  small entries: {before_bias} -> "
-            f"{bias([{'ratio': math.exp(x)} for x in logs(floor, small)])}"
-        )
-    return fitted
+        allowed = [f for f in FLOOR_GRID_S if section7_holds(f)] or list(FLOOR_GRID_S)
+        floors[group] = float(min(allowed, key=loss))
+    return floors
+
+
+def with_floors(floors: dict[tuple[str, str], float]) -> dict[str, Chip]:
+    """Every chip with its generation's fitted floors (others keep theirs)."""
+    out = {}
+    for name in json.loads(CHIPS_JSON.read_text("utf-8"))["chips"]:
+        chip = get_chip(name)
+        inmem = floors.get((chip.generation, "inmem"), chip.facts["cost.floor_ms"].value * 1e-3)
+        e5rt = floors.get((chip.generation, "e5rt"), chip.cost.e5rt_floor_s)
+        facts = dict(chip.facts)
+        facts["cost.floor_ms"] = replace(facts["cost.floor_ms"], value=inmem * 1e3)
+        fields = {"floor_s": inmem, "e5rt_floor_s": e5rt}
+        out[name] = replace(chip, cost=replace(chip.cost, **fields), facts=facts)
+    return out
+
+
+def leave_one_source_out(entries: list[dict[str, Any]]) -> list[dict]:
+    """Each source's entries predicted with floors fitted without that source."""
+    rows = []
+    for source in sorted({_source(e) for e in entries}):
+        mine = [e for e in entries if _source(e) == source]
+        for r in evaluate(mine, with_floors(family_floors(entries, leave_out=source))):
+            rows.append({**r, "source": source})
+    return rows
+
+
+def per_source_table(before: list[dict], after: list[dict], loso: list[dict]) -> str:
+    """Per chip and source: median ratio and bias before, after, and left out of the fit."""
+    lines = [f"{'chip':9} {'source':62} {'n':>3}  {'before':34} {'after':34} left out"]
+    keyed = {}
+    for label, rows in (("before", before), ("after", after), ("loso", loso)):
+        for r in rows:
+            keyed.setdefault((r["chip"], r["source"]), {}).setdefault(label, []).append(r)
+    for (chip, source), groups in sorted(keyed.items()):
+        cells = [bias(groups.get(k, [])) for k in ("before", "after", "loso")]
+        lines.append(f"{chip:9} {source[-62:]:62} {len(groups['after']):3}  {cells[0]:34} "
+                     f"{cells[1]:34} {cells[2]}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def spread(loso: list[dict]) -> str:
+    """How far the left-out sources' predictions scatter: per-source medians and quantiles."""
+    medians = {}
+    for r in loso:
+        medians.setdefault(r["source"], []).append(r["ratio"])
+    per_source = [float(np.median(v)) for v in medians.values()]
+    ratios = [r["ratio"] for r in loso]
+    inside = sum(_err(r) <= TARGET for r in loso)
+    low, high = np.quantile(ratios, [0.1, 0.9])
+    return (f"leave-one-source-out: {len(medians)} sources, per-source median ratio "
+            f"{min(per_source):.2f}-{max(per_source):.2f}; entries {inside}/{len(loso)} within "
+            f"{TARGET}x; 10-90% of ratios {low:.2f}-{high:.2f}")  # fmt: skip
+
+
+def write_floors(entries: list[dict[str, Any]], path: Any = CHIPS_JSON) -> None:
+    """Write the family floors and the leave-one-source-out band into ``chips.json``.
+
+    Each changed floor keeps the value it replaces under ``previous`` (what ``previous_chips``
+    and the before/after tables read); the band is the 10-90 % range of the left-out
+    sources' ratios, the same for every chip (too few sources per chip to say more).
+    """
+    floors = family_floors(entries)
+    ratios = [r["ratio"] for r in leave_one_source_out(entries)]
+    low, high = (round(float(q), 2) for q in np.quantile(ratios, [0.1, 0.9]))
+    raw = json.loads(path.read_text("utf-8"))
+    for entry in raw["chips"].values():
+        generation = entry["facts"]["generation"]["value"]
+        for key, route in (("floor_ms", "inmem"), ("floor_e5rt_ms", "e5rt")):
+            if (generation, route) not in floors:
+                continue
+            fact = entry["cost"][key]
+            value = round(floors[(generation, route)] * 1e3, 4)
+            if value != fact["value"]:
+                fact["previous"] = {"value": fact["value"], "source": fact["source"]}
+            fact.update(value=value, source="fit-floors-family", estimate=True,
+                        note=f"one floor for every {generation} chip ({route} path): the "
+                        "sources' small programs weighted alike, section 7 within 1.25x")  # fmt: skip
+        entry["cost"]["band"] = {
+            "value": [low, high], "source": "fit-floors-family", "estimate": True,
+            "note": "predicted / published, 10-90 % of the entries of each source left out of "
+                    "the floor fit (benchmarks/cost_model.py --loso)",
+        }  # fmt: skip
+    path.write_text(json.dumps(raw, indent=1) + "\n", "utf-8")
 
 
 def _key(e: dict[str, Any]) -> str:
@@ -370,15 +461,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
     parser.add_argument("--fit", action="store_true", help="re-fit the M4 parameters to section 7")
     parser.add_argument(
-        "--fit-floors", action="store_true", help="re-fit every chip's per-path floor (fit split)"
+        "--fit-floors",
+        action="store_true",
+        help="fit one floor per generation and path (fit split), and print it",
     )
+    parser.add_argument("--write-floors", action="store_true",
+                        help="fit the floors and the band, and write them into chips.json")  # fmt: skip
     args = parser.parse_args(argv)
     entries = load_entries()
     if args.fit:
         fit_m4(entries)
         return 0
-    if args.fit_floors:
-        fit_floors(entries)
+    if args.fit_floors or args.write_floors:
+        for (generation, path), floor in sorted(family_floors(entries).items()):
+            print(f"  {generation} {path:6} floor {floor * 1e3:.4f} ms")
+        if args.write_floors:
+            write_floors(entries)
+            print(f"written to {CHIPS_JSON}")
         return 0
     rows = evaluate(entries)
     if args.json:
@@ -388,10 +487,35 @@ def main(argv: list[str] | None = None) -> int:
     print_section7_facts()
     print()
     print(summary(rows))
-    print()
-    print("bias, before -> after the per-chip, per-path floor re-fit (chips.json `previous`):")
-    print(bias_table(evaluate(entries, previous_chips()), rows))
+    before = evaluate(entries, previous_chips())
+    print("\nbefore the per-generation floors (each chip's own, chips.json `previous`):")
+    print(summary(before))
+    print("\nbias, before -> after, per chip and split:")
+    print(bias_table(before, rows))
+    loso = leave_one_source_out(entries)
+    print("\nper chip and source: before, after, and with the source left out of the fit:")
+    print(per_source_table(before, rows, loso))
+    print(spread(loso))
+    print("\nlanguage models: predicted decode vs published (anekit/llm/data/published.json):")
+    print(llm_table())
     return 0
+
+
+def llm_table() -> str:
+    """Each published LLM decode figure beside the prediction, and the ratio's bias."""
+    from anekit.llm.cost import compare_published
+
+    lines, ratios = [], []
+    for r in compare_published():
+        ratio = r["published_decode"] / r["predicted_decode"]  # predicted time / published
+        ratios.append(ratio)
+        lines.append(f"  {r['model']:16} {r['chip']:8} published {r['published_decode']:7.1f} tok/s"
+                     f"  predicted {r['predicted_decode']:7.1f}  time ratio {ratio:.2f}")  # fmt: skip
+    inside = sum(max(x, 1 / x) <= TARGET for x in ratios)
+    above = sum(x > 1 for x in ratios)
+    lines.append(f"  {inside}/{len(ratios)} within {TARGET}x; median time ratio "
+                 f"{float(np.median(ratios)):.2f}, {above} above / {len(ratios) - above} below")  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,15 @@
    buffer sets), interleaved.
 3. The cost model's predicted decode tokens/s for each published figure's model and
    chip (target: within 1.5x), and for the benchmark model on every chip.
+4. Speculative decoding on the reference backend at draft_tokens 2, 4 and 8: the
+   benchmark model with layers 2-11 silenced (their output projections zeroed, so it
+   computes what its first two layers do, at the cost of twelve) as the target and its
+   first two layers as the draft. The draft then agrees with the target wherever fp16
+   rounding does not split a near-tie: the figures are the mechanism's gain at an
+   acceptance near 1 on this backend, not a prediction for a real model pair. Greedy
+   tokens per second of 32 new tokens after a 32-token prompt, plain against
+   speculative, interleaved, with the cost model's predicted speed-up for M4 at the
+   measured acceptance.
 
 Run: ``python benchmarks/llm.py [--threads N] [--rounds R]``.
 """
@@ -26,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +51,7 @@ CONFIG = dict(
     initializer_range=0.02,
 )
 PROMPT, NEW, POSITIONS = 128, 16, (32, 512)
+SPECULATE = (2, 4, 8)  # draft tokens per check in section 4
 
 
 def save_model(directory: Path):  # noqa: ANN201 (a transformers model)
@@ -99,22 +110,22 @@ def per_call_decode(model, start: int, steps: int) -> float:
     """
     from anekit import fp16
     from anekit.llm import kernels as K
-    from anekit.llm.model import decode_cache
+    from anekit.llm.runners import decode_cache
 
     c = model.config
-    weights = [{n: b.array for n, b in layer.items()} for layer in model._weights]
-    head_weights = {n: b.array for n, b in model._head_weights.items()}
+    weights = [{n: b.array for n, b in layer.items()} for layer in model.runner._weights]
+    head_weights = {n: b.array for n, b in model.runner._head_weights.items()}
     dtype = weights[0]["wqkv"].dtype
     kv = (1, c.n_kv_heads, model.max_seq, c.head_dim)
     k_cache = [np.zeros(kv, dtype) for _ in weights]
     v_cache = [np.zeros(kv, dtype) for _ in weights]
-    head = model._kernel(K.HeadKey(1, model._pieces))
+    head = model.runner._kernel(K.HeadKey(1, model.runner.pieces))
     held = lambda a: fp16.round_fp16(np.asarray(a, np.float32)).astype(dtype)  # noqa: E731
     began = time.perf_counter()
     for pos in range(start, start + steps):
         key = K.BlockKey(1, decode_cache(model.max_seq, pos))
-        kernel = model._kernel(key)
-        x = np.ascontiguousarray(model._embedding(np.array([7])).T)[None, None].astype(dtype)
+        kernel = model.runner._kernel(key)
+        x = np.ascontiguousarray(model.runner._embedding(np.array([7])).T)[None, None].astype(dtype)
         cos, sin = K.rope_tables(c, pos, 1)
         shared = {"cos": held(cos), "sin": held(sin),
                   "mask": held(K.attention_mask(c, key, pos, 1))}  # fmt: skip
@@ -129,7 +140,65 @@ def per_call_decode(model, start: int, steps: int) -> float:
     return (time.perf_counter() - began) / steps
 
 
-def rounds(candidates: dict[str, Callable[[], float]], n: int) -> dict[str, list[float]]:
+def silenced_pair(hf, directory: Path, keep: int = 2) -> tuple[Path, Path]:
+    """The benchmark model with layers ``keep..`` silenced (target), and its first ``keep``
+    layers alone (draft), saved in fp16."""
+    import torch
+
+    state = {k: v.clone() for k, v in hf.state_dict().items()}
+    for i in range(keep, hf.config.num_hidden_layers):
+        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            state[f"model.layers.{i}.{name}"].zero_()
+    target = type(hf)(hf.config)
+    target.load_state_dict(state)
+    target.to(torch.float16).save_pretrained(directory / "target")
+    small = type(hf.config)(**{**hf.config.to_dict(), "num_hidden_layers": keep})
+    draft = type(hf)(small)
+    draft.load_state_dict({k: v for k, v in state.items() if k in draft.state_dict()})
+    draft.to(torch.float16).save_pretrained(directory / "draft")
+    return directory / "target", directory / "draft"
+
+
+def speculative(args: argparse.Namespace, hf, ids: list[int], tmp: Path) -> None:
+    """Section 4: greedy decoding with and without a draft, interleaved."""
+    from anekit import llm
+    from anekit.llm.cost import estimate_speculative
+
+    target_dir, draft_dir = silenced_pair(hf, tmp)
+    prompt, new = ids[:32], 32
+    with (
+        llm.load(target_dir, backend="reference", max_seq=128) as target,
+        llm.load(draft_dir, backend="reference", max_seq=128) as draft,
+    ):
+        accepted: dict[int, float] = {}
+
+        def timed(k: int) -> float:
+            session = target.session()
+            begin = time.perf_counter()
+            extra = {} if k == 0 else {"draft": draft, "draft_tokens": k}
+            out = session.generate(prompt, new, stop=(), **extra)
+            seconds = time.perf_counter() - begin
+            if k:
+                accepted[k] = session.stats.speculative.acceptance_rate
+            assert len(out) == new
+            return seconds
+
+        for k in (0, *SPECULATE):  # warm-up: every program compiled once
+            timed(k)
+        t = rounds({k: (lambda k=k: timed(k)) for k in (0, *SPECULATE)}, args.rounds)
+        plain = statistics.median(t[0])
+        print(f"speculative decoding, greedy, {new} tokens after a {len(prompt)}-token prompt "
+              "(target: 12 layers, 10 silenced; draft: its first 2):")  # fmt: skip
+        print(line("no draft", t[0], new))
+        for k in SPECULATE:
+            est = estimate_speculative(target.config, draft.config, "m4", draft_tokens=k,
+                                       acceptance=accepted[k])  # fmt: skip
+            print(line(f"draft_tokens {k}", t[k], new)
+                  + f"  speed-up {plain / statistics.median(t[k]):.2f}x, acceptance "
+                  f"{accepted[k]:.0%}, predicted on M4 {est.speedup:.2f}x")  # fmt: skip
+
+
+def rounds(candidates: dict[Any, Callable[[], float]], n: int) -> dict[Any, list[float]]:
     """Run every candidate ``n`` times, rotating their order each round."""
     names = list(candidates)
     times: dict[str, list[float]] = {k: [] for k in names}
@@ -228,6 +297,7 @@ def main() -> None:
             cfg = m.config
         finally:
             m.close()
+        speculative(args, hf, ids, Path(tmp))
     print("predicted decode vs published (cost model, anekit.llm.cost):")
     for r in compare_published():
         print(

@@ -88,10 +88,10 @@ def torch_forward(shape: TransformerShape, weights, x: np.ndarray):
     cos, sin = (torch.cat([f(angle)] * 2, -1).float() for f in (torch.cos, torch.sin))
 
     def rms(h, g):
-        return h * torch.rsqrt((h * h).mean(-1, keepdim=True) + s.eps) * g
+        return h * torch.rsqrt((h * h).mean(-1, keepdim=True) + s.norm_eps) * g
 
     def heads(t):
-        return t.reshape(s.seq, s.heads, s.head_dim).transpose(0, 1)
+        return t.reshape(s.seq, s.n_heads, s.head_dim).transpose(0, 1)
 
     def rope(t):
         return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin

@@ -181,12 +181,13 @@ class TrueLayout:
             data = row.tobytes()[: max(len(buffer) - start, 0)]  # nothing past the end
             buffer[start : start + len(data)] = data
 
-    def entry(self, symbol_suffix: str) -> dict[str, Any]:
-        """This tensor as a ``LiveInputList``/``LiveOutputList`` entry."""
+    def entry(self, symbol_suffix: str, name: str | None = None) -> dict[str, Any]:
+        """This tensor as a ``LiveInputList``/``LiveOutputList`` entry (named ``name``)."""
         kind = {2: "Float16", 4: "Float32"}[self.dtype.itemsize]
+        name = self.name if name is None else name
         return {
-            "Name": self.name,
-            "Symbol": self.name + symbol_suffix,
+            "Name": name,
+            "Symbol": name + symbol_suffix,
             "Channels": self.channels,
             "Height": self.height,
             "Width": self.width,
@@ -216,6 +217,7 @@ class FakeFramework:
         self.row_align = 64
         self.plane_pad = 0
         self.symbol_suffix = ""
+        self.outputs_named_by = "variable"  # or "op": the compiler names outputs by op name
         self.hex_ignores_weights = False
         self.metadata_registered = True  # whether NSError** reads as an out-parameter
         self.stats_where = "attached"  # "attached", "array", "property" or None: where ns land
@@ -376,10 +378,16 @@ class FakeFramework:
         plane = height * row + (self.plane_pad if self.attributes else 0)
         return TrueLayout(v.name, shape, v.dtype.numpy, channels, height, row, plane)
 
+    def reported_name(self, v: Any) -> str:
+        """The name the compiled model gives a tensor: its variable's, or its op's name."""
+        if self.outputs_named_by == "op" and v.producer is not None:
+            return str(v.producer.attrs.get("name", v.name))
+        return v.name
+
     def order(self, values: tuple[Any, ...], *, outputs: bool) -> list[Any]:
         """The tensors in the order request indices count them."""
         if self.attributes == "alphabetical":
-            return sorted(values, key=lambda v: v.name)
+            return sorted(values, key=self.reported_name)
         if self.attributes == "size":
             sign = -1 if outputs else 1
             return sorted(values, key=lambda v: sign * v.type.nbytes)
@@ -392,19 +400,21 @@ class FakeFramework:
             return None
         fn = mil.parse(text, weights=weights).main
         align = self.row_align if align is None else align
-        ins = [self.true_layout(v, align) for v in self.order(fn.inputs, outputs=False)]
-        outs = [self.true_layout(v, align) for v in self.order(fn.outputs, outputs=True)]
+        in_order = self.order(fn.inputs, outputs=False)
+        out_order = self.order(fn.outputs, outputs=True)
+        ins = [(self.true_layout(v, align), self.reported_name(v)) for v in in_order]
+        outs = [(self.true_layout(v, align), self.reported_name(v)) for v in out_order]
         suffix = self.symbol_suffix
         return {
             "NetworkStatusList": [
                 {
-                    "LiveInputList": [t.entry(suffix) for t in ins],
-                    "LiveOutputList": [t.entry(suffix) for t in outs],
+                    "LiveInputList": [t.entry(suffix, name) for t, name in ins],
+                    "LiveOutputList": [t.entry(suffix, name) for t, name in outs],
                 }
             ],
             "ANEFModelDescription": {
-                "kANEFModelInputSymbolsArrayKey": [t.name + suffix for t in ins],
-                "kANEFModelOutputSymbolsArrayKey": [t.name + suffix for t in outs],
+                "kANEFModelInputSymbolsArrayKey": [name + suffix for _, name in ins],
+                "kANEFModelOutputSymbolsArrayKey": [name + suffix for _, name in outs],
             },
         }
 
@@ -575,16 +585,3 @@ def count_surface_writes(monkeypatch: Any) -> SurfaceWrites:
     monkeypatch.setattr(fp16, "cast_into", counted_cast)
     monkeypatch.setattr(SurfaceView, "__setitem__", counted_setitem, raising=False)
     return counter
-
-
-def rung_context(tmp_path: Path, monkeypatch: Any, framework: Any, options: dict[str, Any]) -> Any:
-    """A ladder rung's Context over ``framework``, with a fresh compile budget and no load pause."""
-    from anekit.backends import budget
-    from anekit.backends.ane import kernel
-    from anekit.ladder.runner import Context
-
-    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
-    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
-    ctx = Context(options, None, tmp_path)
-    ctx.resources["framework"] = framework
-    return ctx

@@ -1,8 +1,26 @@
-"""Shared test configuration: hardware tests skip, with the reason, where there is no ANE."""
+"""Shared test configuration: hardware tests skip, with the reason, where there is no ANE.
+
+Tests marked ``ane`` (and ``isolated``) run each in a fresh process (``tests/isolation.py``),
+and the session's caches (the ANE self-check's verdict, compiled CoreML models) go to a
+private temporary directory, never the user's.
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+pytest_plugins = ["tests.isolation"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from anekit import config as anekit_config
+
+    if not os.environ.get(anekit_config.ENV_CACHE_DIR):
+        cache = tempfile.mkdtemp(prefix="anekit-test-cache-")
+        os.environ[anekit_config.ENV_CACHE_DIR] = cache  # children (isolated tests) inherit it
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

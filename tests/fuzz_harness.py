@@ -14,6 +14,7 @@ fractional and non-numeric numbers, deep nesting, paths that leave the directory
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import resource
@@ -104,6 +105,19 @@ def small_checkpoint(directory: Path):
     return ckpt, trainer
 
 
+def pt2_seeds_in(directory: Path) -> tuple[Path, Path, list[bytes]]:
+    """A plain ``.pt2`` and one hostile variant of each kind, all with the same marker path."""
+    from tests import pt2_craft
+
+    directory.mkdir()
+    plain, marker = directory / "plain.pt2", directory / "payload_ran"
+    pt2_craft.small_archive(plain)
+    seeds = [plain.read_bytes()]
+    for kind in pt2_craft.KINDS:
+        seeds.append(pt2_craft.hostile(kind, plain, directory / f"{kind}.pt2", marker).read_bytes())
+    return directory / "fuzz.pt2", marker, seeds
+
+
 def byte_mutations(seed: bytes) -> st.SearchStrategy[bytes]:
     """Edits, truncation and splices of ``seed``."""
     n = len(seed)
@@ -152,7 +166,7 @@ def state_mutations(state: dict) -> st.SearchStrategy[str]:
             try:
                 for key in path[:-1]:
                     node = node[key]
-                node[path[-1]] = draw(HOSTILE_JSON)
+                node[path[-1]] = copy.deepcopy(draw(HOSTILE_JSON))  # never one object twice
             except (KeyError, IndexError, TypeError):
                 continue  # an earlier edit replaced a parent
         if draw(st.integers(0, 19)) == 0:
@@ -160,6 +174,118 @@ def state_mutations(state: dict) -> st.SearchStrategy[str]:
         return json.dumps(doc)
 
     return mutate()
+
+
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "vocab_size": 96, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": [2, 3],
+    "rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 16},
+    "rope_scaling": {"type": "linear", "factor": 2.0}, "rope_theta": 500000.0,
+    "sliding_window": 8, "attention_bias": False, "dtype": "bfloat16",
+}  # fmt: skip
+
+
+def tokenizer_seed() -> bytes:
+    """A llama2.c tokenizer.bin: <unk>, <s>, </s>, the 256 byte pieces, a few merges."""
+    import struct
+
+    pieces = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{b:02X}>".encode() for b in range(256)]
+    pieces += [b" O", b"nc", b"e ", b" Onc", b" Once", b"up", b"on", b" a", b" t", b"im"]
+    data = struct.pack("<i", max(len(p) for p in pieces))
+    for i, piece in enumerate(pieces):
+        data += struct.pack("<fi", float(-i), len(piece)) + piece
+    return data
+
+
+def llama2c_seed() -> bytes:
+    """A tiny legacy (version 0) llama2.c checkpoint: header and float32 weights."""
+    import struct
+
+    dim, hidden, layers, heads, kv, vocab, seq = 8, 16, 1, 2, 1, 12, 4
+    header = struct.pack("<7i", dim, hidden, layers, heads, kv, vocab, seq)
+    kv_dim = dim // heads * kv
+    count = vocab * dim + layers * (2 * dim + 2 * dim * dim + 2 * kv_dim * dim + 3 * dim * hidden)
+    count += dim + seq * (dim // heads)
+    return header + np.linspace(-1, 1, count, dtype=np.float32).tobytes()
+
+
+def gguf_seed(directory: Path) -> bytes:
+    """A small llama GGUF file (one layer, F32 and F16 tensors, a SentencePiece vocabulary)."""
+    import gguf
+
+    from tests.gguf_models import spm_vocab
+
+    tokens, scores, types = spm_vocab()
+    dim, ff, vocab = 16, 32, len(tokens)
+    path = directory / "seed.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for add, value in ((w.add_context_length, 64), (w.add_embedding_length, dim),
+                       (w.add_block_count, 1), (w.add_feed_forward_length, ff),
+                       (w.add_head_count, 2), (w.add_head_count_kv, 1),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_vocab_size, vocab)):  # fmt: skip
+        add(value)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (vocab, dim), "output_norm.weight": (dim,),
+              "blk.0.attn_norm.weight": (dim,), "blk.0.attn_q.weight": (dim, dim),
+              "blk.0.attn_k.weight": (dim // 2, dim), "blk.0.attn_v.weight": (dim // 2, dim),
+              "blk.0.attn_output.weight": (dim, dim), "blk.0.ffn_norm.weight": (dim,),
+              "blk.0.ffn_gate.weight": (ff, dim), "blk.0.ffn_up.weight": (ff, dim),
+              "blk.0.ffn_down.weight": (dim, ff)}  # fmt: skip
+    for name, shape in shapes.items():
+        dtype = np.float32 if len(shape) == 1 else np.float16
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(dtype))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path.read_bytes()
+
+
+def header_mutations(seed: bytes, header: int) -> st.SearchStrategy[bytes]:
+    """``seed`` with its first ``header`` bytes edited (int32 fields set to hostile values)."""
+    fields = st.sampled_from([0, 1, -1, 2, 3, 2**31 - 1, -(2**31), 2**16, 2**20, 7, 4096])
+
+    @st.composite
+    def mutate(draw) -> bytes:
+        import struct
+
+        data = bytearray(seed)
+        for slot in draw(st.lists(st.integers(0, header // 4 - 1), max_size=4)):
+            struct.pack_into("<i", data, 4 * slot, draw(fields))
+        if draw(st.booleans()):
+            data = data[: draw(st.integers(0, len(data)))]
+        return bytes(data)
+
+    return mutate()
+
+
+def pt2_mutations(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
+    """Byte mutations of plain and hostile ``.pt2`` archives, and archives whose payload
+    configs have hostile JSON values (each config rewritten, the zip rebuilt)."""
+    from tests import pt2_craft
+
+    def rebuilt(seed: bytes) -> st.SearchStrategy[bytes]:
+        files = pt2_craft.members_of(seed)
+        configs = [n for n in files if n.endswith("_config.json")]
+
+        @st.composite
+        def mutate(draw) -> bytes:
+            name = draw(st.sampled_from(configs))
+            copy = dict(files)
+            copy[name] = draw(state_mutations(json.loads(files[name]))).encode()
+            return pt2_craft.zip_of(copy)
+
+        return mutate()
+
+    return st.one_of(*[byte_mutations(s) for s in seeds], *[rebuilt(s) for s in seeds])
 
 
 def targets(work: Path) -> dict[str, tuple[st.SearchStrategy, Callable[[object], None]]]:
@@ -210,7 +336,66 @@ def targets(work: Path) -> dict[str, tuple[st.SearchStrategy, Callable[[object],
         state_file.write_text(json.dumps(doc))
         load_model(ckpt)
 
+    from anekit.llm.config import read_config
+    from anekit.llm.llama2c import Llama2cCheckpoint
+    from anekit.train.data import Llama2cTokenizer
+
+    config_dir = work / "hf"
+    config_dir.mkdir()
+
+    def config(text: str) -> None:
+        (config_dir / "config.json").write_text(text)
+        c = read_config(config_dir)
+        c.rope.inv_freq(c.head_dim)
+        c.n_params()
+
+    def tokenizer(data: bytes) -> None:
+        tok = Llama2cTokenizer.from_bytes(data, "fuzz tokenizer.bin")
+        tok.decode(tok.encode("Once upon a time, ünïcode"))
+
+    gguf_file = work / "fuzz.gguf"
+
+    def gguf_model(data: bytes) -> None:
+        from anekit.llm import gguf
+
+        gguf_file.write_bytes(data)
+        config, source, tok = gguf.read(gguf_file)
+        shape = (config.vocab_size, config.dim)
+        if source.shape("model.embed_tokens.weight") == shape:
+            source.read_into(
+                "model.embed_tokens.weight", shape, np.empty(shape, np.float16).ravel()
+            )
+        if tok is not None:
+            tok.decode(tok.encode("Once upon a time"))
+
+    checkpoint = work / "stories.bin"
+
+    def llama2c(data: bytes) -> None:
+        checkpoint.write_bytes(data)
+        source = Llama2cCheckpoint(checkpoint)
+        c = source.config
+        shape = (c.vocab_size, c.dim)
+        source.read_into("model.embed_tokens.weight", shape, np.empty(shape, np.float16).ravel())
+
+    pt2_file, pt2_marker, pt2_seeds = pt2_seeds_in(work / "pt2")
+
+    def pt2(data: bytes) -> None:
+        from anekit.frontends.torch.archive import load_exported
+
+        pt2_file.write_bytes(data)
+        try:
+            load_exported(pt2_file)
+        finally:
+            if pt2_marker.exists():  # a payload ran: the worst outcome, never an AnekitError
+                pt2_marker.rmdir()
+                raise RuntimeError("PAYLOAD RAN: the archive executed code")
+
     return {
+        "config.json": (state_mutations(LLAMA_CONFIG), config),
+        "tokenizer.bin": (byte_mutations(tokenizer_seed()), tokenizer),
+        "llama2c": (header_mutations(llama2c_seed(), 28), llama2c),
+        "gguf": (byte_mutations(gguf_seed(work)), gguf_model),
+        "pt2": (pt2_mutations(pt2_seeds), pt2),
         "hwx": (byte_mutations(hwx_seed()), hwx),
         "flatbuffer": (byte_mutations(flatbuffer_seed()), flatbuffer),
         "weights": (byte_mutations(weight_seed), weights),

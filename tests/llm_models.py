@@ -42,6 +42,7 @@ def hf_classes(arch: str) -> tuple[Any, Any]:
         "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
         "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
         "mistral": ("MistralConfig", "MistralForCausalLM"),
+        "phi3": ("Phi3Config", "Phi3ForCausalLM"),
     }[arch]
     return getattr(transformers, names[0]), getattr(transformers, names[1])
 
@@ -77,7 +78,7 @@ def save_model(directory: Path, case: Case, vocab: int = 96, seed: int = 0, **co
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 16,
         }
-    if case.arch == "mistral":
+    if case.arch in ("mistral", "phi3"):
         kw["sliding_window"] = case.sliding_window
     kw.update(config)
     torch.manual_seed(seed)
@@ -143,3 +144,31 @@ class RecordingSink(io.StringIO):
     def write(self, s: str) -> int:
         self.writes.append(s)
         return super().write(s)
+
+
+def save_draft_pair(directory: Path, draft_layers: int = 1, target_layers: int = 3,
+                    seed: int = 0, **config: Any) -> tuple[Path, Path]:  # fmt: skip
+    """A Llama draft and a deeper target that computes the same function (its extra layers'
+    output projections are zero, so they add nothing to the residual stream): proposals
+    agree with the target except where fp16 rounding splits a near-tie. Saved in fp16 to
+    ``directory/draft`` and ``directory/target``."""
+    import torch
+
+    config_cls, model_cls = hf_classes("llama")
+    kw: dict[str, Any] = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=16, vocab_size=96,
+                              max_position_embeddings=256, initializer_range=0.08,
+                              tie_word_embeddings=False)  # fmt: skip
+    kw.update(config)
+    torch.manual_seed(seed)
+    draft = model_cls(config_cls(num_hidden_layers=draft_layers, **kw)).eval()
+    target = model_cls(config_cls(num_hidden_layers=target_layers, **kw)).eval()
+    state = target.state_dict()
+    state.update(draft.state_dict())  # shared embedding, layers, norm, head
+    for i in range(draft_layers, target_layers):
+        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            state[f"model.layers.{i}.{name}"].zero_()
+    target.load_state_dict(state)
+    for name, model in (("draft", draft), ("target", target)):
+        model.to(torch.float16).save_pretrained(directory / name)
+    return directory / "draft", directory / "target"

@@ -17,9 +17,9 @@ import pytest
 import anekit
 from anekit import mil
 from anekit.backends import ane as ane_backend
-from anekit.backends import budget, resolve_backend
+from anekit.backends import budget, choose_backend, resolve_backend
 from anekit.backends.ane import compile as ane_compile
-from anekit.backends.ane import framework, host, kernel
+from anekit.backends.ane import framework, host, kernel, selfcheck
 from anekit.errors import CompileError
 from tests.ane_fake import FakeFramework
 
@@ -59,7 +59,16 @@ def test_a_simulated_m4_on_macos_15_is_available(monkeypatch, fake) -> None:
     simulate(monkeypatch, M4, fake)
     ok, reason = ane_backend.available()
     assert ok and "ANE h16" in reason and "dialect ios18" in reason
+    monkeypatch.setattr(selfcheck, "verdict", lambda: (True, "the self-check program matched"))
     assert resolve_backend(None) == "ane"
+
+
+def test_a_failed_self_check_moves_the_default_on_and_says_why(monkeypatch, fake) -> None:
+    simulate(monkeypatch, M4, fake)
+    monkeypatch.setattr(selfcheck, "verdict", lambda: (False, "the self-check program failed: X"))
+    name, skipped, _ = choose_backend(None)
+    assert name == "reference"  # CoreML is not there either off macOS
+    assert skipped[0] == ("ane", "the self-check program failed: X")
 
 
 VM = dataclasses.replace(M4, virtual_machine=True)

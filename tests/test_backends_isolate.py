@@ -88,5 +88,5 @@ def test_isolate_takes_only_true_false_or_auto() -> None:
 
 
 def test_compile_budget_of_an_unknown_backend_names_the_known_ones() -> None:
-    with pytest.raises(BackendUnavailable, match="known backends: ane, reference"):
+    with pytest.raises(BackendUnavailable, match="known backends: ane, coreml, reference"):
         backends.compile_budget("tpu")

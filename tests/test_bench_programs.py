@@ -154,7 +154,9 @@ def test_transformer_matches_torch_of_the_training_blocks(outlier):
     torch = pytest.importorskip("torch")
     from tests.test_nn_kernels import ref_attention, ref_ffn, ref_rmsnorm, rel_err
 
-    block = BlockShape(dim=32, heads=4, kv_heads=2, head_dim=8, hidden=48, seq=8)
+    block = BlockShape(
+        n_layers=1, vocab_size=2, dim=32, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=48, seq=8
+    )
     shape = programs.TransformerShape(layers=2, block=block)
     x = np.random.default_rng(6).standard_normal((1, 1, block.dim, block.tokens))
     if outlier is not None:
@@ -165,9 +167,9 @@ def test_transformer_matches_torch_of_the_training_blocks(outlier):
     h = torch.tensor(x[0, 0].T.astype(np.float64))
     for layer in programs.transformer_weights(shape, seed=7):
         w = {k: torch.tensor(v.astype(np.float64)) for k, v in layer.items()}
-        xn, _ = ref_rmsnorm(h, w["attn_norm"], block.eps)
+        xn, _ = ref_rmsnorm(h, w["attn_norm"], block.norm_eps)
         h = h + ref_attention(xn, w["wq"], w["wk"], w["wv"], w["wo"], block)["o"]
-        xn, _ = ref_rmsnorm(h, w["ffn_norm"], block.eps)
+        xn, _ = ref_rmsnorm(h, w["ffn_norm"], block.norm_eps)
         h = h + ref_ffn(xn, w["w1"], w["w3"], w["w2"])["f"]
     assert y.shape == x.shape
     # what the blocks add to the input carried by the residuals (fp16 rounds it by up to 0.25

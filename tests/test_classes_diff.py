@@ -74,7 +74,8 @@ def test_the_command_prints_the_diff_writes_it_and_exits_1_when_different(tmp_pa
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "not JSON"),
+        ("{not json", "not readable JSON"),
+        ('{"a": ' + "[" * 100 + "]" * 100 + "}", "nested deeper than 64 levels"),
         ('[1, 2]', "expected an anekit-classes/1 listing (anekit classes --json), found format 'list'"),
         ('{"format": "other/2"}', "found format 'other/2'"),
         ('{"format": "anekit-classes/1", "classes": []}', "'classes' must map class names"),
@@ -91,14 +92,29 @@ def test_a_file_that_is_not_a_listing_is_a_usage_error_naming_it(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith(f"anekit classes: error: {bad}: ") and message in err
     assert cli.main(["classes", "--diff", str(good), str(tmp_path / "missing.json")]) == 2
-    assert "missing.json: no such file or directory" in capsys.readouterr().err
+    assert "missing.json: cannot read a listing (anekit classes --json): no such file" in (
+        capsys.readouterr().err
+    )
 
 
 def test_an_oversized_listing_is_refused_before_it_is_read(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(classes, "MAX_LISTING_BYTES", 10)
     path = write(tmp_path, "a.json", OLD)
-    with pytest.raises(Exception, match="over the 10 a listing may have"):
+    with pytest.raises(Exception, match="bytes; expected a listing .* of at most 10 bytes"):
         classes.read_listing(path)
+
+
+def test_a_device_or_fifo_is_refused_at_once(tmp_path, capsys) -> None:
+    import os
+    import time
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    for other in ("/dev/zero", str(fifo)):  # endless or blocking: read whole before
+        assert cli.main(["classes", "--diff", str(write(tmp_path, "a.json", OLD)), other]) == 2
+        assert "expected a listing" in capsys.readouterr().err
+    assert time.monotonic() - start < 10
 
 
 def test_a_listing_of_the_framework_round_trips_through_the_reader(tmp_path) -> None:

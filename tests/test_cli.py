@@ -123,8 +123,11 @@ def test_a_read_refused_by_the_os_is_one_line_naming_it(
 # what each command requires, so that the unknown flag is the only thing wrong
 REQUIRED = {name: ["x.mil"] for name in ("fmt", "run", "check", "estimate")} | {
     "generate": ["--ckpt", "x"],
+    "chat": ["--ckpt", "x"],
+    "serve": ["--ckpt", "x"],
     "convert": ["x.pt2", "--out", "x"],
     "compress": ["x.mil", "out", "--scheme", "int8"],
+    "export": ["x.mil", "--mlpackage", "x.mlpackage"],
 }
 
 
@@ -147,7 +150,10 @@ def test_an_unknown_flag_is_one_line(command: str, capsys) -> None:
         (["fmt", "x.mil", "--dialect", "ios99"], "argument --dialect: unknown dialect 'ios99'"),
         (["bench", "--suite", "nonsense"], "argument --suite: unknown suite 'nonsense'"),
         (["train", "--config", "huge"], "argument --config: unknown config 'huge'"),
-        (["generate", "--ckpt", "x", "--tokens", "many"], "argument --tokens: invalid int value"),
+        (
+            ["generate", "--ckpt", "x", "--tokens", "many"],
+            "argument --max-tokens/--tokens: invalid int value",
+        ),
         (["check"], "the following arguments are required: path"),
         (["nonsense"], "argument COMMAND: invalid choice: 'nonsense'"),
     ],
@@ -171,8 +177,9 @@ def test_an_oserror_is_a_sentence_with_the_path(tmp_path: Path, capsys) -> None:
         capsys, ["run", str(model), "--random", "--backend", "reference", "--out", str(out)]
     )
     assert code == 2
-    assert (
-        one_error_line("run", err) == f"anekit run: error: {out}: is a directory; expected a file"
+    assert one_error_line("run", err) == (
+        f"anekit run: error: argument --out: {out}: is a directory; expected a file name to "
+        "write (a file, a device, a FIFO)"
     )
 
 

@@ -10,6 +10,12 @@ def test_demo_trains_and_marks_its_directory(tmp_path, capsys) -> None:
     assert main(["demo", "--steps", "2", "--backend", "reference", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "--- sample" in printed
+    assert printed.startswith(
+        "anekit demo: training the tiny config for 2 steps on CPython's pydoc"
+    )
+    last = printed.rstrip().splitlines()[-4:]  # ends with the next commands to try
+    assert [line.split()[1] for line in last] == ["generate", "chat", "serve", "convert"]
+    assert all(str(out) in line for line in last[:3])
     assert (out / ".anekit-demo").is_file() and (out / "LATEST").is_file()
     # a second demo may replace the first one's checkpoints
     assert main(["demo", "--steps", "2", "--backend", "reference", "--out", str(out)]) == 0

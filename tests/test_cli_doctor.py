@@ -42,4 +42,4 @@ def test_doctor_json_into_a_directory_fails_before_the_report(
 
     monkeypatch.setattr(anekit.doctor.report, "report", must_not_run)
     assert cli.main(["doctor", "--no-smoke", "--json", str(tmp_path)]) == 2
-    assert f"--json {tmp_path} is a directory; expected a file name" in capsys.readouterr().err
+    assert f"--json: {tmp_path}: is a directory; expected a file name" in capsys.readouterr().err

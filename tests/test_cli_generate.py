@@ -17,15 +17,16 @@ from anekit.cli import build_parser, main
 def test_generate_rejects_negative_or_nan_settings(flag: str, value: str, capsys) -> None:
     assert main(["generate", "--ckpt", "x", flag, value]) == 2
     err = capsys.readouterr().err
-    assert f"argument {flag}: expected a finite number >= 0, found '{value}'" in err
+    name = "--max-tokens/--tokens" if flag == "--tokens" else flag  # --tokens: --max-tokens' alias
+    assert f"argument {name}: expected a finite number >= 0, found '{value}'" in err
 
 
 def test_generate_settings_keep_their_values() -> None:
     args = build_parser().parse_args(
         ["generate", "--ckpt", "x", "--tokens", "0", "--temperature", "0.25", "--top-k", "7"]
     )
-    assert (args.tokens, args.temperature, args.top_k) == (0, 0.25, 7)
-    assert isinstance(args.tokens, int) and math.isclose(args.temperature, 0.25)
+    assert (args.max_tokens, args.temperature, args.top_k) == (0, 0.25, 7)
+    assert isinstance(args.max_tokens, int) and math.isclose(args.temperature, 0.25)
 
 
 def test_a_missing_checkpoint_is_one_line_naming_it(tmp_path: Path, capsys) -> None:

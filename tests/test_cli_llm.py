@@ -39,7 +39,12 @@ def test_generate_model_streams_the_prompt_then_the_continuation(model_dir, monk
         continuation = m.tokenizer.decode(ids + new)[len(m.tokenizer.decode(ids)) :]
     assert out.getvalue() == PROMPT + continuation + "\n"
     assert out.writes[0] == PROMPT and len([w for w in out.writes[1:] if w.strip()]) >= 3
-    assert capsys.readouterr().err == ""
+    (summary,) = capsys.readouterr().err.splitlines()  # always one line, as mlx-lm prints
+    assert summary.startswith("prompt: ") and "generation: 10 tokens" in summary
+    assert "peak memory: " in summary
+    # then where it ran (nothing was skipped: the backend was asked for)
+    assert summary.endswith(" | placement: reference (CPU via the NumPy reference backend (the "
+                            "ANE's numerics modelled); asked for)")  # fmt: skip
 
 
 def test_generate_stats_go_to_stderr(model_dir, capsys):
@@ -49,13 +54,18 @@ def test_generate_stats_go_to_stderr(model_dir, capsys):
     out, err = capsys.readouterr()
     assert out.startswith(PROMPT)
     lines = err.splitlines()
-    assert lines[0].startswith("prompt tokens: ") and "new tokens: 4" in lines[0]
-    assert lines[1].startswith("time to first token: ")
-    assert lines[2].startswith("measured on reference: prefill ") and "decode" in lines[2]
-    assert lines[3].startswith("predicted on m5-pro: prefill ")
+    assert lines[0].startswith("prompt: ") and "generation: 4 tokens" in lines[0]
+    assert lines[1].startswith("placement: reference (CPU via")
+    assert lines[2].startswith("prompt tokens: ") and "new tokens: 4" in lines[2]
+    assert lines[3].startswith("time to first token: ")
+    assert lines[4].startswith("one-time: imports ") and "threads: pinned to 1" in lines[4]
+    assert lines[5].startswith("measured on reference: prefill ") and "decode" in lines[5]
+    assert lines[6].startswith("predicted on m5-pro: prefill ")
     assert main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().err)
     assert report["new_tokens"] == 4 and report["predicted"]["chip"] == "m5-pro"
+    assert report["startup"]["imports_ms"] >= 0 and report["startup"]["load_ms"] > 0
+    assert report["placement"]["backend"] == "reference"
     assert report["decode_tokens_per_s"] > 0 and report["prefill_tokens_per_s"] > 0
 
 

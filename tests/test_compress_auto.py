@@ -60,7 +60,7 @@ def test_the_gate_falls_back_largest_error_first_until_the_budget_holds() -> Non
     program = chain(8, channels=128)
     free = compress_with_report(program, "lut4", chip="m4")
     assert free.report.error > 0.1 and free.report.fallbacks == ()
-    budget = 0.15  # each layer alone costs ~0.1, all three ~0.17: one must fall back
+    budget = 0.95 * free.report.error  # just below: the layer costing the most moves first
     tight = compress_with_report(program, "lut4", chip="m4", max_error=budget)
     report = tight.report
     assert report.error <= budget and report.within
@@ -70,14 +70,18 @@ def test_the_gate_falls_back_largest_error_first_until_the_budget_holds() -> Non
     own = {r.name: r.error for r in free.report.layers}
     assert moved[0] == max(own, key=own.get)
     kept = [r for r in report.layers if r.scheme == "lut4"]
-    assert len(moved) == 1 and len(kept) == 2
+    assert len(moved) + len(kept) == 3 and kept
     # the measured error is the program's: recompute it here from the two programs
     x = tight_inputs(program)
     with anekit.compile(program, backend="reference") as k0:
         with anekit.compile(tight.program, backend="reference") as k1:
-            ref = np.concatenate([k0(x=s)["y"].astype(np.float64).ravel() for s in x])
-            got = np.concatenate([k1(x=s)["y"].astype(np.float64).ravel() for s in x])
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) == pytest.approx(report.error, rel=1e-6)
+            ref = np.concatenate([k0(x=s)["y"][0, :, 0, :] for s in x], axis=1)
+            got = np.concatenate([k1(x=s)["y"][0, :, 0, :] for s in x], axis=1)
+    # the worst channel's error, each against its norm or the median channel's if larger
+    norms = np.linalg.norm(ref.astype(np.float64), axis=1)
+    errors = np.linalg.norm((got - ref).astype(np.float64), axis=1)
+    worst = (errors / np.maximum(norms, np.median(norms))).max()
+    assert worst == pytest.approx(report.error, rel=1e-6)
 
 
 def tight_inputs(program) -> list[np.ndarray]:

@@ -21,7 +21,7 @@ from anekit.doctor import ane_rungs, ladder
 from anekit.errors import EvaluationError
 from anekit.ladder.runner import Context, run_ladder
 from tests import ladder_rungs
-from tests.ane_fake import FakeFramework, rung_context
+from tests.ane_fixtures import fresh, rung_context
 
 
 # -- the runner --------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def test_budget_needs_the_ladder(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.fixture
 def ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Context:
     options = {"evaluations": 5, "evaluations_per_thread": 3}
-    return rung_context(tmp_path, monkeypatch, FakeFramework(tmp_path / "T"), options)
+    return rung_context(tmp_path, monkeypatch, fresh(tmp_path, monkeypatch), options)
 
 
 @pytest.mark.parametrize("row_align, held", [(64, ["auto", "pad64"]), (128, ["auto", "pad128"])])

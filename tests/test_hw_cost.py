@@ -233,14 +233,25 @@ def test_the_floor_depends_on_the_runtime_path():
 
 def test_the_floor_fit_reads_no_held_out_entry_and_reproduces_the_profile():
     bench = load_benchmark()
-    entries = [e for e in bench.load_entries() if e["chip"] == "m4-max" and e["path"] == "inmem"]
-    fitted = bench.fit_floors(entries)
+    entries = bench.load_entries()
+    fitted = bench.family_floors(entries)
     scrambled = [
         {**e, "seconds": e["seconds"] * 100} if e["split"] == "holdout" else e for e in entries
     ]
-    assert bench.fit_floors(scrambled) == fitted
-    profile = get_chip("m4-max").facts["cost.floor_ms"].value * 1e-3
-    assert fitted[("m4-max", "inmem")] == pytest.approx(profile, rel=0.01)
+    assert bench.family_floors(scrambled) == fitted
+    for name in ("m4", "m4-pro", "m4-max"):  # one engine, one floor: chips and estimate alike
+        chip = get_chip(name)
+        assert fitted[("H16", "inmem")] == pytest.approx(chip.cost.floor_s, rel=0.01)
+        assert fitted[("H16", "e5rt")] == pytest.approx(chip.cost.e5rt_floor_s, rel=0.01)
+
+
+def test_leaving_a_source_out_changes_only_what_it_fitted():
+    bench = load_benchmark()
+    entries = bench.load_entries()
+    source = bench._source(next(e for e in entries if e["chip"] == "m4-max"))
+    without = bench.family_floors(entries, leave_out=source)
+    alone = [e for e in entries if bench._source(e) != source]
+    assert without == bench.family_floors(alone)  # the source's entries are not read at all
 
 
 def test_the_sram_cliff_reading_is_a_switch_between_both_published_thresholds():

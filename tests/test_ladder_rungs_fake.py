@@ -17,15 +17,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anekit.doctor import ane_rungs, ladder
+from anekit.doctor import ane_rungs, dist_rungs, ladder
 from anekit.errors import CompileError, EvaluationError
 from anekit.ladder.runner import Context
-from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError, rung_context
+from tests.ane_fake import FakeFramework, FakeNSError, FakeObjCError
+from tests.ane_fixtures import fresh, rung_context
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> FakeFramework:
-    return FakeFramework(tmp_path / "T")
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeFramework:
+    return fresh(tmp_path, monkeypatch)
 
 
 @pytest.fixture
@@ -200,17 +201,8 @@ def test_load_dumps_the_attributes_and_answers_the_op_name_question(ctx, fake) -
         ane_rungs.load(ctx)
 
 
-def test_load_records_a_model_that_names_outputs_by_op(ctx, fake, monkeypatch) -> None:
-    real = fake.model_attributes
-
-    def by_op(text: str, weights: Any, align: int | None = None) -> dict:
-        attrs = real(text, weights, align)
-        for entry in attrs["NetworkStatusList"][0]["LiveOutputList"]:
-            entry["Name"] = entry["Symbol"] = ane_rungs.OP_NAME
-        attrs["ANEFModelDescription"]["kANEFModelOutputSymbolsArrayKey"] = [ane_rungs.OP_NAME]
-        return attrs
-
-    monkeypatch.setattr(fake, "model_attributes", by_op)
+def test_load_records_a_model_that_names_outputs_by_op(ctx, fake) -> None:
+    fake.outputs_named_by = "op"
     ane_rungs.load(ctx)
     assert ctx.observed["outputs_named_by"] == "op name"
 
@@ -357,11 +349,26 @@ def test_environment_records_the_machine(ctx) -> None:
     assert "numpy" in ctx.observed["packages"]
 
 
+def test_two_processes_measures_one_and_two_processes_at_once(tmp_path: Path) -> None:
+    """On the reference backend: proves the measurement, not what an Ultra's dies do."""
+    options = {"backend": "reference", "seconds": 0.3, "start_delay": 4.0, "side": 32}
+    ctx = Context(options, None, tmp_path)
+    dist_rungs.two_processes(ctx)
+    seen = ctx.observed
+    assert seen["one_process_per_s"] > 0 and len(seen["two_processes_per_s"]) == 2
+    total = sum(seen["two_processes_per_s"])
+    assert seen["ratio"] == pytest.approx(total / seen["one_process_per_s"])
+    expected = "two dies'" if seen["ratio"] >= dist_rungs.TWO_DIES else "one die's"
+    assert expected in seen["verdict"]
+    assert next(r for r in ladder.RUNGS if r.name == "two_processes").needs == ("worker",)
+
+
 def test_every_rung_of_the_ladder_is_driven_here() -> None:
     """A new rung needs a test here: the names of the rungs this file drives."""
     here = Path(__file__).parent
     source = "".join((here / n).read_text() for n in (Path(__file__).name, "test_doctor_ladder.py"))
     functions = {r.run.__name__ for r in ladder.RUNGS}
     undriven = {f for f in functions if f"ane_rungs.{f}(" not in source
-                and f"ladder.{f}(" not in source and f != "compile_budget"}  # fmt: skip
+                and f"ladder.{f}(" not in source and f"dist_rungs.{f}(" not in source
+                and f != "compile_budget"}  # fmt: skip
     assert undriven == set()  # budget and shared_buffers: test_doctor_ladder.py

@@ -14,7 +14,7 @@ from anekit.errors import UsageError
 from anekit.llm import compressed
 from anekit.llm.config import config_from_hf
 from anekit.llm.cost import estimate_llm
-from anekit.llm.model import decode_slots
+from anekit.llm.runners import decode_slots
 from tests.compress_decode import decoded
 from tests.llm_models import Case, reference_logits, rel_error, save_model
 
@@ -94,10 +94,10 @@ def test_w8a8_steps_come_from_the_calibration_activations(saved) -> None:
     with llm.load(path, backend="reference", max_seq=128, compress="w8a8", calibration=IDS) as m:
         m.logits(IDS[:8])
         program = next(p for p in m.programs() if "k_cache1" in {v.name for v in p.inputs})
-        steps = m._packed.states["layers 0-1"].steps
+        steps = m.runner.packed.states["layers 0-1"].steps
         # the first projection reads layer 0's attention RMSNorm of the embedded tokens
-        embed = m._packed.embed[IDS[: m.chunk]].astype(np.float32)  # [T, D]
-        gain = m._packed.layers[0]["attn_norm"].astype(np.float32).reshape(-1)
+        embed = m.runner.packed.embed[IDS[: m.chunk]].astype(np.float32)  # [T, D]
+        gain = m.runner.packed.layers[0]["attn_norm"].astype(np.float32).reshape(-1)
         xn = embed / np.sqrt((embed**2).mean(axis=1, keepdims=True) + m.config.norm_eps) * gain
     first = next(op for op in program.main.ops if op.op_type == "quantize")
     name = first.inputs["input"].name

@@ -22,7 +22,7 @@ from anekit import llm  # noqa: E402
 from anekit.backends import budget  # noqa: E402
 from anekit.errors import UsageError  # noqa: E402
 from anekit.llm import kernels as K  # noqa: E402
-from anekit.llm import model as llm_model  # noqa: E402
+from anekit.llm import runners  # noqa: E402
 from tests.ane_fake import FakeFramework, count_surface_writes  # noqa: E402
 from tests.llm_models import Case, save_model  # noqa: E402
 
@@ -39,7 +39,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def small_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llm_model, "MIN_DECODE_SLOTS", 4)
+    monkeypatch.setattr(runners, "MIN_DECODE_SLOTS", 4)
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_decoding_across_cache_buckets_matches_a_full_recompute(
     """With ``compress``: segment programs on resident sets, caches shared per cache length."""
     load = dict(backend="reference", max_seq=MAX_SEQ, chunk=CHUNK)
     with llm.load(model_dir, **load, compress=compress) as m:
-        assert llm_model.decode_slots(m.max_seq) == (4, 8, 16)
+        assert runners.decode_slots(m.max_seq) == (4, 8, 16)
         new = m.generate(PROMPT, NEW, stop=())
         seq = list(PROMPT)
         for _ in range(NEW):
@@ -67,10 +67,12 @@ def test_decoding_across_cache_buckets_matches_a_full_recompute(
         assert new == seq[len(PROMPT) :]
         assert m.compiles == 6  # prefill, head, decode at 4, 8 and 16, head over a chunk
         if compress:
-            (decode,) = m._block_sets[K.BlockKey(1, MAX_SEQ)]  # one segment of both layers
+            (decode,) = m.runner.cache.block_sets[
+                K.BlockKey(1, MAX_SEQ)
+            ]  # one segment of both layers
             caches = {f"{kv}_cache{j}" for kv in "kv" for j in range(2)}
             assert decode.shared == caches  # bound to the prefill's; it writes its own tables
-            prefill = m._block_sets[K.BlockKey(CHUNK, MAX_SEQ)][0]
+            prefill = m.runner.cache.block_sets[K.BlockKey(CHUNK, MAX_SEQ)][0]
             assert decode.buffer("k_cache1") is prefill.buffer("k_cache1")  # one per length
     if compress == "fp16":  # weights compiled in, uncompressed: the dynamic-weight model's tokens
         with llm.load(model_dir, **load) as dense:
@@ -109,7 +111,7 @@ def test_a_decode_token_writes_only_its_rows_into_the_surfaces(
         for pos in range(len(PROMPT), len(PROMPT) + NEW - 1):
             writes.reset()
             next(tokens)
-            s = llm_model.decode_cache(MAX_SEQ, pos)
+            s = runners.decode_cache(MAX_SEQ, pos)
             moved = pos if s != previous else 0  # the context's rows, copied once per new length
             previous = s
             per_token = (
@@ -134,7 +136,7 @@ def test_programs_that_cannot_bind_a_buffer_get_copies_and_the_same_tokens(
     with llm.load(model_dir, backend="ane", chip="m4", max_seq=MAX_SEQ, chunk=CHUNK) as m:
         fake.row_align = 128  # the programs compiled from now on
         assert m.generate(PROMPT, NEW, stop=()) == want
-        decode = m._block_sets[K.BlockKey(1, MAX_SEQ)][0]
+        decode = m.runner.cache.block_sets[K.BlockKey(1, MAX_SEQ)][0]
         assert "wqkv" in decode.shared, "128-byte rows of dim 64: the same layout, still bound"
         assert not {"k_cache", "attn_norm"} & decode.shared, "a layout that differs was bound"
     assert fake.violations == []
@@ -144,9 +146,9 @@ def test_compact_buffers_give_the_same_tokens(model_dir: Path) -> None:
     """``hold="fp16"`` keeps the reference backend's buffers in 2 bytes (converted per run)."""
     with llm.load(model_dir, backend="reference", max_seq=MAX_SEQ, chunk=CHUNK) as wide:
         want = wide.generate(PROMPT, NEW, stop=())
-        assert wide._weights[0]["wqkv"].array.dtype == np.float32
+        assert wide.runner._weights[0]["wqkv"].array.dtype == np.float32
     with llm.load(model_dir, backend="reference", max_seq=MAX_SEQ, chunk=CHUNK, hold="fp16") as m:
-        assert m._weights[0]["wqkv"].array.dtype == np.float16
+        assert m.runner._weights[0]["wqkv"].array.dtype == np.float16
         assert m.generate(PROMPT, NEW, stop=()) == want
 
 
@@ -166,9 +168,9 @@ def test_w8a8_calibration_leaves_the_model_cache_empty(model_dir: Path) -> None:
     """Calibration runs the dynamic-weight block program on a cache of its own."""
     load = dict(backend="reference", max_seq=MAX_SEQ, chunk=CHUNK)
     with llm.load(model_dir, **load, compress="w8a8", calibration=PROMPT * 3) as m:
-        assert K.BlockKey(CHUNK, MAX_SEQ) in m._kernels  # compiled for the calibration only
-        assert m._packed.states["layers 0-1"].steps and m._packed.states["head"].steps
-        cache = [b.array for pair in m._caches[MAX_SEQ] for b in pair]
+        assert K.BlockKey(CHUNK, MAX_SEQ) in m.runner._kernels  # compiled for the calibration only
+        assert m.runner.packed.states["layers 0-1"].steps and m.runner.packed.states["head"].steps
+        cache = [b.array for pair in m.runner.cache.caches[MAX_SEQ] for b in pair]
         assert len(cache) == 4 and not any(a.any() for a in cache)
         with pytest.raises(UsageError, match="calibration: token ids"):
             llm.load(model_dir, **load, compress="w8a8", calibration=[1, 10_000])

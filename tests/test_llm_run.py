@@ -40,7 +40,9 @@ def test_stream_text_writes_the_prompt_then_each_piece(tmp_path):
     assert report["prefill_tokens_per_s"] > 0 and report["decode_tokens_per_s"] > 0
     assert report["first_token_ms"] > 0 and report["predicted"]["chip"] == "m4"
     lines = stats_lines(report)
-    assert lines[0].startswith(f"prompt tokens: {len(ids)}") and "predicted on m4" in lines[-1]
+    assert lines[0].startswith("placement: reference (CPU via the NumPy reference backend")
+    assert lines[0].endswith("; asked for)") and report["placement"]["skipped"] == []
+    assert lines[1].startswith(f"prompt tokens: {len(ids)}") and "predicted on m4" in lines[-1]
 
 
 def test_training_checkpoint_decodes_like_the_training_model(tmp_path):
@@ -110,7 +112,7 @@ def test_sampling_rules():
     assert Sampler(Sampling(repetition_penalty=1.2))(np.array([2.0, 1.9]), [0]) == 1
     assert Sampler(Sampling(repetition_penalty=1.2))(np.array([-1.0, -1.1]), [0]) == 1
     assert Sampler(Sampling())(np.array([2.0, 1.9]), [0]) == 0
-    with pytest.raises(UsageError, match="temperature must be at least 0"):
+    with pytest.raises(UsageError, match="temperature must be a finite number of at least 0"):
         Sampling(temperature=-1)
 
 
@@ -134,7 +136,7 @@ def test_decode_prediction_is_bound_by_dram_bandwidth():
         chip, cost=dataclasses.replace(chip.cost, dram_bw=2 * chip.cost.dram_bw)
     )
     faster = estimate_llm(cfg, fast, prompt_tokens=64)
-    assert 1.5 < est.decode_step_s / faster.decode_step_s < 2.0
+    assert 1.4 < est.decode_step_s / faster.decode_step_s < 2.0  # the per-call floors stay
     # prefill amortises the weights over a chunk: far more tokens per second than decode
     assert est.prefill_tokens_per_s > 20 * est.decode_tokens_per_s
     _, lines = estimate_report(cfg, "m5-pro", 64)

@@ -16,18 +16,16 @@ import numpy as np
 import pytest
 
 from anekit import mil
-from anekit.backends import ane, budget
+from anekit.backends import ane
 from anekit.backends.ane import compile as ane_compile
-from anekit.backends.ane import kernel
 from anekit.errors import BackendUnavailable, EvaluationError
+from tests.ane_fixtures import fresh
 from tests.probe_fake import ProbeFramework, surface_of
 
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ProbeFramework:
-    monkeypatch.setattr(budget, "BUDGET", budget.CompileBudget())
-    monkeypatch.setattr(kernel, "LOAD_RETRY_DELAY_S", 0.0)
-    return ProbeFramework(tmp_path / "T")
+    return fresh(tmp_path, monkeypatch, ProbeFramework)
 
 
 def unaligned() -> mil.Program:

@@ -14,7 +14,9 @@ from anekit.errors import UsageError
 from anekit.hw import check
 from anekit.nn import BlockShape, block_kernels
 
-S48 = BlockShape(dim=96, heads=2, kv_heads=2, head_dim=48, hidden=64, seq=32)
+S48 = BlockShape(
+    n_layers=1, vocab_size=2, dim=96, n_heads=2, n_kv_heads=2, head_dim=48, hidden_dim=64, seq=32
+)
 
 
 def errors(kernels, chip: str) -> dict[str, set[str]]:
@@ -62,7 +64,16 @@ def test_a_shape_the_chip_rejects_is_refused_before_compiling(monkeypatch) -> No
     from anekit.train.config import ModelConfig
     from anekit.train.model import Model
 
-    odd = BlockShape(dim=40, heads=1, kv_heads=1, head_dim=40, hidden=64, seq=32)
+    odd = BlockShape(
+        n_layers=1,
+        vocab_size=2,
+        dim=40,
+        n_heads=1,
+        n_kv_heads=1,
+        head_dim=40,
+        hidden_dim=64,
+        seq=32,
+    )
     with pytest.raises(UsageError, match=r"kernel attention_forward for dim 40.*m1-matmul-k"):
         block_kernels(odd, chip="m1")
     assert block_kernels(odd, chip="m4")  # M4 has no such rule

@@ -26,10 +26,39 @@ from anekit.nn.layers import query_rows_by_token, rope_swap  # noqa: E402
 RTOL = 5e-3
 
 SHAPES = {
-    "mha": BlockShape(dim=64, heads=4, kv_heads=4, head_dim=16, hidden=96, seq=16, batch=2),
-    "gqa": BlockShape(dim=64, heads=4, kv_heads=2, head_dim=16, hidden=96, seq=16, batch=2),
+    "mha": BlockShape(
+        n_layers=1,
+        vocab_size=2,
+        dim=64,
+        n_heads=4,
+        n_kv_heads=4,
+        head_dim=16,
+        hidden_dim=96,
+        seq=16,
+        batch=2,
+    ),
+    "gqa": BlockShape(
+        n_layers=1,
+        vocab_size=2,
+        dim=64,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=16,
+        hidden_dim=96,
+        seq=16,
+        batch=2,
+    ),
     "mqa-wide": BlockShape(
-        dim=64, heads=4, kv_heads=1, head_dim=32, hidden=64, seq=32, batch=1, rope_theta=500.0
+        n_layers=1,
+        vocab_size=2,
+        dim=64,
+        n_heads=4,
+        n_kv_heads=1,
+        head_dim=32,
+        hidden_dim=64,
+        seq=32,
+        batch=1,
+        rope_theta=500.0,
     ),
 }
 
@@ -81,9 +110,9 @@ def ref_attention(xn: torch.Tensor, wq, wk, wv, wo, s: BlockShape) -> dict[str, 
     for t in (q_lin, k_lin, v):
         if t.requires_grad:
             t.retain_grad()
-    q, k = ref_rope(heads(q_lin, s.heads), s), ref_rope(heads(k_lin, s.kv_heads), s)
-    vh = heads(v, s.kv_heads)
-    kv_of = torch.arange(s.heads) // s.group  # query head h uses KV head h // group
+    q, k = ref_rope(heads(q_lin, s.n_heads), s), ref_rope(heads(k_lin, s.n_kv_heads), s)
+    vh = heads(v, s.n_kv_heads)
+    kv_of = torch.arange(s.n_heads) // s.group  # query head h uses KV head h // group
     scores = q @ k[:, kv_of].transpose(-1, -2) / s.head_dim**0.5
     future = torch.triu(torch.ones(s.seq, s.seq, dtype=torch.bool), 1)
     probs = torch.softmax(scores.masked_fill(future, float("-inf")), -1)
@@ -114,8 +143,8 @@ def attention_inputs(s: BlockShape, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def with_swapped(s: BlockShape, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {**w, "wq_s": w["wq"][:, rope_swap(s.heads, s.head_dim)],
-            "wk_s": w["wk"][:, rope_swap(s.kv_heads, s.head_dim)]}  # fmt: skip
+    return {**w, "wq_s": w["wq"][:, rope_swap(s.n_heads, s.head_dim)],
+            "wk_s": w["wk"][:, rope_swap(s.n_kv_heads, s.head_dim)]}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
@@ -127,25 +156,25 @@ def test_attention_forward_matches_torch(name: str) -> None:
     )
 
     t = {k: t64(v) for k, v in inputs.items()}
-    xn, rstd = ref_rmsnorm(t["x"].T, t["gain"][:, 0], s.eps)
+    xn, rstd = ref_rmsnorm(t["x"].T, t["gain"][:, 0], s.norm_eps)
     ref = ref_attention(xn, t["wq"], t["wk"], t["wv"], t["wo"], s)
     assert rel_err(out["o"], ref["o"].T) < RTOL
     assert rel_err(out["xn"], xn.T) < RTOL
     assert rel_err(out["rstd"], rstd.T) < RTOL
     assert rel_err(query_rows_by_token(out["a_rows"], s), ref["a"]) < RTOL
     # the taps, in their documented layouts: queries [B, KV, group*S, hd] scaled, keys/values [B, KV, hd, S]
-    q_rows = ref["q"].reshape(s.batch, s.kv_heads, s.group * s.seq, s.head_dim) / s.head_dim**0.5
+    q_rows = ref["q"].reshape(s.batch, s.n_kv_heads, s.group * s.seq, s.head_dim) / s.head_dim**0.5
     assert rel_err(out["q_rows"].reshape(q_rows.shape), q_rows) < RTOL
     assert (
         rel_err(
-            out["k_cols"].reshape(s.batch, s.kv_heads, s.head_dim, s.seq),
+            out["k_cols"].reshape(s.batch, s.n_kv_heads, s.head_dim, s.seq),
             ref["k"].transpose(-1, -2),
         )
         < RTOL
     )
     assert (
         rel_err(
-            out["v_cols"].reshape(s.batch, s.kv_heads, s.head_dim, s.seq),
+            out["v_cols"].reshape(s.batch, s.n_kv_heads, s.head_dim, s.seq),
             ref["v"].transpose(-1, -2),
         )
         < RTOL
@@ -172,7 +201,7 @@ def test_attention_backward_matches_torch(name: str) -> None:
     q, kv = s.q_dim, s.kv_dim
     dproj = out["dproj"].astype(np.float64)
     assert dproj.shape == (2 * q + 3 * kv, s.tokens)
-    swap_q, swap_k = rope_swap(s.heads, s.head_dim), rope_swap(s.kv_heads, s.head_dim)
+    swap_q, swap_k = rope_swap(s.n_heads, s.head_dim), rope_swap(s.n_kv_heads, s.head_dim)
     # rows in weight order wq wk wv wq_s wk_s; the swapped parts fold back (docstring)
     dq = dproj[:q] + dproj[q + 2 * kv : 2 * q + 2 * kv][swap_q]
     dk = dproj[q : q + kv] + dproj[2 * q + 2 * kv :][swap_k]
@@ -190,7 +219,7 @@ def test_gqa_pairing_is_h_div_group() -> None:
     wv = inputs["wv"].copy()
     wv[:, s.head_dim :] = 0  # zero the values of KV head 1
     changed = run(kernel, **with_swapped(s, {**inputs, "wv": wv}))["a_rows"]
-    per_head = query_rows_by_token(changed - base, s).reshape(s.tokens, s.heads, s.head_dim)
+    per_head = query_rows_by_token(changed - base, s).reshape(s.tokens, s.n_heads, s.head_dim)
     moved = np.abs(per_head).max(axis=(0, 2))
     assert list(moved == 0) == [
         True,
@@ -218,9 +247,9 @@ def ffn_inputs(s: BlockShape, seed: int) -> dict[str, np.ndarray]:
     return {
         "x": fp16(rng, s.dim, s.tokens),
         "gain": (1 + fp16(rng, s.dim, 1, scale=0.1)).astype(np.float16),
-        "w1": fp16(rng, s.dim, s.hidden, scale=2 / np.sqrt(s.dim)),
-        "w3": fp16(rng, s.dim, s.hidden, scale=2 / np.sqrt(s.dim)),
-        "w2": fp16(rng, s.dim, s.hidden, scale=1 / np.sqrt(s.hidden)),
+        "w1": fp16(rng, s.dim, s.hidden_dim, scale=2 / np.sqrt(s.dim)),
+        "w3": fp16(rng, s.dim, s.hidden_dim, scale=2 / np.sqrt(s.dim)),
+        "w2": fp16(rng, s.dim, s.hidden_dim, scale=1 / np.sqrt(s.hidden_dim)),
     }
 
 
@@ -240,7 +269,7 @@ def test_ffn_forward_and_backward_match_torch(name: str) -> None:
     inputs = ffn_inputs(s, seed=5)
     fwd = run(kernels["ffn_forward"], **inputs)
     t = {k: t64(v) for k, v in inputs.items()}
-    xn, rstd = ref_rmsnorm(t["x"].T, t["gain"][:, 0], s.eps)
+    xn, rstd = ref_rmsnorm(t["x"].T, t["gain"][:, 0], s.norm_eps)
     ref = ref_ffn(xn, t["w1"], t["w3"], t["w2"])
     for key in ("f", "h1", "h3", "u"):
         assert rel_err(fwd[key], ref[key].T) < RTOL, key
@@ -300,7 +329,7 @@ def test_a_block_half_with_its_cpu_contract_matches_torch(half) -> None:
 
     t = {k: t64(v).requires_grad_() for k, v in layer.items()}
     x_t = t64(x).T.requires_grad_()
-    xn, _ = ref_rmsnorm(x_t, t[half.norm], s.eps)
+    xn, _ = ref_rmsnorm(x_t, t[half.norm], s.norm_eps)
     if half is ATTENTION:
         out = ref_attention(xn, t["wq"], t["wk"], t["wv"], t["wo"], s)["o"]
     else:

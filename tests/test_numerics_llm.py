@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from anekit.errors import AnekitError
+from anekit.llm import kernels as K
 from tests.llm_models import Case, hf_classes, reference_logits, rel_error, save_model
 
 pytest.importorskip("transformers")
@@ -68,8 +70,8 @@ def test_llm_load_matches_transformers_within_3_percent(outlier, monkeypatch) ->
     directory, reference = outlier
     want = reference_logits(reference, IDS)
     with llm.load(directory, backend="reference") as m:
-        assert m._options.get("numerics") is None  # the default profile: m4 here
         got = m.logits(IDS)
+        assert {k.numerics for k in m.runner.kernels()} == {"m4"}  # the default profile here
         alpha = m.config.residual_scale
         calibration = m.residual_calibration
     assert rel_error(got, want) < 0.03
@@ -82,10 +84,15 @@ def test_without_the_scaling_the_golden_model_shows_the_failure(outlier) -> None
 
     directory, reference = outlier
     with llm.load(directory, backend="reference", numerics="m4", residual_scale=1.0) as m:
-        cliffs = []
-        m.observe = lambda y, n: cliffs.append(next(iter(m._kernels.values())).events)
-        got = m.logits(IDS)
-    assert rel_error(got, reference_logits(reference, IDS)) > 0.5
-    # the engine would say nothing; the golden model names the op that passed the cliff
-    first = next(r for r in cliffs[0].rows if r.saturated)
-    assert (first.op_type, first.name) == ("matmul", "ffn")
+        try:
+            got = m.logits(IDS)
+        except AnekitError as e:  # the garbage guard may refuse the step: also a failure shown
+            got = None
+            assert "non-finite" in str(e) or "garbage" in str(e), e
+        block = m.runner.kernels()[0]  # one block program runs every layer
+        m.runner.blocks(IDS, 0, K.BlockKey(m.chunk, m.max_seq), m.runner.cache)  # layer 0..2
+    if got is not None:
+        assert rel_error(got, reference_logits(reference, IDS)) > 0.5
+    # the engine would say nothing; the golden model names the ops that passed the cliff
+    saturated = {r.name for r in block.events.rows if r.saturated}
+    assert saturated and block.events.first is not None

@@ -275,9 +275,9 @@ def test_linear_weight_must_be_const() -> None:
         b.linear(x=x, weight=b.input("w", (4, 8), "fp16"))
 
 
-def test_linear_rank4_input_is_rejected() -> None:
+def test_linear_rank6_input_is_rejected() -> None:
     b = mil.Builder()
-    x = b.input("x", (1, 2, 3, 8), "fp16")
+    x = b.input("x", (1, 1, 1, 2, 3, 8), "fp16")
     with raises("linear", "x", "rank"):
         b.linear(x=x, weight=b.weight("w", np.zeros((4, 8), np.float16)))
 

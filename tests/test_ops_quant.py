@@ -364,7 +364,7 @@ def test_blockwise_shift_scale_errors() -> None:
 
 
 def test_sparse_to_dense_mask_checks() -> None:
-    b = mil.Builder()
+    b = mil.Builder(opset="ios17")  # the iOS16 form: a flat uint8 bit mask and a shape
     values = np.ones(2, np.float16)
     shape = np.array([2, 3], np.uint32)
     with pytest.raises(MilTypeError, match="sets 3 bits") as err:

@@ -17,13 +17,14 @@ import pytest
 from anekit.ladder.runner import Context
 from anekit.probe import cache, clients, dispatch, events, weights
 from anekit.probe.common import build, find
-from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber, rung_context
+from tests.ane_fake import REQUEST, FakeNSError, NSArray, NSNumber
+from tests.ane_fixtures import fresh, rung_context
 from tests.probe_fake import CHAIN, ProbeFramework
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> ProbeFramework:
-    return ProbeFramework(tmp_path / "T")
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ProbeFramework:
+    return fresh(tmp_path, monkeypatch, ProbeFramework)
 
 
 @pytest.fixture
@@ -128,6 +129,21 @@ def test_realtime_times_both_paths_inside_a_real_time_task(ctx, fake) -> None:
     assert rt[0].label == "ane_model" and rt[2].label == "request"
     assert sent(fake, "beginRealTimeTask", "endRealTimeTask") == ["beginRealTimeTask",
                                                                   "endRealTimeTask"]  # fmt: skip
+    # the model is loaded for real time before the task and unloaded after it
+    assert sent(fake, dispatch.LOAD_REALTIME, "beginRealTimeTask", "endRealTimeTask",
+                dispatch.UNLOAD_REALTIME) == [dispatch.LOAD_REALTIME, "beginRealTimeTask",
+                                              "endRealTimeTask", dispatch.UNLOAD_REALTIME]  # fmt: skip
+    assert fake.calls_to(dispatch.LOAD_REALTIME)[0].args[0].label == "ane_model"
+    assert seen["load_real_time_model"]["ok"] and fake.realtime_models == set()
+    clean(fake)
+
+
+def test_realtime_without_loading_the_model_for_real_time_is_refused(ctx, fake) -> None:
+    """The stand-in refuses a real-time evaluation of a model not loaded for it."""
+    del fake.selectors[("client", dispatch.LOAD_REALTIME)]
+    dispatch.realtime(ctx)
+    assert ctx.observed["load_real_time_model"]["ok"] is False
+    assert ctx.observed["evaluateRealTime_first"]["error"]["code"] == 0x1D
     clean(fake)
 
 
@@ -201,6 +217,18 @@ def test_virtual_client_is_created_described_and_used(ctx, fake) -> None:
     assert seen["client_isVirtualClient"]["value"] is False
     call = fake.calls_to("evaluateWithModel:options:request:qos:error:")[0]
     assert call.receiver == "vclient" and call.args[0].label == "ane_model"
+    clean(fake)
+
+
+def test_virtual_client_getters_the_runtime_does_not_list_are_not_sent(ctx, fake) -> None:
+    del fake.selectors[("client", "virtualClient")]
+    del fake.selectors[("vclient", "hostCapabilityMask")]
+    clients.virtual_client(ctx)
+    seen = ctx.observed
+    assert seen["_ANEClient_getters_absent"] == ["virtualClient"]
+    assert seen["_ANEVirtualClient_getters_absent"] == ["hostCapabilityMask"]
+    assert "client_virtualClient" not in seen and "hostCapabilityMask" not in seen
+    assert seen["usable"] is True
     clean(fake)
 
 

@@ -80,7 +80,16 @@ def test_every_form_names_a_registered_op_with_a_case() -> None:
 
 
 def test_the_transformer_forward_matches_the_previous_executor() -> None:
-    block = BlockShape(dim=64, heads=2, kv_heads=2, head_dim=32, hidden=96, seq=32)
+    block = BlockShape(
+        n_layers=1,
+        vocab_size=2,
+        dim=64,
+        n_heads=2,
+        n_kv_heads=2,
+        head_dim=32,
+        hidden_dim=96,
+        seq=32,
+    )
     shape = TransformerShape(layers=2, block=block)
     program = transformer(shape)
     x = np.random.default_rng(1).standard_normal((1, 1, block.dim, block.tokens)).astype(np.float16)

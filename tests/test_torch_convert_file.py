@@ -73,3 +73,24 @@ def test_dynamic_dimensions_are_a_conversion_error() -> None:
     with pytest.raises(ConversionError, match="dynamic dimensions") as err:
         anekit.from_torch(model, (torch.randn(3, 4),), dynamic={"input": {0: batch}})
     assert err.value.problems[0][0] == "input"
+
+
+def test_the_convert_walk_resolves_the_chip_once(tmp_path, monkeypatch) -> None:
+    import importlib
+
+    chips = importlib.import_module("anekit.hw.chips")  # anekit.hw.chips is also a function
+
+    path, _, _ = saved(tmp_path)
+    looked_up: list[str] = []
+    real = chips.normalize_name  # every lookup by name goes through it, however imported
+
+    def counting(name):
+        looked_up.append(name)
+        return real(name)
+
+    monkeypatch.setattr(chips, "normalize_name", counting)
+    result = convert_file(path, tmp_path / "out", chip="m1", compress="int8")
+    # the name is looked up at the entry point; passes, check, estimate and compression get
+    # the Chip itself (a second lookup would show here, as would a default chip)
+    assert looked_up == ["m1"]
+    assert result.estimate.chip == "m1" and result.compression is not None

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 import anekit  # noqa: E402
 from anekit.mil import DType  # noqa: E402
+from tests import torch_zoo  # noqa: E402
 
 TOLERANCE = 2e-2
 # torch.export's pytree code warns about its own deprecated API
@@ -155,13 +156,5 @@ def test_vit_model() -> None:
 
 def test_resnet_model() -> None:
     _seed()
-    config = transformers.ResNetConfig(
-        num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"
-    )
-    model = transformers.ResNetModel(config)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.2, 0.2)
-                m.running_var.uniform_(0.5, 1.5)
-    assert_converts(model, (torch.randn(1, 3, 32, 32),))
+    model, args, _ = torch_zoo.resnet()
+    assert_converts(model, args)

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from anekit import fp16
-from anekit.errors import AnekitError, KernelClosed, UsageError
+from anekit.backends.placement import Placement
+from anekit.errors import AnekitError, KernelClosed, UnknownName, UsageError
 from anekit.mil.program import Program, Value
 from anekit.mil.types import DType
 
@@ -172,7 +173,7 @@ class BufferSet:
         buf = table.get(name)
         if buf is None:
             kind = "output" if output else "input"
-            raise KeyError(f"no {kind} {name!r}; {kind}s: {sorted(table)}")
+            raise UnknownName(f"no {kind} {name!r}; {kind}s: {sorted(table)}")
         return buf
 
     def input(self, name: str) -> np.ndarray:
@@ -213,10 +214,14 @@ class Kernel(ABC):
     """
 
     backend: str = ""
+    engine: str = "unknown"  # what executes it, for the placement receipt
+    route: str = "unknown"  # how it gets there
 
     def __init__(self, program: Program) -> None:
         program.require_weights("compile")
         self.program = program
+        # where it runs and why: anekit.compile adds the backends it passed over
+        self.placement = Placement(self.backend, self.engine, self.route)
         self.inputs = tuple(TensorSpec.of(v) for v in program.main.inputs)
         self.outputs = tuple(TensorSpec.of(v) for v in program.main.outputs)
         self._input_specs = {s.name: s for s in self.inputs}
@@ -412,13 +417,13 @@ class Kernel(ABC):
         }
 
     def spec(self, name: str, *, output: bool = False) -> TensorSpec:
-        """The spec of an input (or output) by name; KeyError lists the names there are."""
+        """The spec of an input (or output) by name; UnknownName (a KeyError) lists the names."""
         specs = self._output_specs if output else self._input_specs
         try:
             return specs[name]
         except KeyError:
             kind = "output" if output else "input"
-            raise KeyError(f"no {kind} {name!r}; {kind}s: {sorted(specs)}") from None
+            raise UnknownName(f"no {kind} {name!r}; {kind}s: {sorted(specs)}") from None
 
     def close(self) -> None:
         """Release the kernel once the calls in flight are done; calling it again does nothing.

@@ -42,6 +42,7 @@ import numpy as np
 from anekit.backends import shm, wire
 from anekit.backends.base import Buffer, BufferSet, Kernel, TensorSpec
 from anekit.backends.budget import DEFAULT_LIMIT
+from anekit.backends.placement import Placement
 from anekit.errors import EvaluationError
 from anekit.mil.program import Program
 
@@ -430,6 +431,8 @@ class IsolatedKernel(Kernel):
     ) -> None:
         super().__init__(program)
         self.backend = backend
+        self.placement = Placement(backend, f"the {backend} backend's engine",
+                                   f"a worker process hosting the {backend} backend")  # fmt: skip
         self.timeout = timeout
         self.worker_layout: dict[str, Any] | None = None  # the hosted kernel's own layout
         self._options = options

@@ -16,6 +16,7 @@ import numpy as np
 
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program, Value
+from anekit.nn import attention as A
 from anekit.nn import layers as L
 from anekit.nn.kernels import ATTENTION, FFN, kernel_weights, stacked
 from anekit.nn.layers import FFN_IN_WEIGHTS, QKV_WEIGHTS
@@ -167,7 +168,16 @@ class TransformerShape:
     """A Llama-style decoder stack: ``layers`` blocks of one shape (no embedding or classifier)."""
 
     layers: int = 12
-    block: BlockShape = BlockShape(dim=256, heads=4, kv_heads=4, head_dim=64, hidden=688, seq=64)
+    block: BlockShape = BlockShape(
+        n_layers=1,
+        vocab_size=2,
+        dim=256,
+        n_heads=4,
+        n_kv_heads=4,
+        head_dim=64,
+        hidden_dim=688,
+        seq=64,
+    )
 
 
 def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str, np.ndarray]]:
@@ -188,9 +198,9 @@ def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str
             "wk": mat(s.kv_dim, s.dim),
             "wv": mat(s.kv_dim, s.dim),
             "wo": mat(s.q_dim, s.q_dim),
-            "w1": mat(s.hidden, s.dim),
-            "w3": mat(s.hidden, s.dim),
-            "w2": mat(s.hidden, s.hidden),
+            "w1": mat(s.hidden_dim, s.dim),
+            "w3": mat(s.hidden_dim, s.dim),
+            "w2": mat(s.hidden_dim, s.hidden_dim),
             "attn_norm": np.ones(s.dim, np.float16),
             "ffn_norm": np.ones(s.dim, np.float16),
         }
@@ -201,7 +211,7 @@ def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str
 def transformer(shape: TransformerShape, seed: int = 0) -> Program:
     """A causal decoder stack on ``x [1, 1, D, N]`` with constant weights.
 
-    Each block is the training kernels' math (:func:`anekit.nn.layers.attention` and
+    Each block is the training kernels' math (:func:`anekit.nn.attention.attention` and
     :func:`~anekit.nn.layers.ffn`: RMSNorm, RoPE, causal grouped-query attention, SwiGLU)
     with the residual adds; the weights are what :func:`~anekit.nn.kernels.kernel_weights`
     packs for the forward kernels, here as weight files.
@@ -209,14 +219,15 @@ def transformer(shape: TransformerShape, seed: int = 0) -> Program:
     s = shape.block
     b = Builder()
     h = b.input("x", (1, 1, s.dim, s.tokens), "fp16")
-    tables = L.attention_tables(b, s)
+    tables = A.attention_tables(b, s)
     for i, layer in enumerate(transformer_weights(shape, seed)):
         weights = kernel_weights(s, layer)
         att, ffn = weights[ATTENTION.forward], weights[FFN.forward]
         p = f"l{i}_att_"
         gain, wo = _matrix(b, p + "gain", att["gain"]), _matrix(b, p + "wo", att["wo"])
         w_qkv = _matrix(b, p + "wqkv", stacked(att, QKV_WEIGHTS))
-        o = L.attention(b, s, h, gain, w_qkv, wo, tables, p)["o"]
+        attention = {"gain": gain, "w_qkv": w_qkv, "wo": wo}
+        o = A.attention(b, s, h, attention, tables, prefix=p)["o"]
         h = b.add(x=h, y=o, name=f"{p}out")
         p = f"l{i}_ffn_"
         gain, w2 = _matrix(b, p + "gain", ffn["gain"]), _matrix(b, p + "w2", ffn["w2"])

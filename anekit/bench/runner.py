@@ -54,6 +54,9 @@ SCHEMA = "anekit-bench/2"
 Progress = Callable[[str, Case, dict[str, Any]], None]
 
 
+BASELINE = "reference"  # the backend every report states its per-call overhead beside
+
+
 def plan(
     names: Iterable[str] | None = None,
     quick: bool = False,
@@ -99,9 +102,9 @@ def run(
     profile = get_chip(chip)
     settings = settings or (QUICK if quick else FULL)
     with pinned(threads) as pinning:
-        overhead = {"reference": per_call_overhead("reference", settings)}
-        if backend != "reference":
-            overhead[backend] = per_call_overhead(backend, settings)
+        # the per-call overhead of the golden model, and of the backend measured if another
+        names = dict.fromkeys((BASELINE, backend))
+        overhead = {name: per_call_overhead(name, settings) for name in names}
         suites = {
             suite.name: _run_suite(suite, suite_cases, backend, profile.name, settings, progress)
             for suite, suite_cases in work

@@ -29,12 +29,15 @@ COMMANDS: dict[str, str] = {
     "run": "run a MIL program on a backend and summarise its outputs",
     "check": "check a MIL program against a chip's known ANE constraints",
     "estimate": "predict a MIL program's run time on a chip, op by op",
-    "convert": "convert a PyTorch ExportedProgram (.pt2) to an ANE-ready MIL model",
+    "convert": "convert a PyTorch ExportedProgram (.pt2) or an ONNX model to ANE-ready MIL",
+    "export": "write a MIL program as a CoreML .mlpackage (Apple's public route to the ANE)",
     "compress": "compress a model's weights (int8, w8a8, lut6, lut4, auto) for a chip",
     "chips": "list the chip profiles and the source of every number",
     "bench": "measure the ANE experiments; compare with cost model and published",
     "train": "train a Llama-style transformer with ANE kernels; checkpoint, resume",
     "generate": "stream text from a model directory, llama2.c .bin or training checkpoint",
+    "chat": "chat with a language model in the terminal (its chat template, streamed replies)",
+    "serve": "serve a language model over an OpenAI-compatible HTTP API",
     "demo": "run the main demo on the best available backend",
     "inspect": "read compiled ANE binaries (hwx, E5), weight.bin and the compile cache",
     "doctor": "report what this machine offers for the ANE, with a smoke test",
@@ -73,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # to start the same command
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _PipeGuard(sys.stdout), _PipeGuard(sys.stderr)
     try:

@@ -153,6 +153,23 @@ def non_negative(kind: type) -> Any:
     return parse
 
 
+def output_file(text: str) -> str:
+    """An argparse ``type`` for every file a command writes (``--out``, ``--json FILE``, ...).
+
+    Checked when the command line is read, before any work: a directory, a block device or an
+    unwritable place is a usage error; a link is written through, a device or FIFO written into
+    (see ``anekit.files.write_atomic``).
+    """
+    from anekit.errors import UsageError
+    from anekit.files import check_output
+
+    try:
+        check_output(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def utf8_text(text: str) -> str:
     """An argparse ``type``: text that UTF-8 can encode.
 
@@ -176,7 +193,8 @@ def load_program(path: str, weights: str | None = None, *, shapes_only: bool = F
     """The program at ``path`` (a model directory, a ``.mil`` file or ``-``); see ``mil.load_path``."""
     from anekit.mil.loading import load_path
 
-    return load_path(path, weights, shapes_only=shapes_only)
+    # the command owns its process: pausing the collector during the parse is ours to do
+    return load_path(path, weights, shapes_only=shapes_only, pause_gc=True)
 
 
 def progress_bar(total: int, *, unit: str, initial: int = 0) -> Any:

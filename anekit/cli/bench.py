@@ -13,6 +13,7 @@ from anekit.cli._common import (
     add_chip,
     add_threads,
     one_of,
+    output_file,
     progress_bar,
     resolve_chip,
 )
@@ -32,8 +33,7 @@ of the same program on that chip with its source. BLAS threads are pinned (--thr
 
 The full sweeps are the sizes the experiments used on the ANE (up to 4096^3 matmuls
 and 128-deep 512-channel conv chains). On the NumPy reference backend a full run takes
-a long time (tens of minutes on two cores); --quick runs small sweeps in under two
-minutes there.
+a long time; --quick runs small sweeps (benchmarks/bench_quick.py times them).
 """
 
 
@@ -47,7 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
-        "--quick", action="store_true", help="small sweeps (minutes on the reference backend)"
+        "--quick",
+        action="store_true",
+        help="small sweeps (benchmarks/bench_quick.py times them on the reference backend)",
     )
     parser.add_argument(
         "--suite",
@@ -60,10 +62,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_backend(parser)
     add_chip(parser, "the profile to predict for")
     add_threads(parser)
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument(
+        "--json", metavar="FILE", type=output_file, help="write the results as JSON"
+    )
     parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite (needs matplotlib)")
     parser.add_argument(
-        "--report", metavar="FILE.md", help="write a Markdown report with tables and plots"
+        "--report",
+        metavar="FILE.md",
+        type=output_file,
+        help="write a Markdown report with tables and plots",
     )
     parser.add_argument(
         "--list", action="store_true", help="list the suites and what each measures"
@@ -107,9 +114,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare_outputs(args: argparse.Namespace) -> None:
     """Create the output directories before measuring, so a long run cannot fail at the end."""
-    for flag, file in (("--json", args.json), ("--report", args.report)):
-        if file and Path(file).is_dir():
-            raise UsageError(f"{flag} {file} is a directory; expected a file name")
     dirs = [Path(f).parent for f in (args.json, args.report) if f]
     dirs += [Path(args.plot)] if args.plot else []
     for d in dirs:

@@ -18,7 +18,8 @@ COLUMNS = (
     ("fp16 meas.", "measured_fp16_tflops", ""),
     ("DRAM GB/s", "dram_bw_gbps", ""),
     ("ANE GB/s", "ane_dram_bw_gbps", ""),
-    ("floor ms", "per_call_floor_ms", ""),
+    ("floor ms", "cost.floor_ms", ""),
+    ("e5rt floor ms", "cost.floor_e5rt_ms", ""),
     ("on-chip MB", "onchip_tensor_mb", ""),
     ("dialect", "dialect", ""),
 )

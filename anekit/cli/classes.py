@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from anekit.cli._common import output_file
 from anekit.errors import UsageError
 
 
@@ -22,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         help="case-insensitive glob or substring of class names (default: every _ANE* class)",
     )
-    parser.add_argument("--json", metavar="FILE",
+    parser.add_argument("--json", metavar="FILE", type=output_file,
                         help="write the listing (with --diff: the differences) as JSON to FILE")  # fmt: skip
     parser.add_argument("--diff", nargs=2, metavar=("A.json", "B.json"),
                         help="what changed from listing A to listing B (exit 1 if anything did)")  # fmt: skip
@@ -31,8 +32,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from anekit.doctor import classes
 
-    if args.json and Path(args.json).is_dir():
-        raise UsageError(f"--json {args.json} is a directory; expected a file name")
     if args.diff:
         if args.pattern:
             raise UsageError("--diff compares whole listings; it takes no PATTERN")

@@ -23,7 +23,7 @@ from anekit.cli._common import (
     one_of,
     resolve_chip,
 )
-from anekit.errors import UsageError, os_reason
+from anekit.errors import UsageError
 
 
 def _schemes() -> list[str]:
@@ -41,7 +41,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=one_of("scheme", _schemes),
         help="int8, w8a8, lut6, lut4, or auto (per layer, what the cost model finds faster)",
     )
-    add_chip(parser, "to choose schemes for (auto), check and predict on")
+    add_chip(
+        parser,
+        "to choose schemes for (auto), check and predict on, and whose rules the output satisfies (M1 padding, M1/M2 dialect)",
+    )
     parser.add_argument(
         "--granularity",
         help="per_channel, per_block, per_tensor or per_grouped_channel "
@@ -81,6 +84,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.compression import MIN_ELEMENTS, compress_with_report
+    from anekit.passes import for_chip, save_dialect
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -101,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         group_size=args.group_size,
         seed=args.seed,
     )
-    result.program.save(out)
+    program = for_chip(result.program, chip)  # M1's padding, M1/M2's dialect, ...
+    program.save(out, dialect=save_dialect(program))
     if args.json:
         print(json.dumps({"out": str(out), **result.report.record()}, indent=1))
     else:
@@ -111,16 +116,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sample(file: str) -> dict[str, Any]:
-    """The arrays of one ``--calibration`` .npz file, by name."""
-    import numpy as np
+    """The arrays of one ``--calibration`` .npz file, by name (bounded: see ``read_npz``)."""
+    from anekit.config import read_limit
+    from anekit.files import read_npz
 
-    try:
-        data = np.load(file, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise UsageError("expected an .npz file of named arrays, found one array", path=file)
-        with data:
-            return {name: data[name] for name in data.files}
-    except OSError as e:
-        raise UsageError(f"cannot read --calibration file: {os_reason(e)}", path=file) from None
-    except ValueError as e:  # not .npz, or object (pickled) data
-        raise UsageError(f"cannot read --calibration file as .npz: {e}", path=file) from None
+    def error(message: str, path: str) -> UsageError:
+        return UsageError(f"--calibration: {message}", path=path)
+
+    return read_npz(file, limit=read_limit(), what="an .npz file of named arrays", error=error)

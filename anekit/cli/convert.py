@@ -1,9 +1,11 @@
-"""``anekit convert MODEL.pt2 --out DIR``: a PyTorch ExportedProgram to an ANE-ready MIL model."""
+"""``anekit convert MODEL.pt2|MODEL.onnx --out DIR``: a PyTorch ExportedProgram or an ONNX
+model to an ANE-ready MIL model."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
@@ -24,7 +26,17 @@ PROGRESS_FROM = 300
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="an ExportedProgram saved with torch.export.save (.pt2)")
+    parser.add_argument(
+        "path",
+        help="an ExportedProgram saved with torch.export.save (.pt2) or an ONNX model (.onnx); "
+        "with --llm a Hugging Face language-model directory",
+    )
+    parser.add_argument(
+        "--llm",
+        action="store_true",
+        help="save a language model with its weights compressed once (--compress) into a new "
+        "directory that load, generate, chat and serve open without compressing again",
+    )
     parser.add_argument(
         "--out", required=True, help="output model directory (model.mil + weights/)"
     )
@@ -48,18 +60,57 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with --compress: budget on the relative output error against the uncompressed "
         "program (layers fall back until it holds; auto: default 0.02)",
     )
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D,D,..",
+        help="ONNX: the static shape of an input declared with dynamic dimensions (repeatable)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="let torch's log and warnings through while loading"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
+def _input_shapes(items: list[str]) -> dict[str, list[int]]:
+    """``--input-shape NAME=1,3,224,224`` (repeated) as a dict."""
+    shapes = {}
+    for item in items:
+        name, _, dims = item.partition("=")
+        try:
+            shapes[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise UsageError(
+                f"--input-shape {item!r}: expected NAME=D,D,.. with integers"
+            ) from None
+        if not name or not shapes[name]:
+            raise UsageError(f"--input-shape {item!r}: expected NAME=D,D,..")
+    return shapes
+
+
+def _converter(path: str, input_shapes: dict[str, list[int]]) -> Any:
+    """The front end's ``convert_file`` for the file's kind (by suffix: .onnx, else .pt2)."""
+    try:
+        if path.lower().endswith(".onnx"):
+            from anekit.frontends.onnx import convert_file
+
+            return functools.partial(convert_file, input_shapes=input_shapes)
+        if input_shapes:
+            raise UsageError("--input-shape applies to ONNX models (.onnx)")
+        from anekit.frontends.torch import convert_file
+    except ImportError as e:  # torch and onnx are optional extras; the message says how
+        raise UsageError(str(e)) from None
+    return convert_file
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.llm:
+        return _save_llm(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError("is a file; expected a directory for --out", path=str(out))
-    try:
-        from anekit.frontends.torch import convert_file
-        from anekit.frontends.torch.compare import TOLERANCE
-    except ImportError as e:  # torch is an optional extra; the message says how to get it
-        raise UsageError(str(e)) from None
+    convert_file = _converter(args.path, _input_shapes(args.input_shape))
     if args.max_error is not None and args.compress is None:
         raise UsageError("--max-error applies to --compress")
     chip = resolve_chip(args.chip)
@@ -68,14 +119,48 @@ def run(args: argparse.Namespace) -> int:
         result = convert_file(
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
             passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
+            verbose=args.verbose,
         )  # fmt: skip
-    errors = [d for d in result.diagnostics if d.severity == "error"]
+    from anekit.frontends.fidelity import TOLERANCE
+    from anekit.hw.kinds import Severity
+
+    errors = [d for d in result.diagnostics if d.severity is Severity.ERROR]
     fidelity_ok = result.fidelity is None or result.fidelity.worst.rel_error <= TOLERANCE
     if args.json:
         print(json.dumps(_as_json(result, chip.name), indent=1))
     else:
         _print_text(args, result, chip.name)
     return 0 if fidelity_ok and not errors else 1
+
+
+def _save_llm(args: argparse.Namespace) -> int:
+    """``--llm``: load the model with ``--compress`` for the chip, save it with its encodings."""
+    import time
+
+    from anekit import llm
+    from anekit.llm.compressed import CHOICES
+    from anekit.llm.saved import save_compressed
+
+    if args.compress not in CHOICES:
+        raise UsageError(f"--llm needs --compress, one of {', '.join(CHOICES)}")
+    if args.check or args.estimate or args.passes or args.max_error is not None or args.input_shape:
+        raise UsageError("--llm takes --out, --compress and --chip only")
+    chip = resolve_chip(args.chip)
+    begin = time.perf_counter()
+    with llm.load(args.path, chip=chip.name, compress=args.compress) as model:
+        manifest = save_compressed(model, args.path, args.out)
+    seconds = time.perf_counter() - begin
+    encodings = sum(len(p["encodings"]) for p in manifest["programs"].values())
+    record = {"out": args.out, "scheme": manifest["scheme"], "chip": manifest["chip"],
+              "layout": manifest["layout"], "encodings": encodings, "seconds": round(seconds, 2),
+              "files": sorted(manifest["checksums"])}  # fmt: skip
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        print(f"wrote {args.out}: {encodings} weights encoded with {manifest['scheme']} for "
+              f"{manifest['chip']}'s layout in {seconds:.1f} s; load, generate, chat and serve "
+              "open it without compressing again")  # fmt: skip
+    return 0
 
 
 def _passes(text: str | None) -> Any:
@@ -130,20 +215,25 @@ def _as_json(result: Any, chip: str) -> dict:
         "statements": len(result.program.main.ops),
         "fidelity": None if result.fidelity is None else result.fidelity.to_dict(),
         "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
+        "converter_notes": [dataclasses.asdict(d) for d in result.converter_notes],
         "estimate": None
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
         "compression": None if result.compression is None else result.compression.record(),
+        "renamed": result.renamed,
     }
 
 
 def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
     from anekit.cli.estimate import estimate_table
+    from anekit.hw.kinds import Severity
 
     print(
         f"wrote {result.out_dir / 'model.mil'} and {result.out_dir / 'weights'}/ "
         f"({result.nodes} graph nodes, {len(result.program.main.ops)} MIL statements)"
     )
+    for old, new in result.renamed.items():
+        print(f"renamed {old!r} -> {new!r} (not a valid MIL name)")
     if result.fidelity is None:
         print("no example inputs saved with the ExportedProgram: fidelity not measured")
     else:
@@ -154,12 +244,14 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         model = str(result.out_dir / "model.mil")
         for d in result.diagnostics:
             print(d.format(model))
-        counts = {
-            s: sum(d.severity == s for d in result.diagnostics)
-            for s in ("error", "warning", "info")
-        }
+        counts = {s: sum(d.severity == s for d in result.diagnostics) for s in Severity}
         print(
             f"{chip}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
         )
+        if result.converter_notes:
+            print(
+                f"({len(result.converter_notes)} layout finding(s) on tensors inside the program, "
+                "placed by the converter, are not advice: --json lists them as converter_notes)"
+            )
     if args.estimate:
         print(estimate_table(result.estimate))

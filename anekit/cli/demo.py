@@ -46,4 +46,19 @@ def run(args: argparse.Namespace) -> int:
     clear_checkpoints(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / DEMO_MARKER).write_text("checkpoints here are replaced by each `anekit demo`\n")
-    return train.run(train_args)
+    print(
+        f"anekit demo: training the tiny config for {args.steps} steps on CPython's pydoc topics "
+        "(the help texts bundled with Python, ~450 KB of English prose and code: no download), "
+        "one byte per token"
+    )
+    code = train.run(train_args)
+    if code == 0:
+        print(NEXT.format(out=out))
+    return code
+
+
+NEXT = """next, with the checkpoint just written to {out}:
+  anekit generate --ckpt {out} --prompt "The " --max-tokens 200      # more text, KV-cached
+  anekit chat --ckpt {out} --chat-template plain                    # a chat ('role: text' lines)
+  anekit serve --ckpt {out} --served-model-name demo                 # the OpenAI API on 127.0.0.1:8080
+  anekit convert path/to/hf-model --llm --compress int8 --out model-int8   # save a model compressed once"""

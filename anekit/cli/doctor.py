@@ -1,6 +1,7 @@
 """``anekit doctor``: say plainly what works on this machine; exits 0 everywhere.
 
-``--ladder`` runs the experiments of :mod:`anekit.doctor.ladder` (exit 1 if a rung fails).
+``--ladder`` runs the experiments of :mod:`anekit.doctor.ladder` (exit 1 if a rung fails);
+``--bisect PROGRAM`` finds the ops that make a program fail to compile (:mod:`anekit.doctor.bisect`).
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ import argparse
 import json
 from pathlib import Path
 
+from anekit.cli._common import output_file
 from anekit.errors import UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
+    parser.add_argument(
+        "--json", metavar="FILE", type=output_file, help="also write the report as JSON to FILE"
+    )
     parser.add_argument(
         "--no-smoke", action="store_true", help="skip the compile/evaluate smoke test on the ANE"
     )
@@ -21,6 +25,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--ladder",
         action="store_true",
         help="run the ladder of experiments, each rung in its own process (first thing on a Mac)",
+    )
+    parser.add_argument(
+        "--bisect",
+        metavar="PROGRAM",
+        help="find the ops that make PROGRAM fail to compile on the ANE (a fresh process per "
+        "compile); --json FILE writes the record to attach to a report",
     )
     parser.add_argument(
         "--budget",
@@ -33,18 +43,32 @@ def run(args: argparse.Namespace) -> int:
     from anekit.doctor.report import format_report, report
     from anekit.files import write_atomic
 
-    if args.json and Path(args.json).is_dir():
-        raise UsageError(f"--json {args.json} is a directory; expected a file name")
     if args.budget and not args.ladder:
         raise UsageError("--budget needs --ladder")
     if args.ladder:
         from anekit.doctor.ladder import main as ladder
 
         return ladder(json_path=args.json, budget=args.budget)
+    if args.bisect:
+        return _bisect(args.bisect, args.json)
     r = report(smoke=not args.no_smoke)
     print(format_report(r))
     if args.json:
         path = Path(args.json)
         write_atomic(path, (json.dumps(r, indent=1) + "\n").encode("utf-8"))
         print(f"report written to {path}")
+    return 0
+
+
+def _bisect(path: str, json_path: str | None) -> int:
+    """Print the culprits of PROGRAM's compile failure; the record as JSON to ``json_path``."""
+    from anekit.cli._common import load_program
+    from anekit.doctor.bisect import bisect
+    from anekit.files import write_atomic
+
+    found = bisect(load_program(path))
+    print("\n".join(found.lines()))
+    if json_path:
+        write_atomic(Path(json_path), (json.dumps(found.as_dict(), indent=1) + "\n").encode())
+        print(f"record written to {json_path}: attach it to your report")
     return 0

@@ -11,13 +11,13 @@ import argparse
 import json
 from pathlib import Path
 
-from anekit.errors import UsageError
+from anekit.cli._common import output_file
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="experiments to run (default: every one; --list names them)")  # fmt: skip
-    parser.add_argument("--json", metavar="FILE",
+    parser.add_argument("--json", metavar="FILE", type=output_file,
                         help="write the report to FILE, rewritten after every experiment")  # fmt: skip
     parser.add_argument("--list", action="store_true",
                         help="list the experiments with the question each answers, and stop")  # fmt: skip
@@ -28,8 +28,6 @@ def run(args: argparse.Namespace) -> int:
     from anekit.probe import session
 
     experiments = session.select(args.names)
-    if args.json and Path(args.json).is_dir():
-        raise UsageError(f"--json {args.json} is a directory; expected a file name")
     if args.list:
         rows = session.describe(experiments)
         print(session.format_list(rows))

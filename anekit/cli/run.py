@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anekit.cli._common import MODEL_HELP, add_backend, add_threads, load_program, non_negative
+from anekit.cli._common import (
+    MODEL_HELP,
+    add_backend,
+    add_threads,
+    load_program,
+    non_negative,
+    output_file,
+)
 from anekit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -51,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="evaluations to time (default 1); above 1, one untimed warm-up comes first",
     )
     add_threads(parser)
-    parser.add_argument("--out", help="write the outputs to this .npz file")
+    parser.add_argument("--out", type=output_file, help="write the outputs to this .npz file")
     parser.add_argument(
         "--json", action="store_true", help="print a JSON summary instead of a table"
     )
@@ -179,7 +186,7 @@ def summarise(name: str, a: np.ndarray) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
 
-    from anekit.backends import compile, resolve_backend
+    from anekit.backends import compile
     from anekit.backends.base import TensorSpec, convert_input
     from anekit.bench.measure import Timing
     from anekit.bench.threads import describe, pinned
@@ -195,14 +202,15 @@ def run(args: argparse.Namespace) -> int:
         }
     except ValueError as e:  # wrong shape, or a dtype that would lose data
         raise UsageError(str(e)) from e
-    backend = resolve_backend(args.backend)
     start = time.perf_counter()
-    with compile(program, backend=backend) as kernel:
+    with compile(program, backend=args.backend) as kernel:
         compile_s = time.perf_counter() - start
+        backend, placement = kernel.backend, kernel.placement
         times = []
         with pinned(args.threads) as pinning:  # unpinned BLAS threads contend: 100x slower
-            if args.repeat > 1:
-                kernel(**inputs)  # first-call costs (allocation, caches) are not the steady time
+            start = time.perf_counter()
+            kernel(**inputs)  # first-call costs (lazy imports, allocation, caches): apart
+            first_s = time.perf_counter() - start
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
                 outputs = kernel(**inputs)
@@ -212,7 +220,8 @@ def run(args: argparse.Namespace) -> int:
         write_npz(Path(args.out), outputs)
     rows = [summarise(name, a) for name, a in outputs.items()]
     timing = {
-        "compile_ms": compile_s * 1e3,
+        "compile_ms": compile_s * 1e3,  # the backend's first imports included
+        "first_call_ms": first_s * 1e3,
         "run_ms": measured.median * 1e3,
         "run_min_ms": measured.min * 1e3,
         "spread": measured.spread,
@@ -221,14 +230,17 @@ def run(args: argparse.Namespace) -> int:
         "threads": pinning,
     }
     if args.json:
-        json.dump({"backend": backend, "outputs": rows, **timing}, sys.stdout, indent=2)
+        record = {"backend": backend, "placement": placement.as_dict(), "outputs": rows, **timing}
+        json.dump(record, sys.stdout, indent=2)
         print()
         return 0
     print(
-        f"backend {backend}: compile {timing['compile_ms']:.2f} ms, run {timing['run_ms']:.3f} ms "
-        f"(median of {len(times)}; min {timing['run_min_ms']:.3f} ms, spread "
-        f"{measured.spread:.2f}x); {describe(pinning)}"
+        f"backend {backend}: run {timing['run_ms']:.3f} ms (median of {len(times)} after the "
+        f"first call; min {timing['run_min_ms']:.3f} ms, spread {measured.spread:.2f}x); once: "
+        f"compile {timing['compile_ms']:.2f} ms (with the backend's imports), first call "
+        f"{timing['first_call_ms']:.3f} ms; {describe(pinning)}"
     )
+    print("\n".join(placement.lines()))
     if measured.noisy:
         print(
             f"  NOISY: the slow runs took {measured.spread:.1f}x the fastest: the machine "

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from anekit.compression import auto, calibrate
 from anekit.compression.auto import Rung
 from anekit.compression.encode import Encoded
@@ -16,7 +18,7 @@ from anekit.compression.report import CompressReport, LayerReport
 from anekit.compression.rewrite import Choice, apply
 from anekit.compression.schemes import AUTO, Options, get_scheme
 from anekit.errors import UsageError
-from anekit.hw.chips import Chip, default_chip, get_chip
+from anekit.hw.chips import Chip, resolve
 from anekit.hw.cost import estimate
 from anekit.mil.graph import FunctionGraph, stored_form
 from anekit.mil.program import Program
@@ -97,11 +99,12 @@ def compress_with_report(
     Returns:
         Compressed: ``.program``, and ``.report`` (:class:`CompressReport`).
     """
-    profile = get_chip(chip or default_chip()[0])
+    profile = resolve(chip)
     options = Options(granularity, group_size, block_size, seed)
     if max_error is not None and not max_error >= 0:
         raise UsageError(f"max_error must be a non-negative number, found {max_error}")
     layers = find_layers(program, min_elements=min_elements)
+    _check_finite(layers)
     unsettled = None
     if scheme == AUTO:
         ladders = auto.ladders(program, layers, profile, options)
@@ -136,6 +139,18 @@ def compress_with_report(
         program, final, layers, rungs, own, profile, scheme, error, budget, fallbacks, work
     )
     return Compressed(final, report)
+
+
+def _check_finite(layers: Sequence[Layer]) -> None:
+    """UsageError naming the first weight holding NaN or inf: no scheme can encode it, and
+    the output error it causes could not be measured."""
+    for layer in layers:
+        bad = int(np.count_nonzero(~np.isfinite(layer.array)))
+        if bad:
+            raise UsageError(
+                f"weight {layer.name!r} {list(layer.shape)} holds {bad} NaN or inf value(s); "
+                "compression needs finite weights"
+            )
 
 
 class _Work:

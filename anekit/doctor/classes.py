@@ -10,13 +10,13 @@ bounded and checked: a file that is not one says what was expected and where.
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
 
 import anekit
 from anekit.errors import UsageError
+from anekit.files import read_json
 
 FORMAT = "anekit-classes/1"
 MAX_LISTING_BYTES = 64 << 20  # a listing of every framework class is a few MB at most
@@ -34,14 +34,7 @@ def listing(fw: Any, names: list[str], *, macos: str | None, build: str | None) 
 def read_listing(path: str | Path) -> dict[str, Any]:
     """A listing written by ``anekit classes --json``; UsageError naming the file if it is not."""
     p = Path(path)
-    size = p.stat().st_size
-    if size > MAX_LISTING_BYTES:
-        raise UsageError(f"{size} bytes is over the {MAX_LISTING_BYTES} a listing may have",
-                         path=str(p))  # fmt: skip
-    try:
-        data = json.loads(p.read_bytes())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UsageError(f"not JSON ({e})", path=str(p)) from None
+    data = read_json(p, limit=MAX_LISTING_BYTES, what="a listing (anekit classes --json)")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise UsageError(f"expected an {FORMAT} listing (anekit classes --json), found "

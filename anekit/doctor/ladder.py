@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from anekit.backends.ane import host
-from anekit.doctor import ane_rungs
+from anekit.doctor import ane_rungs, dist_rungs
 from anekit.errors import EvaluationError
 from anekit.files import write_atomic
 from anekit.ladder import cases
@@ -129,6 +129,9 @@ RUNGS: tuple[Rung, ...] = (
           ane_rungs.unload, ("eval_aligned",)),
     _rung("worker", "Does an isolated kernel (worker process) run on the ANE?", ane_rungs.worker,
           ("eval_aligned",), timeout_s=180.0),
+    _rung("two_processes", "Do two processes evaluating at once get twice one process's ANE "
+          "throughput (two dies of an Ultra, for two training ranks)?", dist_rungs.two_processes,
+          ("worker",), timeout_s=300.0),
     _rung("budget", "How many compiles does one process get before the framework fails?",
           ane_rungs.compile_budget, ("eval_aligned",), timeout_s=1800.0, skip=_with_budget),
 )  # fmt: skip

@@ -56,7 +56,9 @@ class CostParams:
     """Per-chip parameters of the cost model (SI units; see ``anekit.hw.cost``).
 
     ``floor_s`` is the per-call floor of the path being costed (the in-memory path unless
-    :meth:`Chip.on_path` chose another); ``e5rt_floor_s`` is the E5 runtime's.
+    :meth:`Chip.on_path` chose another); ``e5rt_floor_s`` is the E5 runtime's. ``band`` is
+    the range of predicted / published times when a source is left out of the fit (10-90 %):
+    an estimate of ``t`` means a time likely between ``t / band[1]`` and ``t / band[0]``.
     """
 
     floor_s: float
@@ -73,6 +75,7 @@ class CostParams:
     e5rt_floor_s: float
     sram_cliff: str
     operand_tile_bytes: float
+    band: tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,6 @@ class Chip:
     measured_fp16_tflops: float | None
     dram_bw_gbps: float
     ane_dram_bw_gbps: float
-    per_call_floor_ms: float
     compile_first_ms: float | None
     onchip_tensor_mb: float
     working_set_mb: float
@@ -134,6 +136,15 @@ def get_chip(name: str | Chip) -> Chip:
     if key not in profiles:
         raise ValueError(f"unknown chip {name!r}; expected one of: {', '.join(profiles)}")
     return profiles[key]
+
+
+def resolve(chip: str | Chip | None = None) -> Chip:
+    """The chip a public entry point works for: a profile as it is, a name looked up, None the
+    default (this Mac's chip, else m4: :func:`default_chip`). Below the entry points, functions
+    take the :class:`Chip` this returns and never convert again."""
+    if isinstance(chip, Chip):
+        return chip
+    return get_chip(default_chip()[0] if chip is None else chip)
 
 
 def normalize_name(name: str) -> str:
@@ -217,6 +228,7 @@ def _chip(name: str, entry: dict[str, Any], sources: Mapping[str, str]) -> Chip:
         e5rt_floor_s=v["cost.floor_e5rt_ms"] * 1e-3,
         sram_cliff=v["cost.sram_cliff"],
         operand_tile_bytes=v["cost.operand_tile_mb"] * _MB,
+        band=tuple(v["cost.band"]),
     )
     if cost.sram_cliff not in SRAM_CLIFFS:
         raise ValueError(f"{name}: cost.sram_cliff must be one of {SRAM_CLIFFS}")

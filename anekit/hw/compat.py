@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from anekit.hw.chips import Chip, get_chip
+from anekit.hw.chips import Chip, resolve
+from anekit.hw.kinds import Severity
 from anekit.hw.rules import RULES, Context
 from anekit.mil.program import Program
 
-SEVERITIES = ("error", "warning", "info")
+SEVERITIES = tuple(Severity)  # most serious first: the order diagnostics sort in
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +22,8 @@ class Diagnostic:
     """One finding of the checker.
 
     Attributes:
-        severity: "error" (will not compile or gives wrong results), "warning" (risky,
-            slow, or the evidence conflicts), "info" (worth knowing).
+        severity: :class:`~anekit.hw.kinds.Severity`: error (will not compile or gives wrong
+            results), warning (risky, slow, or the evidence conflicts), info (worth knowing).
         rule: the rule id (``anekit.hw.rules``).
         op: the MIL op type involved, or None for program-level findings.
         line: 1-based MIL line, or None (built programs have no lines).
@@ -31,7 +32,7 @@ class Diagnostic:
         name: the op or value the finding is about.
     """
 
-    severity: str
+    severity: Severity
     rule: str
     op: str | None
     line: int | None
@@ -47,9 +48,10 @@ class Diagnostic:
         return f"{where}: {self.severity}: {self.message} [{self.rule}]"
 
 
-def check(program: Program, chip: str | Chip = "m4") -> list[Diagnostic]:
-    """Check ``program`` against ``chip``'s known constraints; returns diagnostics sorted by line."""
-    profile = get_chip(chip)
+def check(program: Program, chip: str | Chip | None = None) -> list[Diagnostic]:
+    """Check ``program`` against ``chip``'s known constraints (None: this Mac's, else m4);
+    returns diagnostics sorted by line."""
+    profile = resolve(chip)
     ctx = Context(program, profile)
     found: list[Diagnostic] = []
     for rule in RULES:

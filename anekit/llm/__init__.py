@@ -13,6 +13,7 @@ Only NumPy is needed to import this package; ``tokenizers`` is imported when a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,12 @@ def read_model_config(path: str | Path) -> LlmConfig:
         from anekit.llm.llama2c import Llama2cCheckpoint
 
         return Llama2cCheckpoint(p).config
+    if p.is_file() and p.suffix == ".gguf":
+        from anekit.llm.gguf import GgufCheckpoint
+
+        checkpoint = GgufCheckpoint(p)
+        checkpoint.close()
+        return checkpoint.config
     if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
         from anekit.llm.training import read_training_checkpoint
 
@@ -60,12 +67,13 @@ def load(
     numerics: str | None = None,
     residual_scale: float | str = "auto",
 ) -> Model:
-    """Load a model: a Hugging Face directory, or a llama2.c ``.bin`` checkpoint.
+    """Load a model: a Hugging Face directory, a GGUF file, or a llama2.c ``.bin`` checkpoint.
 
     Args:
         path: a directory with ``config.json`` and ``model.safetensors`` (or a sharded
-            ``model.safetensors.index.json``), a llama2.c ``.bin`` file, or an
-            ``anekit train`` checkpoint (or output) directory.
+            ``model.safetensors.index.json``), a llama.cpp ``.gguf`` file (its tokenizer
+            from its metadata; ``Model.load_report`` says what each tensor became), a
+            llama2.c ``.bin`` file, or an ``anekit train`` checkpoint (or output) directory.
         backend: "ane", "reference", or None for the best available.
         chip: chip profile for the head's dimension limit and predictions (default: this Mac's,
             else m4).
@@ -87,7 +95,8 @@ def load(
             (``anekit.llm.residual``); "auto" (default) measures the stream on
             ``calibration`` tokens first and picks the largest alpha that keeps it inside
             fp16 and the matmul range (1.0 for most models). ``m.config.residual_scale``
-            says what was chosen, ``m.residual_calibration`` what was measured.
+            says what was chosen, ``m.residual_calibration`` what was measured. A directory
+            written by ``anekit convert --llm`` is not calibrated (alpha 1 unless given).
     """
     from anekit.llm.model import DEFAULT_CHUNK
 
@@ -96,56 +105,114 @@ def load(
         "backend": backend,
         "chip": chip,
         "max_seq": max_seq,
-        "chunk": chunk or DEFAULT_CHUNK,
+        "chunk": DEFAULT_CHUNK if chunk is None else chunk,
         "hold": hold,
         "compress": compress,
         "calibration": calibration,
         "numerics": numerics,
     }
-    return _scaled_model(_opener(p, tokenizer), residual_scale, options)
-
-
-def _opener(p: Path, tokenizer: str | Path | None) -> Callable[[], tuple[LlmConfig, Any, Any]]:
-    """What opens the model at ``p``: its config, tensor source and tokenizer, read afresh."""
     if p.is_file() and p.suffix == ".bin":
         from anekit.llm import llama2c
 
-        return lambda: llama2c.read(p, tokenizer)
+        return _scaled_model(lambda: llama2c.read(p, tokenizer), residual_scale, options)
+    if p.is_file() and p.suffix == ".gguf":
+        return _load_gguf(p, residual_scale, options)
     if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
         from anekit.llm.training import read_training_checkpoint
 
-        return lambda: read_training_checkpoint(p)
+        return _scaled_model(lambda: read_training_checkpoint(p), residual_scale, options)
     if not p.is_dir():
         raise ModelError(
-            "expected a Hugging Face model directory or a llama2.c .bin file", path=str(p)
+            "expected a Hugging Face model directory, a .gguf file or a llama2.c .bin file",
+            path=str(p),
         )
+    from anekit.llm.saved import is_saved
     from anekit.llm.tokenizer import load_tokenizer
     from anekit.llm.weights import WeightStore
 
-    return lambda: (read_config(p), WeightStore(p), load_tokenizer(p))
+    config = read_config(p)
+    if is_saved(p):  # written by `anekit convert --llm`: its compression is stored
+        alpha = 1.0 if residual_scale == "auto" else _alpha(residual_scale)
+        return _load_saved(p, replace(config, residual_scale=alpha), options)
+    opened = lambda: (read_config(p), WeightStore(p), load_tokenizer(p))  # noqa: E731
+    return _scaled_model(opened, residual_scale, options)
 
 
-def _scaled_model(
-    open_model: Callable[[], tuple[LlmConfig, Any, Any]], residual_scale: float | str, options: dict
-) -> Model:
-    """The Model with its residual scale: given, or calibrated ("auto", ``llm.residual``).
+def _alpha(residual_scale: Any) -> float:
+    if isinstance(residual_scale, bool) or not isinstance(residual_scale, (int, float)):
+        raise UsageError(f"residual_scale: expected 'auto' or a number, found {residual_scale!r}")
+    return float(residual_scale)
 
-    A calibration reads the tensors once itself; the model opens its source afresh (a
-    source may release what it has read).
+
+def _scaled_config(
+    open_model: Callable[[], tuple[LlmConfig, Any, Any]], residual_scale: Any, options: dict
+) -> tuple[tuple[LlmConfig, Any, Any], Any]:
+    """The opened model with its residual scale: given, or calibrated ("auto", ``llm.residual``).
+
+    A calibration reads the tensors once itself, so the model is opened afresh after it
+    (a source may release what it has read). Returns ``(config, source, tokenizer)`` and
+    what the calibration measured (None when alpha was given).
     """
-    from dataclasses import replace
-
     from anekit.llm.residual import calibrate
 
     measured = None
     if residual_scale == "auto":
         config, source, _ = open_model()
-        measured = calibrate(config, source, options["calibration"], chip=options["chip"])
+        try:
+            measured = calibrate(config, source, options["calibration"], chip=options["chip"])
+        finally:
+            getattr(source, "close", lambda: None)()
         residual_scale = measured.alpha
-    if isinstance(residual_scale, bool) or not isinstance(residual_scale, (int, float)):
-        raise UsageError(f"residual_scale: expected 'auto' or a number, found {residual_scale!r}")
+    alpha = _alpha(residual_scale)
     config, source, tokenizer = open_model()
-    model = Model(replace(config, residual_scale=float(residual_scale)), source,
-                  tokenizer=tokenizer, **options)  # fmt: skip
+    return (replace(config, residual_scale=alpha), source, tokenizer), measured
+
+
+def _scaled_model(
+    open_model: Callable[[], tuple[LlmConfig, Any, Any]], residual_scale: Any, options: dict
+) -> Model:
+    (config, source, tokenizer), measured = _scaled_config(open_model, residual_scale, options)
+    model = Model(config, source, tokenizer=tokenizer, **options)
     model.residual_calibration = measured
+    return model
+
+
+def _load_saved(path: Path, config: LlmConfig, options: dict) -> Model:
+    """A directory ``anekit convert --llm`` wrote: its weights encoded once, for its chip."""
+    from anekit.hw.chips import default_chip, get_chip
+    from anekit.llm.saved import read_compressed
+    from anekit.llm.tokenizer import load_tokenizer
+    from anekit.llm.weights import WeightStore
+
+    chip = get_chip(options["chip"] or default_chip()[0]).name
+    scheme, states = read_compressed(path, chip)
+    if options["compress"] not in (None, scheme):
+        raise UsageError(
+            f"saved compressed with {scheme}; load it without compress= (or with "
+            f"{scheme!r}), or convert the original with --compress {options['compress']}",
+            path=str(path),
+        )
+    options = {**options, "compress": scheme, "chip": chip}
+    tok = load_tokenizer(path)
+    return Model(config, WeightStore(path), tokenizer=tok, compression_states=states, **options)
+
+
+def _load_gguf(path: Path, residual_scale: Any, options: dict) -> Model:
+    """A GGUF file's model; its load report adds what ``compress=`` did to the weights."""
+    from anekit.llm import gguf
+
+    (config, source, tok), measured = _scaled_config(
+        lambda: gguf.read(path), residual_scale, options
+    )
+    try:
+        model = Model(config, source, tokenizer=tok, **options)
+    finally:
+        source.close()
+    model.residual_calibration = measured
+    model.load_report = source.report_lines()
+    if options["compress"] not in (None, "fp16"):
+        model.load_report.append(
+            f"then the block and head matrices compressed per output channel with "
+            f"{options['compress']} (Model.compression has each program's report)"
+        )
     return model

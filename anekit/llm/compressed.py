@@ -30,6 +30,8 @@ from anekit.backends.budget import DEFAULT_LIMIT
 from anekit.compression import SCHEMES
 from anekit.compression.schemes import Options
 from anekit.errors import UsageError
+from anekit.hw.chips import Chip
+from anekit.hw.compression import streams
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig
 
@@ -91,6 +93,16 @@ def plan_segments(config: LlmConfig, scheme: str, widths: int) -> list[range]:
             "with a smaller max_seq, or without compress"
         )
     return segments
+
+
+def streamed_scheme(scheme: str, chip: Chip) -> str:
+    """What ``scheme``'s weights stream as on ``chip``: itself where the chip streams its
+    encoding compressed, else fp16 (a chip that folds it, e.g. M1 and int8, decompresses
+    the weights at compile time and streams them dense)."""
+    if scheme == FP16:
+        return FP16
+    s = SCHEMES[scheme]
+    return scheme if streams(s.encoding(s.granularity(Options(), "ios18")), chip) else FP16
 
 
 def head_bytes(config: LlmConfig, pieces: Sequence[int], scheme: str) -> int:

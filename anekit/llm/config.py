@@ -7,7 +7,6 @@ nests them in ``rope_parameters`` and writes ``dtype``. Both map to :class:`LlmC
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import ModelError
+from anekit.files import read_json
+from anekit.nn.spec import DecoderShape
 
 # Hugging Face architecture name -> our family name. Every family is a Llama-style decoder
 # (RMSNorm, RoPE, grouped-query attention, SwiGLU); the flags below say how each differs.
@@ -24,9 +25,21 @@ ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
 }
+# families whose checkpoints store q/k/v as one ``qkv_proj`` and gate/up as one
+# ``gate_up_proj`` (already stacked as the block programs take them)
+FUSED_FAMILIES = frozenset({"phi3"})
+# families whose ``sliding_window`` applies to every layer (masked on the host)
+WINDOWED_FAMILIES = frozenset({"mistral", "phi3"})
 ROPE_TYPES = ("default", "linear", "llama3")
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; refuse to parse anything absurd
+# Bounds far above any published decoder's (the largest have ~16k wide, ~130 layers, 256k
+# tokens, 10M positions): a value past one is a corrupt or hostile file.
+MAX_WIDTH = 1 << 20
+MAX_LAYERS = 4096
+MAX_VOCAB = 1 << 24
+MAX_POSITIONS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,21 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+
+    def __post_init__(self) -> None:
+        # NaN fails every comparison, so each check also refuses it
+        checks = (
+            ("rope_theta", self.theta, self.theta > 1, "above 1"),
+            ("factor", self.factor, self.factor > 0, "above 0"),
+            ("low_freq_factor", self.low_freq_factor, self.low_freq_factor > 0, "above 0"),
+            ("high_freq_factor", self.high_freq_factor,
+             self.high_freq_factor > self.low_freq_factor, "above low_freq_factor"),
+            ("original_max_position_embeddings", self.original_max_position,
+             self.original_max_position >= 1, "at least 1"),
+        )  # fmt: skip
+        for name, value, holds, expected in checks:
+            if not holds:
+                raise ModelError(f"config {name} must be {expected}, found {value}")
 
     def inv_freq(self, head_dim: int) -> np.ndarray:
         """Angular frequency of each channel pair ``[head_dim / 2]`` (float64), scaling applied."""
@@ -69,27 +97,20 @@ class RopeConfig:
 
 
 @dataclass(frozen=True)
-class LlmConfig:
-    """The shape and flavour of a Llama-style decoder.
+class LlmConfig(DecoderShape):
+    """A decoder to load: its sizes (:class:`~anekit.nn.spec.DecoderShape`) and its flavour.
 
     Attributes:
         architecture: the Hugging Face class name (or "llama2c").
-        family: "llama", "mistral", "qwen2", "qwen3" or "llama2c".
-        dim: residual stream width.
-        n_layers: decoder blocks.
-        n_heads: query heads.
-        n_kv_heads: key/value heads (grouped-query attention; 1 is multi-query).
-        head_dim: width of one head.
-        hidden_dim: SwiGLU hidden width.
-        vocab_size: tokens.
-        norm_eps: RMSNorm epsilon.
+        family: "llama", "mistral", "qwen2", "qwen3", "phi3" or "llama2c".
         rope: rotary embedding parameters.
         max_position: the longest context the model was trained for.
         tie_embeddings: the output head is the embedding matrix (no ``lm_head.weight``).
         qkv_bias: the q, k and v projections have biases (Qwen2).
         o_bias: the output projection has a bias (Llama's ``attention_bias``).
         qk_norm: per-head RMSNorm of queries and keys before RoPE (Qwen3).
-        sliding_window: attend only to the last this many positions (Mistral), or None.
+        sliding_window: attend only to the last this many positions (Mistral, Phi-3), or None.
+        fused: q/k/v and gate/up are stored fused, ``qkv_proj`` and ``gate_up_proj`` (Phi-3).
         dtype: the stored weight dtype the config declares ("bfloat16", "float16", "float32").
         bos_token_id, eos_token_ids: special tokens (eos may be several).
         style: "rope_parameters" (newer) or "rope_theta" (older) config style.
@@ -101,14 +122,6 @@ class LlmConfig:
 
     architecture: str
     family: str
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    hidden_dim: int
-    vocab_size: int
-    norm_eps: float = 1e-5
     rope: RopeConfig = field(default_factory=RopeConfig)
     max_position: int = 2048
     tie_embeddings: bool = False
@@ -116,6 +129,7 @@ class LlmConfig:
     o_bias: bool = False
     qk_norm: bool = False
     sliding_window: int | None = None
+    fused: bool = False
     dtype: str = "float32"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -123,18 +137,13 @@ class LlmConfig:
     residual_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim"):
-            if getattr(self, name) < 1:
-                raise ModelError(f"config {name} must be at least 1, found {getattr(self, name)}")
-        if self.vocab_size < 2:
-            raise ModelError(f"config vocab_size must be at least 2, found {self.vocab_size}")
-        if self.n_heads % self.n_kv_heads:
+        if not (0 < self.norm_eps < 1):  # also refuses NaN; in the config file's own name
+            raise ModelError(f"config rms_norm_eps must be in (0, 1), found {self.norm_eps}")
+        super().__post_init__()
+        if self.sliding_window is not None and self.sliding_window < 1:
             raise ModelError(
-                f"num_attention_heads ({self.n_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.n_kv_heads})"
+                f"config sliding_window must be at least 1, found {self.sliding_window}"
             )
-        if self.head_dim % 2:
-            raise ModelError(f"head_dim must be even for RoPE, found {self.head_dim}")
         alpha = self.residual_scale
         if not 0 < alpha <= 1 or math.frexp(alpha)[0] != 0.5:
             raise ModelError(f"residual_scale must be a power of two in (0, 1], found {alpha}")
@@ -145,29 +154,16 @@ class LlmConfig:
         return self.norm_eps * self.residual_scale**2
 
     @property
-    def q_dim(self) -> int:
-        """Channels of all query heads."""
-        return self.n_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        """Channels of all key (or value) heads."""
-        return self.n_kv_heads * self.head_dim
-
-    @property
-    def group(self) -> int:
-        """Query heads per KV head."""
-        return self.n_heads // self.n_kv_heads
+    def owner(self) -> str:
+        return f"config of {self.architecture}"
 
     def n_params(self) -> int:
-        """Parameters, counting a tied head once."""
-        d, q, kv, f = self.dim, self.q_dim, self.kv_dim, self.hidden_dim
-        per_layer = d * (2 * q + 2 * kv) + 3 * d * f + 2 * d
-        per_layer += (
-            (q + 2 * kv) * self.qkv_bias + d * self.o_bias + 2 * self.head_dim * self.qk_norm
-        )
+        """Parameters, counting a tied head once: the plain decoder's, plus biases, q/k norms
+        and an untied head."""
+        d, q, kv = self.dim, self.q_dim, self.kv_dim
+        extra = (q + 2 * kv) * self.qkv_bias + d * self.o_bias + 2 * self.head_dim * self.qk_norm
         head = 0 if self.tie_embeddings else self.vocab_size * d
-        return self.vocab_size * d + head + self.n_layers * per_layer + d
+        return super().n_params() + self.n_layers * extra + head
 
 
 def read_config(path: str | Path) -> LlmConfig:
@@ -175,110 +171,198 @@ def read_config(path: str | Path) -> LlmConfig:
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
-    try:
-        size = file.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ModelError(
-                f"{size} bytes; a config.json is at most {MAX_CONFIG_BYTES}", path=str(file)
-            )
-        raw = json.loads(file.read_text("utf-8"))
-    except FileNotFoundError:
-        raise ModelError(
-            "no config.json: not a Hugging Face model directory", path=str(file)
-        ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelError(f"cannot read the config: {e}", path=str(file)) from e
+    if not file.exists() and not file.is_symlink():
+        raise ModelError("no config.json: not a Hugging Face model directory", path=str(file))
+    raw = read_json(file, limit=MAX_CONFIG_BYTES, what="a config.json", error=ModelError)
     if not isinstance(raw, dict):
         raise ModelError(f"expected a JSON object, found {type(raw).__name__}", path=str(file))
     return config_from_hf(raw, source=str(file))
 
 
 def config_from_hf(raw: dict[str, Any], source: str = "config.json") -> LlmConfig:
-    """Map a Hugging Face config dict (either style) to an :class:`LlmConfig`."""
-    r = _Reader(raw, source)
-    archs = raw.get("architectures") or []
+    """Map a Hugging Face config dict (either style) to an :class:`LlmConfig`.
+
+    Every field goes through :class:`ConfigReader`: a value of the wrong type or out of range
+    is a ModelError naming the field, never converted with a loss.
+    """
+    try:
+        return _config(ConfigReader(raw, source))
+    except ModelError as e:
+        if e.path is not None:
+            raise
+        # the config classes check their own ranges and know no file: name it here
+        raise ModelError(str(e).removeprefix("<model>: "), path=source) from None
+
+
+def _config(r: ConfigReader) -> LlmConfig:
+    raw, source = r.raw, r.source
+    archs = r.value("architectures", None)
     arch = archs[0] if isinstance(archs, list) and archs else raw.get("model_type", "?")
-    family = ARCHITECTURES.get(arch)
+    family = ARCHITECTURES.get(arch) if isinstance(arch, str) else None
     if family is None:
         raise ModelError(
             f"architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)} "
             "(and llama2.c .bin checkpoints)",
             path=source,
         )
-    act = raw.get("hidden_act", "silu")
+    act = r.value("hidden_act", "silu")
     if act != "silu":
         raise ModelError(f"hidden_act {act!r} is not supported; expected 'silu'", path=source)
-    if raw.get("mlp_bias"):
+    if r.bool("mlp_bias", False):
         raise ModelError("mlp_bias = true is not supported", path=source)
-    if family in ("qwen2", "qwen3") and raw.get("use_sliding_window"):
+    if family in ("qwen2", "qwen3") and r.bool("use_sliding_window", False):
         raise ModelError(
             "use_sliding_window = true (per-layer sliding windows) is not supported", path=source
         )
-    dim = r.int("hidden_size")
-    heads = r.int("num_attention_heads")
-    head_dim = raw.get("head_dim") or dim // heads
-    attention_bias = bool(raw.get("attention_bias", False))
-    window = raw.get("sliding_window") if family == "mistral" else None
-    eos = raw.get("eos_token_id")
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-    style = "rope_parameters" if "rope_parameters" in raw else "rope_theta"
+    dim = r.int("hidden_size", hi=MAX_WIDTH)
+    heads = r.int("num_attention_heads", hi=MAX_WIDTH)
+    vocab = r.int("vocab_size", lo=2, hi=MAX_VOCAB)
+    attention_bias = r.bool("attention_bias", False)
+    if r.float("partial_rotary_factor", 1.0) != 1.0:
+        raise ModelError("partial_rotary_factor other than 1 is not supported", path=source)
+    windowed = family in WINDOWED_FAMILIES
+    window = r.int("sliding_window", None, hi=MAX_POSITIONS) if windowed else None
     return LlmConfig(
         architecture=arch,
         family=family,
         dim=dim,
-        n_layers=r.int("num_hidden_layers"),
+        n_layers=r.int("num_hidden_layers", hi=MAX_LAYERS),
         n_heads=heads,
-        n_kv_heads=int(raw.get("num_key_value_heads") or heads),
-        head_dim=int(head_dim),
-        hidden_dim=r.int("intermediate_size"),
-        vocab_size=r.int("vocab_size"),
-        norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        rope=_rope(raw, source),
-        max_position=int(raw.get("max_position_embeddings", 2048)),
-        tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        n_kv_heads=r.int("num_key_value_heads", heads, hi=MAX_WIDTH),
+        head_dim=r.int("head_dim", None, hi=MAX_WIDTH) or _head_dim(dim, heads, source),
+        hidden_dim=r.int("intermediate_size", hi=MAX_WIDTH),
+        vocab_size=vocab,
+        norm_eps=r.float("rms_norm_eps", 1e-6),
+        rope=_rope(r),
+        max_position=r.int("max_position_embeddings", 2048, lo=2, hi=MAX_POSITIONS),
+        tie_embeddings=r.bool("tie_word_embeddings", False),
         qkv_bias=family == "qwen2" or attention_bias,
         o_bias=attention_bias,
         qk_norm=family == "qwen3",
-        sliding_window=int(window) if window else None,
-        dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
-        bos_token_id=raw.get("bos_token_id"),
-        eos_token_ids=eos_ids,
-        style=style,
+        sliding_window=window,
+        fused=family in FUSED_FAMILIES,
+        dtype=r.str("dtype", None) or r.str("torch_dtype", None) or "float32",
+        bos_token_id=r.int("bos_token_id", None, lo=0, hi=vocab - 1),
+        eos_token_ids=r.ints("eos_token_id", lo=0, hi=vocab - 1),
+        style="rope_parameters" if "rope_parameters" in raw else "rope_theta",
     )
 
 
-def _rope(raw: dict[str, Any], source: str) -> RopeConfig:
+def _head_dim(dim: int, heads: int, source: str) -> int:
+    """``hidden_size / num_attention_heads`` when the config gives no ``head_dim``."""
+    if dim % heads:
+        raise ModelError(
+            f"hidden_size {dim} is not a multiple of num_attention_heads {heads}, and no "
+            "head_dim is given",
+            path=source,
+        )
+    return dim // heads
+
+
+def _rope(r: ConfigReader) -> RopeConfig:
     """Rotary parameters from ``rope_parameters`` (newer) or ``rope_theta`` + ``rope_scaling``."""
-    params = raw.get("rope_parameters")
-    if params is None:
-        params = dict(raw.get("rope_scaling") or {})
-        params["rope_theta"] = raw.get("rope_theta", 10000.0)
-    if not isinstance(params, dict):
-        raise ModelError(f"rope parameters must be an object, found {params!r}", path=source)
-    kind = params.get("rope_type") or params.get("type") or "default"
+    nested = r.value("rope_parameters", None)
+    if nested is None:
+        scaling = r.value("rope_scaling", None)
+        if scaling is not None and not isinstance(scaling, dict):
+            raise ModelError(f"rope_scaling must be an object, found {scaling!r}", path=r.source)
+        p = ConfigReader({**(scaling or {}), "rope_theta": r.value("rope_theta", 10000.0)},
+                         r.source, "rope_scaling.")  # fmt: skip
+    elif isinstance(nested, dict):
+        p = ConfigReader(nested, r.source, "rope_parameters.")
+    else:
+        raise ModelError(f"rope_parameters must be an object, found {nested!r}", path=r.source)
+    kind = p.value("rope_type", None) or p.value("type", None) or "default"
     if kind not in ROPE_TYPES:
         raise ModelError(
-            f"rope type {kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}", path=source
+            f"rope type {kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}",
+            path=r.source,
         )
-    return RopeConfig(
-        theta=float(params.get("rope_theta", 10000.0)),
-        kind=kind,
-        factor=float(params.get("factor", 1.0)),
-        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-        original_max_position=int(params.get("original_max_position_embeddings", 8192)),
-    )
+    try:
+        return RopeConfig(
+            theta=p.float("rope_theta", 10000.0),
+            kind=kind,
+            factor=p.float("factor", 1.0),
+            low_freq_factor=p.float("low_freq_factor", 1.0),
+            high_freq_factor=p.float("high_freq_factor", 4.0),
+            original_max_position=p.int("original_max_position_embeddings", 8192,
+                                        hi=MAX_POSITIONS),
+        )  # fmt: skip
+    except ModelError as e:
+        raise ModelError(str(e), path=r.source) from None
 
 
-class _Reader:
-    """Required fields of a config dict, with errors naming the field and the file."""
+_MISSING = object()
 
-    def __init__(self, raw: dict[str, Any], source: str) -> None:
+
+class ConfigReader:
+    """Typed fields of a ``config.json`` object: each a ModelError naming the field and the file.
+
+    A field that is absent or ``null`` takes its default; a required field has none. Nothing
+    is converted with a loss: ``2.5`` is not an integer, ``"false"`` is not a boolean, and a
+    float must be finite.
+    """
+
+    def __init__(self, raw: dict[str, Any], source: str, prefix: str = "") -> None:
         self.raw = raw
         self.source = source
+        self.prefix = prefix
 
-    def int(self, key: str) -> int:
+    def value(self, key: str, default: Any = _MISSING) -> Any:
+        """The raw value of ``key`` (its default when absent or null)."""
         value = self.raw.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise self._error(key, "is required", None)
+            return default
+        return value
+
+    def _error(self, key: str, expected: str, found: Any) -> ModelError:
+        shown = repr(found)
+        shown = shown if len(shown) <= 40 else shown[:40] + "..."
+        return ModelError(f"{self.prefix}{key} {expected}, found {shown}", path=self.source)
+
+    def int(self, key: str, default: Any = _MISSING, *, lo: int = 1, hi: int | None = None) -> Any:
+        """A whole number in ``[lo, hi]`` (the default, which may be None, when absent)."""
+        value = self.value(key, default)
+        if value is default and default is not _MISSING:
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ModelError(f"{key} must be an integer, found {value!r}", path=self.source)
+            raise self._error(key, "must be a whole number", value)
+        if value < lo or (hi is not None and value > hi):
+            raise self._error(key, f"must be in [{lo}, {hi if hi is not None else 'inf'}]", value)
+        return value
+
+    def ints(self, key: str, *, lo: int, hi: int) -> tuple[int, ...]:
+        """One whole number or a list of them (absent: none), each in ``[lo, hi]``."""
+        value = self.value(key, [])
+        items = value if isinstance(value, list) else [value]
+        return tuple(ConfigReader({key: v}, self.source, self.prefix).int(key, lo=lo, hi=hi)
+                     for v in items)  # fmt: skip
+
+    def float(self, key: str, default: Any = _MISSING) -> float:
+        """A finite number (ranges are the config classes' to check)."""
+        value = self.value(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._error(key, "must be a number", value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self._error(key, "must be a finite number", value)
+        return number
+
+    def bool(self, key: str, default: bool) -> bool:
+        """``true`` or ``false`` (the JSON values, not strings or numbers)."""
+        value = self.value(key, default)
+        if not isinstance(value, bool):
+            raise self._error(key, "must be true or false", value)
+        return value
+
+    def str(self, key: str, default: Any = _MISSING) -> Any:
+        """A string."""
+        value = self.value(key, default)
+        if value is not default and not isinstance(value, str):
+            raise self._error(key, "must be a string", value)
         return value

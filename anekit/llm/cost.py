@@ -28,10 +28,12 @@ import numpy as np
 
 from anekit.errors import UsageError
 from anekit.hw.chips import Chip, get_chip
-from anekit.hw.cost import ProgramWork, analyze, estimate_work, padded_bytes
+from anekit.hw.cost import ProgramWork, analyze, estimate_work, likely_range, padded_bytes
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig, config_from_hf
-from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ, decode_cache, decode_slots
+from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ
+from anekit.llm.runners import decode_cache, decode_slots
+from anekit.llm.speculative import MAX_DRAFT_TOKENS
 from anekit.mil.program import Program
 
 
@@ -48,9 +50,12 @@ class LlmEstimate:
             ``compress``: every segment together).
         block_prefill_s: one prefill chunk through one block (with ``compress``: through
             every segment).
-        weight_bytes: bytes stored, and streamed per decode step, of every block weight and
-            the head (fp16, or as ``compress`` stores them).
-        weights_s: those bytes at the chip's measured ANE DRAM bandwidth: the decode floor.
+        weight_bytes: bytes stored of every block weight and the head (fp16, or as
+            ``compress`` stores them).
+        streamed_bytes: bytes one decode step streams: the stored bytes where the chip
+            streams their encoding compressed, the dense fp16 bytes where it folds it.
+        weights_s: the streamed bytes at the chip's measured ANE DRAM bandwidth: the decode
+            floor.
         compiles: programs the model compiles for this prompt and one decode bucket.
         compress: the weight compression costed, or None for the dynamic-weight kernels.
     """
@@ -64,8 +69,14 @@ class LlmEstimate:
     block_prefill_s: float
     weight_bytes: int
     weights_s: float
+    streamed_bytes: int
     compiles: int
     compress: str | None = None
+
+    @property
+    def likely_decode_s(self) -> tuple[float, float]:
+        """The likely range of :attr:`decode_step_s` (the chip's ``cost.band``)."""
+        return likely_range(self.decode_step_s, get_chip(self.chip))
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -83,8 +94,10 @@ class LlmEstimate:
             "prefill_tokens_per_s": round(self.prefill_tokens_per_s, 1),
             "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "decode_step_ms": round(self.decode_step_s * 1e3, 3),
+            "decode_step_ms_likely": [round(t * 1e3, 3) for t in self.likely_decode_s],
             "weights_ms": round(self.weights_s * 1e3, 3),
             "weight_bytes": self.weight_bytes,
+            "streamed_bytes": self.streamed_bytes,
             "compiles": self.compiles,
             "compress": self.compress,
         }
@@ -125,6 +138,7 @@ def estimate_llm(
         head_decode_s=head,
         block_prefill_s=block_prefill,
         weight_bytes=streamed,
+        streamed_bytes=streamed,
         weights_s=streamed / profile.cost.dram_bw,
         compiles=3,
     )
@@ -134,7 +148,13 @@ def _estimate_segments(
     config: LlmConfig, chip: Chip, scheme: str, prompt_tokens: int, seq: int, chunk: int, slots: int
 ) -> LlmEstimate:
     """:func:`estimate_llm` of the segment programs ``load(..., compress=scheme)`` runs."""
-    from anekit.llm.compressed import check_scheme, head_bytes, layer_bytes, plan_segments
+    from anekit.llm.compressed import (
+        check_scheme,
+        head_bytes,
+        layer_bytes,
+        plan_segments,
+        streamed_scheme,
+    )
 
     segments = plan_segments(config, check_scheme(scheme), 1 + len(decode_slots(seq)))
     pieces = K.head_pieces(config.vocab_size, chip.max_dim_channel)
@@ -153,7 +173,11 @@ def _estimate_segments(
     head_program = K.head_constants_program(config, K.HeadKey(1, pieces), norm, zeros)
     head = compressed_seconds(head_program, scheme, chip)
     decode, prefill = segments_s(K.BlockKey(1, slots)), segments_s(K.BlockKey(chunk, seq))
-    stored = config.n_layers * layer_bytes(config, scheme) + head_bytes(config, pieces, scheme)
+
+    def total(form: str) -> int:
+        return config.n_layers * layer_bytes(config, form) + head_bytes(config, pieces, form)
+
+    streamed = total(streamed_scheme(scheme, chip))
     return LlmEstimate(
         chip=chip.name,
         prompt_tokens=prompt_tokens,
@@ -162,8 +186,9 @@ def _estimate_segments(
         block_decode_s=decode,
         head_decode_s=head,
         block_prefill_s=prefill,
-        weight_bytes=stored,
-        weights_s=stored / chip.cost.dram_bw,
+        weight_bytes=total(scheme),
+        weights_s=streamed / chip.cost.dram_bw,
+        streamed_bytes=streamed,
         compiles=2 * len(segments) + 1,
         compress=scheme,
     )
@@ -267,3 +292,70 @@ def compare_published(prompt_tokens: int = 128) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class SpeculativeEstimate:
+    """Predicted decode speed-up of a target with a draft on one chip (cost model).
+
+    Per round the draft decodes ``k`` tokens and the target checks them in one call of
+    ``k + 1`` positions; with each proposal accepted with probability ``acceptance``
+    (independently) a round yields ``(1 - a^(k+1)) / (1 - a)`` tokens (Leviathan et al.
+    2023, eq. 1), against one token per target step without a draft
+    (:mod:`anekit.llm.speculative`).
+    """
+
+    chip: str
+    draft_tokens: int
+    acceptance: float
+    target_step_s: float
+    draft_step_s: float
+    verify_s: float
+
+    @property
+    def tokens_per_round(self) -> float:
+        a, k = self.acceptance, self.draft_tokens
+        return k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+    @property
+    def round_s(self) -> float:
+        return self.draft_tokens * self.draft_step_s + self.verify_s
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_round * self.target_step_s / self.round_s
+
+    def record(self) -> dict[str, float | int | str]:
+        return {
+            "chip": self.chip,
+            "draft_tokens": self.draft_tokens,
+            "acceptance": self.acceptance,
+            "tokens_per_round": round(self.tokens_per_round, 3),
+            "target_step_ms": round(self.target_step_s * 1e3, 3),
+            "draft_step_ms": round(self.draft_step_s * 1e3, 3),
+            "verify_ms": round(self.verify_s * 1e3, 3),
+            "decode_tokens_per_s": round(self.tokens_per_round / self.round_s, 2),
+            "speedup": round(self.speedup, 3),
+        }
+
+
+def estimate_speculative(target: LlmConfig, draft: LlmConfig, chip: str, *, draft_tokens: int,
+                         acceptance: float, prompt_tokens: int = 128,
+                         max_seq: int | None = None) -> SpeculativeEstimate:  # fmt: skip
+    """Predict the speed-up of speculative decoding from both models' predicted step times.
+
+    The target's check is costed as the prefill of ``k + 1`` tokens in one chunk (the same
+    block program; its head runs on the last position there, on all ``k + 1`` here, a
+    difference the weight streaming of the head dominates).
+    """
+    if not 0 <= acceptance <= 1:
+        raise UsageError(f"acceptance must be in [0, 1], found {acceptance}")
+    if not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
+        raise UsageError(f"draft_tokens must be in [1, {MAX_DRAFT_TOKENS}], found {draft_tokens}")
+    seq = max_seq or max(min(target.max_position, 1024), prompt_tokens + draft_tokens + 2)
+    plain = estimate_llm(target, chip, prompt_tokens=prompt_tokens, max_seq=seq)
+    small = estimate_llm(draft, chip, prompt_tokens=prompt_tokens, max_seq=seq)
+    check = estimate_llm(target, chip, prompt_tokens=draft_tokens + 1, max_seq=seq,
+                         chunk=draft_tokens + 1)  # fmt: skip
+    return SpeculativeEstimate(plain.chip, draft_tokens, acceptance, plain.decode_step_s,
+                               small.decode_step_s, check.prefill_s)  # fmt: skip

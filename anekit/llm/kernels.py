@@ -10,12 +10,10 @@ The KV cache is read-only inside the program (in-graph cache writes are rejected
 the ANE): the block reads ``k_cache``/``v_cache`` ``[1, KV, S, hd]`` and returns the
 chunk's new keys and values, which the host writes into the cache.
 
-Attention is explicit: ``softmax(q k^T + mask) v`` (the ANE ignores ``sdpa``'s mask),
-computed against the cache and against the chunk separately and joined on the small
-score tensor, so the cache is never copied. Query head ``h`` uses KV head
-``h // (H / KV)`` (Hugging Face's ``repeat_kv`` pairing) by laying the queries of one
-KV head's group out as rows of one matmul, as :func:`anekit.nn.layers.query_rows` does.
-RoPE tables and the mask are inputs: the host computes them per position.
+Attention is the one block of :mod:`anekit.nn.attention` (Hugging Face's weight layout,
+with the cache): ``softmax(q k^T + mask) v`` against the cache and the chunk, joined on
+the small score tensor, so the cache is never copied. RoPE tables and the mask are
+inputs: the host computes them per position.
 
 Block inputs (``T`` tokens, ``S`` cache slots, ``g = H / KV``):
 
@@ -42,7 +40,6 @@ Outputs: ``y [1, 1, D, T]`` (residual stream out), ``k_new``, ``v_new [1, KV, T,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -52,9 +49,8 @@ from anekit.hw.numerics import MASK_MIN
 from anekit.llm.config import LlmConfig
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program, Value
+from anekit.nn import attention as A
 from anekit.nn import layers as L
-
-CHANNELS = 2  # activations [1, 1, C, T]; heads [1, H, hd, T] keep hd on the same axis
 
 
 @dataclass(frozen=True)
@@ -159,102 +155,24 @@ def _fp16(w: np.ndarray) -> np.ndarray:
 def _block(
     b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value], out: str, k_multiple: int
 ) -> tuple[Value, Value, Value]:
-    """One decoder block on the values ``i`` (block inputs or constants); (y, k_new, v_new)."""
-    o, k_new, v_new = _attention(b, cfg, key, i, k_multiple)
-    h = b.add(x=i["x"], y=o, name="h")
+    """One decoder block on the values ``i`` (block inputs or constants); (y, k_new, v_new).
+
+    The attention half is :func:`anekit.nn.attention.attention` in Hugging Face's weight
+    layout with the cache; the FFN is SwiGLU over the stacked gate and up projections.
+    """
+    s = cfg.kernel_shape(key.tokens)  # one sequence per call; the tables are inputs
+    tables = A.AttentionTables(i["mask"], i["cos"], i["sin"])
+    cache = A.KVCache(i["k_cache"], i["v_cache"])
+    parts = A.attention(b, s, i["x"], i, tables, layout=A.HF, cache=cache, k_multiple=k_multiple,
+                        residual_scale=cfg.residual_scale, prescaled_norm=True)  # fmt: skip
+    h = b.add(x=i["x"], y=parts["o"], name="h")
     xn = L.prescaled_rmsnorm(b, h, i["ffn_norm"], cfg.residual_eps, "ffn_xn")
     f = cfg.hidden_dim
     h13 = L.project(b, i["w13"], xn, "h13", transpose_w=False)
-    gate = L.channels(b, h13, 0, f, "gate")
-    up = L.channels(b, h13, f, f, "up")
-    u = b.mul(x=b.silu(x=gate, name="silu"), y=up, name="u")
-    ffn = L.project(b, i["w2"], _to_residual(b, cfg, u, "u"), "ffn", transpose_w=False)
-    return b.add(x=h, y=ffn, name=out), k_new, v_new
-
-
-def _attention(
-    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value], k_multiple: int
-) -> tuple[Value, Value, Value]:
-    """RMSNorm, q/k/v, RoPE, cached grouped-query attention, the output projection; and new K/V."""
-    t, s, hd = key.tokens, key.cache, cfg.head_dim
-    heads, kv, q_dim, kv_dim = cfg.n_heads, cfg.n_kv_heads, cfg.q_dim, cfg.kv_dim
-    xn = L.prescaled_rmsnorm(b, i["x"], i["attn_norm"], cfg.residual_eps, "attn_xn")
-    qkv = L.project(b, i["wqkv"], xn, "qkv_lin", transpose_w=False)
-    if cfg.qkv_bias:
-        qkv = b.add(x=qkv, y=i["bqkv"], name="qkv")
-    q = b.reshape(x=L.channels(b, qkv, 0, q_dim, "q_lin"), shape=[1, heads, hd, t], name="q_heads")
-    k = b.reshape(
-        x=L.channels(b, qkv, q_dim, kv_dim, "k_lin"), shape=[1, kv, hd, t], name="k_heads"
-    )
-    v = b.reshape(
-        x=L.channels(b, qkv, q_dim + kv_dim, kv_dim, "v_lin"), shape=[1, kv, hd, t], name="v_heads"
-    )
-    if cfg.qk_norm:  # Qwen3: RMSNorm over each head's channels, before RoPE
-        q, _ = L.rmsnorm(b, q, i["q_norm"], cfg.norm_eps, "q_normed")
-        k, _ = L.rmsnorm(b, k, i["k_norm"], cfg.norm_eps, "k_normed")
-    q = b.mul(x=_rope(b, q, i, "q_rope"), y=1.0 / math.sqrt(hd), name="q_scaled")
-    k = _rope(b, k, i, "k_rope")
-    q_rows = b.reshape(
-        x=b.transpose(x=q, perm=[0, 1, 3, 2], name="q_tokens"),
-        shape=[1, kv, cfg.group * t, hd],
-        name="q_rows",
-    )
-    k_new = b.transpose(x=k, perm=[0, 1, 3, 2], name="k_new")
-    v_new = b.transpose(x=v, perm=[0, 1, 3, 2], name="v_new")
-
-    def product(x: Value, y: Value, name: str, transpose_y: bool = False) -> Value:
-        # the contracted axes padded with zeros to the chip's multiple (a no-op for 1)
-        x = L.pad_axis(b, x, 3, k_multiple, f"{name}_x_padded")
-        y = L.pad_axis(b, y, 3 if transpose_y else 2, k_multiple, f"{name}_y_padded")
-        return b.matmul(x=x, y=y, transpose_y=transpose_y, name=name)
-
-    scores = b.concat(
-        values=(
-            product(q_rows, i["k_cache"], "scores_cache", transpose_y=True),
-            product(q_rows, k_new, "scores_chunk", transpose_y=True),
-        ),
-        axis=3,
-        interleave=False,
-        name="scores",
-    )
-    probs = b.softmax(x=b.add(x=scores, y=i["mask"], name="masked"), axis=-1, name="probs")
-    rows = cfg.group * t
-    p_cache = b.slice_by_size(x=probs, begin=[0, 0, 0, 0], size=[1, kv, rows, s], name="p_cache")
-    p_chunk = b.slice_by_size(x=probs, begin=[0, 0, 0, s], size=[1, kv, rows, t], name="p_chunk")
-    a = b.add(
-        x=product(p_cache, i["v_cache"], "a_cache"),
-        y=product(p_chunk, v_new, "a_chunk"),
-        name="a_rows",
-    )
-    a = b.reshape(x=a, shape=[1, heads, t, hd], name="a_heads")
-    a = b.reshape(
-        x=b.transpose(x=a, perm=[0, 1, 3, 2], name="a_hdt"), shape=[1, 1, q_dim, t], name="a"
-    )
-    o = L.project(b, i["wo"], _to_residual(b, cfg, a, "a"), "o_lin", transpose_w=False)
-    if cfg.o_bias:
-        o = b.add(x=o, y=_to_residual(b, cfg, i["bo"], "bo"), name="o")
-    return o, k_new, v_new
-
-
-def _to_residual(b: Builder, cfg: LlmConfig, x: Value, name: str) -> Value:
-    """``x`` scaled by the residual scale alpha before it is projected into the stream.
-
-    Scaling a projection's input scales its output, whether its weight is a program
-    input or a constant, so the product itself stays inside the matmul range (N1).
-    """
-    if cfg.residual_scale == 1.0:
-        return x
-    return b.mul(x=x, y=cfg.residual_scale, name=f"{name}_scaled")
-
-
-def _rope(b: Builder, x: Value, i: Mapping[str, Value], name: str) -> Value:
-    """Rotate-half RoPE on heads ``[1, n, hd, T]``: ``x * cos + swap_halves(x) * sin``."""
-    n, hd, t = x.shape[1], x.shape[2], x.shape[3]
-    half = hd // 2
-    first = b.slice_by_size(x=x, begin=[0, 0, 0, 0], size=[1, n, half, t], name=f"{name}_x1")
-    second = b.slice_by_size(x=x, begin=[0, 0, half, 0], size=[1, n, half, t], name=f"{name}_x2")
-    swapped = b.concat(values=(second, first), axis=CHANNELS, interleave=False, name=f"{name}_swap")
-    return L.rope(b, x, swapped, i["cos"], i["sin"], name)
+    u = L.swiglu(b, L.channels(b, h13, 0, f, "gate"), L.channels(b, h13, f, f, "up"))
+    ffn = L.project(b, i["w2"], L.to_residual(b, u, cfg.residual_scale, "u"), "ffn",
+                    transpose_w=False)  # fmt: skip
+    return b.add(x=h, y=ffn, name=out), parts["k_new"], parts["v_new"]
 
 
 def head_pieces(vocab: int, limit: int) -> tuple[int, ...]:

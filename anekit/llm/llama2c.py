@@ -19,6 +19,7 @@ and so the model, unchanged.
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from pathlib import Path
@@ -26,12 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import ModelError
+from anekit.errors import ModelError, os_reason
+from anekit.files import open_regular
 from anekit.llm.config import LlmConfig
 from anekit.llm.weights import convert_into, release_pages
 
 MAGIC = 0x616B3432  # "ak42"
 V1_HEADER = 256
+MAX_CHECKPOINT_BYTES = 1 << 42  # memory-mapped, not read: only a sparse file is refused
 _BOS, _EOS = 1, 2  # run.c stops at BOS, which delimits TinyStories stories
 
 
@@ -64,12 +67,14 @@ class Llama2cCheckpoint:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            with open(self.path, "rb") as f:
+        what = "a llama2.c checkpoint"
+        with open_regular(self.path, limit=MAX_CHECKPOINT_BYTES, what=what, error=ModelError) as f:
+            try:
                 head = f.read(V1_HEADER)
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as e:  # ValueError: mmap of an empty file
-            raise ModelError(f"cannot read: {e}", path=str(self.path)) from e
+            except (OSError, ValueError) as e:  # ValueError: mmap of an empty file
+                reason = os_reason(e) if isinstance(e, OSError) else "the file is empty"
+                raise ModelError(f"cannot read: {reason}", path=str(self.path)) from None
         if len(head) < 28:
             raise ModelError(
                 f"{len(head)} bytes is too short for a llama2.c checkpoint", path=str(self.path)
@@ -93,6 +98,7 @@ class Llama2cCheckpoint:
         vocab = abs(vocab)
         if min(dim, hidden, layers, heads, kv_heads, vocab, seq) < 1 or dim % heads:
             raise ModelError(f"implausible header {list(params)}", path=str(self.path))
+        self._check_size(offset, params, shared)
         self.config = LlmConfig(
             architecture="llama2c",
             family="llama2c",
@@ -112,6 +118,26 @@ class Llama2cCheckpoint:
             style="llama2c",
         )
         self._tensors = self._layout(offset, seq)
+
+    def _check_size(self, offset: int, params: tuple[int, ...], shared: bool) -> None:
+        """ModelError unless the header's float32 weights fill the file exactly.
+
+        Computed from the seven numbers alone, before a tensor table or a config is built:
+        a 28-byte file claiming 2**31 - 1 layers is refused here, at once.
+        """
+        dim, hidden, layers, heads, kv_heads, vocab, seq = params
+        vocab = abs(vocab)
+        kv = dim // heads * kv_heads
+        per_layer = 2 * dim + 2 * dim * dim + 2 * kv * dim + 3 * dim * hidden
+        floats = layers * per_layer + vocab * dim * (1 if shared else 2) + dim
+        if self.version == 0:
+            floats += seq * (dim // heads)  # the two RoPE tables, half a head wide each
+        if offset + 4 * floats != len(self._map):
+            raise ModelError(
+                f"the header {list(params)} describes {offset + 4 * floats} bytes of "
+                f"version-{self.version} float32 weights, the file has {len(self._map)}",
+                path=str(self.path),
+            )
 
     def _layout(self, offset: int, seq: int) -> dict[str, tuple[int, tuple[int, ...]]]:
         """Hugging Face name -> (byte offset, shape) of every tensor, checked against the file size."""
@@ -148,19 +174,18 @@ class Llama2cCheckpoint:
         if not c.tie_embeddings:
             order.append(("lm_head.weight", (v, d)))
         tensors, at = {}, offset
-        for name, shape in order:
+        for name, shape in order:  # the sizes add up to the file's: _check_size said so
             tensors[name] = (at, shape)
-            at += 4 * int(np.prod(shape))
-        if at != len(self._map):
-            raise ModelError(
-                f"the header describes {at} bytes of version-{self.version} float32 weights, "
-                f"the file has {len(self._map)}",
-                path=str(self.path),
-            )
+            at += 4 * math.prod(shape)
         return tensors
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """A tensor's shape, from the header (None: not in a llama2.c checkpoint)."""
+        entry = self._tensors.get(name)
+        return None if entry is None else entry[1]
 
     def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
         """Write a tensor into the flat ``out`` as fp16 values (q and k rows in rotate-half order)."""

@@ -72,6 +72,8 @@ def calibrate(
         rms = np.sqrt(np.mean(np.square(stream), axis=0))
         peaks.append((float(np.max(np.abs(stream))), float(np.max(rms))))
 
+    from anekit.llm import kernels as K
+
     probe = Model(
         replace(config, residual_scale=PROBE_SCALE),
         source,
@@ -84,8 +86,10 @@ def calibrate(
     )
     with probe:
         ids = probe._tokens(ids)  # out-of-vocabulary ids: a ModelError about "calibration"
-        probe.observe = observe
-        probe.logits(ids)
+        key, state = K.BlockKey(probe.chunk, probe.max_seq), probe.runner.cache
+        probe.runner.blocks(ids, 0, key, state)
+        for _, y in probe.runner.residuals(key, state):
+            observe(y, len(ids))
     peak = max((p for p, _ in peaks), default=0.0)
     rms = max((r for _, r in peaks), default=0.0)
     return Calibration(choose_alpha(peak), peak, rms, len(ids))

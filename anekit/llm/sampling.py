@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,12 +33,15 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        checks = (
-            ("temperature", self.temperature >= 0, "at least 0"),
+        finite = math.isfinite
+        checks = (  # NaN fails every comparison: each check refuses it too
+            ("temperature", finite(self.temperature) and self.temperature >= 0,
+             "a finite number of at least 0"),
             ("top_k", self.top_k >= 0, "at least 0"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
-            ("repetition_penalty", self.repetition_penalty > 0, "above 0"),
-        )
+            ("repetition_penalty", finite(self.repetition_penalty) and self.repetition_penalty > 0,
+             "a finite number above 0"),
+        )  # fmt: skip
         for name, ok, expected in checks:
             if not ok:
                 raise UsageError(f"{name} must be {expected}, found {getattr(self, name)}")
@@ -52,6 +56,13 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray, history: Iterable[int] = ()) -> int:
         """The next token for ``logits [V]`` given the tokens so far."""
+        probs = self.probs(logits, history)
+        if probs is None:
+            return int(np.argmax(self.scores(logits, history)))
+        return int(self.rng.choice(len(probs), p=probs))
+
+    def scores(self, logits: np.ndarray, history: Iterable[int] = ()) -> np.ndarray:
+        """``logits`` as float64 with the repetition penalty applied."""
         s = self.sampling
         scores = np.asarray(logits, dtype=np.float64)
         if s.repetition_penalty != 1.0:
@@ -61,13 +72,22 @@ class Sampler:
             scores[seen] = np.where(
                 picked > 0, picked / s.repetition_penalty, picked * s.repetition_penalty
             )
+        return scores
+
+    def probs(self, logits: np.ndarray, history: Iterable[int] = ()) -> np.ndarray | None:
+        """The distribution the next token is drawn from (temperature, top-k, top-p applied),
+        or None when greedy (temperature 0)."""
+        s = self.sampling
         if s.temperature == 0:
-            return int(np.argmax(scores))
-        scores = scores / s.temperature
+            return None
+        scores = self.scores(logits, history)
         if 0 < s.top_k < len(scores):
             cutoff = np.partition(scores, -s.top_k)[-s.top_k]
             scores = np.where(scores >= cutoff, scores, -np.inf)
-        probs = np.exp(scores - scores.max())
+        # shift before dividing: (x - max) / T is 0 for the best token and <= 0 for the rest,
+        # so any finite temperature (1e-320 too, where x / T overflows) gives finite weights
+        with np.errstate(over="ignore", divide="ignore"):
+            probs = np.exp((scores - scores.max()) / s.temperature)
         probs /= probs.sum()
         if s.top_p < 1.0:
             order = np.argsort(-probs, kind="stable")
@@ -76,4 +96,4 @@ class Sampler:
             kept = np.zeros_like(probs)
             kept[keep] = probs[keep]
             probs = kept / kept.sum()
-        return int(self.rng.choice(len(probs), p=probs))
+        return probs

@@ -62,8 +62,10 @@ class CompiledIn:
         pieces: Sequence[int],
         calibration: list[int] | None,
         dense: Callable[[K.BlockKey], Kernel],
+        states: dict[str, Any] | None = None,
     ) -> None:
-        """``dense`` gives the dynamic-weight block kernel of a shape (W8A8 calibration only)."""
+        """``dense`` gives the dynamic-weight block kernel of a shape (W8A8 calibration only);
+        ``states``: compression states saved before (``anekit.llm.saved``), reused as they are."""
         c = self.config = config
         self.scheme, self.chip, self.dtype = scheme, chip, dtype
         self._calibration = calibration
@@ -82,7 +84,7 @@ class CompiledIn:
         bounds = np.cumsum((0, *pieces))
         self.head = [head[lo:hi][None, None] for lo, hi in zip(bounds, bounds[1:])]
         self.reports: dict[str, Any] = {}
-        self.states: dict[str, Any] = {}
+        self.states: dict[str, Any] = dict(states or {})
         self._streams: dict[K.BlockKey, Streams] = {}
 
     def segment_program(self, key: SegmentKey) -> Program:
@@ -136,9 +138,7 @@ class CompiledIn:
             kernel, xs = self._dense(key), [x]
             for weights in self.layers:
                 inputs = {"x": x, **fixed, **weights}
-                # arrays of the program's shapes holding fp16 values: the reference backend
-                # takes them as they are (no re-validation)
-                out = kernel.evaluate(inputs) if kernel.backend == "reference" else kernel(**inputs)
+                out = kernel(**inputs)  # arrays of the program's shapes holding fp16 values
                 x = out["y"]
                 xs.append(x)
             found = self._streams[key] = (xs, shared)

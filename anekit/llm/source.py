@@ -8,10 +8,13 @@ buffer set's view on the resident path, a host array for the compiled-in segment
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from anekit.errors import ModelError
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig
 
@@ -21,7 +24,13 @@ Parts = list[tuple[str, tuple[int, ...]]]  # (Hugging Face name, its shape), sta
 class TensorSource(Protocol):
     """Where a model's tensors come from, by Hugging Face name, as fp16."""
 
+    path: str | Path  # the file or directory, for messages
+
     def __contains__(self, name: str) -> bool: ...
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The tensor's stored shape, read from its header (None: not in the source)."""
+        ...
 
     def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
         """Write the tensor (checked to have ``shape``) into the flat ``out`` as fp16 values."""
@@ -47,7 +56,39 @@ def layer_parts(config: LlmConfig, i: int) -> dict[str, Parts]:
         "w13": [(p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d))],
         "w2": [(p + "mlp.down_proj.weight", (d, f))],
     }  # fmt: skip
+    if c.fused:  # stored already stacked, in the order the programs take
+        parts["wqkv"] = [(att + "qkv_proj.weight", (q + 2 * kv, d))]
+        parts["w13"] = [(p + "mlp.gate_up_proj.weight", (2 * f, d))]
     return {name: parts[name] for name in K.block_weight_shapes(c)}
+
+
+def expected_shapes(config: LlmConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """Every tensor the model reads, with the shape its config implies, layer by layer."""
+    c = config
+    yield "model.embed_tokens.weight", (c.vocab_size, c.dim)
+    for i in range(c.n_layers):
+        for parts in layer_parts(c, i).values():
+            yield from parts
+    yield "model.norm.weight", (c.dim,)
+    if not c.tie_embeddings:
+        yield "lm_head.weight", (c.vocab_size, c.dim)
+
+
+def check_shapes(config: LlmConfig, source: TensorSource) -> None:
+    """ModelError at the first tensor missing or shaped otherwise than the config says.
+
+    Called before any buffer is made: a config claiming a billion layers or dimensions above
+    the tensors' fails on its first disagreement, having allocated nothing.
+    """
+    for name, shape in expected_shapes(config):
+        found = source.shape(name)
+        if found is None:
+            where = str(source.path)
+            raise ModelError("missing from the checkpoint (the config needs it)", path=where,
+                             tensor=name)  # fmt: skip
+        if tuple(found) != tuple(shape):
+            raise ModelError(f"expected shape {list(shape)} from the config, found {list(found)}",
+                             path=str(source.path), tensor=name)  # fmt: skip
 
 
 def head_name(config: LlmConfig) -> str:

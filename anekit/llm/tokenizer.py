@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from anekit.errors import ModelError
+from anekit.files import parse_json, read_regular
 
 TOKENIZER_FILE = "tokenizer.json"
+# the largest published tokenizer.json files (Gemma's 256k tokens) are about 35 MB
+MAX_TOKENIZER_BYTES = 256 << 20
 
 
 class Tokenizer(Protocol):
@@ -36,25 +39,45 @@ class HFTokenizer:
                 path=str(path),
             ) from e
         self.path = Path(path)
+        what = "a tokenizer.json"
+        text = read_regular(self.path, limit=MAX_TOKENIZER_BYTES, what=what, error=ModelError)
+        parse_json(text, what=what, path=str(path), error=ModelError)  # bounded nesting first
         try:
-            self._tok: Any = _Tokenizer.from_file(str(self.path))
+            self._tok: Any = _Tokenizer.from_str(text.decode("utf-8"))
         except Exception as e:  # the library raises its own exception type
             raise ModelError(
                 f"not a tokenizer.json the tokenizers library reads: {e}", path=str(path)
             ) from e
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=True).ids)
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; ``add_special_tokens=False`` for text a chat template rendered
+        (it holds its own BOS), as transformers encodes it."""
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of one token of the vocabulary (a special token's text), or None."""
+        return self._tok.token_to_id(token)
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=True)
+        """The text of ``ids``; ModelError for an id the tokenizer lacks (the library would
+        drop it silently: a model's vocabulary is often padded past its tokenizer's)."""
+        ids = list(ids)
+        beyond = [t for t in ids if not 0 <= t < self.vocab_size]
+        if beyond:
+            raise ModelError(
+                f"token ids {beyond[:5]} are beyond the tokenizer's {self.vocab_size} tokens "
+                "(the model's vocabulary is larger): they have no text",
+                path=str(self.path),
+            )
+        return self._tok.decode(ids, skip_special_tokens=True)
 
 
 def load_tokenizer(directory: str | Path) -> HFTokenizer | None:
     """The tokenizer of a model directory, or None when it has no ``tokenizer.json``."""
     path = Path(directory) / TOKENIZER_FILE
-    return HFTokenizer(path) if path.is_file() else None
+    present = path.exists() or path.is_symlink()  # a FIFO or broken link is refused, not skipped
+    return HFTokenizer(path) if present else None
 
 
 class TextStream:

@@ -29,6 +29,11 @@ class ArraySource:
     def __contains__(self, name: str) -> bool:
         return name in self.arrays
 
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The array's shape (None: not in the checkpoint, or already staged)."""
+        array = self.arrays.get(name)
+        return None if array is None else array.shape
+
     def read_into(self, name: str, shape: tuple[int, ...], out: np.ndarray) -> None:
         """Write a tensor into the flat ``out`` as fp16 values, then drop the fp32 copy."""
         if name not in self.arrays:
@@ -56,14 +61,7 @@ def read_training_checkpoint(
     config = LlmConfig(
         architecture="anekit-train",
         family="llama",
-        dim=cfg.dim,
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
-        n_kv_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim,
-        hidden_dim=cfg.hidden_dim,
-        vocab_size=cfg.vocab_size,
-        norm_eps=cfg.norm_eps,
+        **cfg.sizes(),
         max_position=cfg.seq_len,
         rope=RopeConfig(theta=cfg.rope_theta),
         # trained on windows of seq_len tokens: attend to no more (and generate past it)

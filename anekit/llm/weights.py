@@ -14,7 +14,6 @@ right away (``madvise``), so loading holds the fp16 weights plus one tensor in f
 
 from __future__ import annotations
 
-import json
 import math
 import mmap
 import os
@@ -25,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import ModelError
+from anekit.errors import ModelError, os_reason
+from anekit.files import model_file, open_regular, parse_json, read_json
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 << 20  # the format's own limit (safetensors' MAX_HEADER_SIZE)
+MAX_SHARD_BYTES = 1 << 42  # 4 TiB: above any real shard, below what a sparse file can claim
 _DTYPES = {"F16": np.float16, "BF16": np.uint16, "F32": np.float32}  # bf16 read as its bits
 FP16_MAX = 65504.0
 
@@ -39,25 +40,27 @@ class SafetensorsFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            with open(self.path, "rb") as f:
+        what = "a safetensors file"
+        with open_regular(self.path, limit=MAX_SHARD_BYTES, what=what, error=ModelError) as f:
+            try:
                 size = os.fstat(f.fileno()).st_size
                 if size < 8:
                     raise self._error(f"{size} bytes is too short for a safetensors file")
                 (n,) = struct.unpack("<Q", f.read(8))
-                if n > min(MAX_HEADER_BYTES, size - 8):
+                if n > min(MAX_HEADER_BYTES, size - 8):  # the length is not shown: may be text
                     raise self._error(
-                        f"header length {n} exceeds the file ({size} bytes) or the "
-                        f"{MAX_HEADER_BYTES}-byte limit"
+                        f"its header length field exceeds the file ({size} bytes) or the "
+                        f"{MAX_HEADER_BYTES}-byte limit; expected {what}"
                     )
-                header = json.loads(f.read(n))
+                text = f.read(n)
                 self._map = (
                     mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size > 8 + n else None
                 )
-        except OSError as e:
-            raise ModelError(f"cannot read: {e}", path=str(self.path)) from e
-        except (UnicodeDecodeError, ValueError) as e:
-            raise self._error(f"the header is not JSON: {e}") from e
+            except OSError as e:  # ENOMEM: a mapping larger than the address-space limit
+                raise self._error(f"cannot read: {os_reason(e)}") from None
+        header = parse_json(
+            text, what=f"{what}'s JSON header", path=str(self.path), error=ModelError
+        )
         if not isinstance(header, dict):
             raise self._error(f"the header must be a JSON object, found {type(header).__name__}")
         self._base = 8 + n
@@ -75,7 +78,9 @@ class SafetensorsFile:
         try:
             dtype, shape, (start, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
         except (TypeError, KeyError, ValueError) as e:
-            raise self._error(f"malformed header entry {info!r}", name) from e
+            raise self._error(
+                "malformed header entry: expected dtype, shape, data_offsets", name
+            ) from e
         if dtype not in _DTYPES:
             raise self._error(
                 f"dtype {dtype} is not supported; expected one of {list(_DTYPES)}", name
@@ -203,6 +208,11 @@ def to_fp16(data: np.ndarray, *, path: str, tensor: str) -> np.ndarray:
     return out
 
 
+def _present(path: Path) -> bool:
+    """Something is at ``path``: a file, or a link (even a broken one, which opening reports)."""
+    return path.exists() or path.is_symlink()
+
+
 class WeightStore:
     """A model directory's safetensors weights: ``model.safetensors`` or a sharded index."""
 
@@ -211,10 +221,10 @@ class WeightStore:
         self._files: dict[str, SafetensorsFile] = {}
         self._where: dict[str, str] = {}
         index = self.directory / INDEX
-        if index.is_file():
+        if _present(index):
             for name, file in self._read_index(index).items():
                 self._where[name] = file
-        elif (self.directory / SINGLE).is_file():
+        elif _present(self.directory / SINGLE):
             for name in self._open(SINGLE).tensors:
                 self._where[name] = SINGLE
         else:
@@ -232,30 +242,27 @@ class WeightStore:
                 )
 
     def _read_index(self, index: Path) -> dict[str, str]:
-        try:
-            if index.stat().st_size > MAX_HEADER_BYTES:
-                raise ModelError("index is larger than any real one", path=str(index))
-            raw = json.loads(index.read_text("utf-8"))
-            weight_map = raw["weight_map"]
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-            raise ModelError(f"cannot read the shard index: {e}", path=str(index)) from e
+        raw = read_json(index, limit=MAX_HEADER_BYTES, what="a shard index", error=ModelError)
+        weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
         if not isinstance(weight_map, dict):
-            raise ModelError("weight_map must be an object", path=str(index))
-        root = self.directory.resolve()
+            raise ModelError("expected an object with a weight_map object", path=str(index))
         for name, file in weight_map.items():
-            target = (self.directory / str(file)).resolve()
-            if not isinstance(file, str) or target.parent != root:
-                raise ModelError(
-                    f"shard {file!r} is not a file inside the model directory",
-                    path=str(index),
-                    tensor=name,
-                )
+
+            def error(message: str, path: str, name: str = name) -> ModelError:
+                return ModelError(message, path=str(index), tensor=name)
+
+            model_file(self.directory, file, what="shard", error=error)
         return weight_map
 
     def _open(self, file: str) -> SafetensorsFile:
         if file not in self._files:
             self._files[file] = SafetensorsFile(self.directory / file)
         return self._files[file]
+
+    @property
+    def path(self) -> Path:
+        """The model directory (for messages)."""
+        return self.directory
 
     def names(self) -> list[str]:
         """Every tensor name."""
@@ -264,8 +271,10 @@ class WeightStore:
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
-    def shape(self, name: str) -> tuple[int, ...]:
-        """A tensor's stored shape."""
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """A tensor's stored shape (None: not in the checkpoint)."""
+        if name not in self._where:
+            return None
         return self._open(self._file(name)).tensors[name][1]
 
     def dtypes(self) -> set[str]:

@@ -58,9 +58,13 @@ class Builder:
         return v
 
     def const(self, value: Any, name: str | None = None, dtype: str | DType | None = None) -> Value:
-        """Add an inline constant (small tensors, scalars, strings)."""
+        """Add an inline constant (small tensors, scalars, strings); ``dtype`` is kept as
+        declared (a sub-byte "uint4" is stored one value per uint8 but typed uint4)."""
         arr = value if isinstance(value, str) else _as_array(value, dtype)
-        inline = literal_value(arr, registry.get(_CONST).by_name["val"])
+        if dtype is not None and not isinstance(arr, str):
+            inline = Value("", TensorType(DType(dtype), tuple(arr.shape)), None, arr)
+        else:
+            inline = literal_value(arr, registry.get(_CONST).by_name["val"])
         return self._const_op(inline, name or "c")
 
     def weight(self, name: str, array: Any, dtype: str | DType | None = None) -> Value:

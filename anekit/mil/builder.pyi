@@ -59,8 +59,8 @@ class Builder:
         """A constant dequantized per block: (data - offset) * scale, computed in fp32."""
     def constexpr_lut_to_dense(self, *, indices: Operand, lut: Operand, vector_axis: Operand | None = None, name: str | None = None) -> Any:
         """A constant stored as per-group look-up tables of scalars or vectors."""
-    def constexpr_sparse_to_dense(self, *, nonzero_data: Operand, mask: Operand, shape: Operand, name: str | None = None) -> Any:
-        """A constant stored as its non-zero values and a bit mask."""
+    def constexpr_sparse_to_dense(self, *, nonzero_data: Operand, mask: Operand, name: str | None = None) -> Any:
+        """A constant stored as its non-zero values and a mask of the dense shape (iOS18)."""
     def conv(self, *, x: Operand, weight: Operand, bias: Operand | None = None, strides: Operand | None = None, pad_type: Operand | None = None, pad: Operand | None = None, dilations: Operand | None = None, groups: Operand | None = None, name: str | None = None) -> Any:
         """Convolution over 1, 2 or 3 spatial dims."""
     def conv_transpose(self, *, x: Operand, weight: Operand, bias: Operand | None = None, pad: Operand | None = None, output_shape: Operand | None = None, pad_type: Operand | None = None, strides: Operand | None = None, dilations: Operand | None = None, groups: Operand | None = None, name: str | None = None) -> Any:

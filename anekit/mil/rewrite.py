@@ -195,12 +195,25 @@ def rebuilt(op: Operation, replace: Mapping[int, Value]) -> Operation:
     return substitute(op, replace) if any(id(v) in replace for v in op.input_values()) else op
 
 
-def rename_io(program: Program, inputs: Mapping[str, str], outputs: Mapping[str, str]) -> Program:
+OP_NAMES = ("match", "keep")
+
+
+def rename_io(
+    program: Program,
+    inputs: Mapping[str, str],
+    outputs: Mapping[str, str],
+    *,
+    op_names: str = "match",
+) -> Program:
     """``program`` with ``main``'s inputs and outputs renamed (old -> new), ops rebuilt.
 
     An output that is also an input gets an ``identity`` op, so each interface name names
-    one value.
+    one value. ``op_names="match"`` also renames the ``name`` attribute of the op that
+    produces a renamed output (``o0_y = mul(...)[name = "o0_y"]``), so a compiler that
+    binds outputs by op name sees the new names too; ``"keep"`` leaves op names alone.
     """
+    if op_names not in OP_NAMES:
+        raise ValueError(f"op_names must be one of {OP_NAMES}, found {op_names!r}")
     fn = program.main
     new_inputs = tuple(Value(inputs.get(v.name, v.name), v.type) for v in fn.inputs)
     replace: dict[int, Value] = {id(old): new for old, new in zip(fn.inputs, new_inputs)}
@@ -212,6 +225,8 @@ def rename_io(program: Program, inputs: Mapping[str, str], outputs: Mapping[str,
             new = substitute(op, replace)
             for old, out in zip(op.outputs, new.outputs):
                 out.name = renamed.get(id(old), out.name)  # a fresh Value: nothing else holds it
+            if op_names == "match" and len(new.outputs) == 1:
+                new.attrs["name"] = new.outputs[0].name  # substitute copied the attributes
         else:
             new = rebuilt(op, replace)
         replace.update((id(old), out) for old, out in zip(op.outputs, new.outputs) if new is not op)

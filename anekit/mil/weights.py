@@ -13,7 +13,7 @@ import numpy as np
 
 from anekit.config import read_limit
 from anekit.errors import WeightFileError
-from anekit.files import open_regular, resolve_inside
+from anekit.files import model_file, open_regular
 from anekit.mil import blob
 from anekit.mil.types import TensorType
 from anekit.mil.values import WEIGHTS_PREFIX, Value
@@ -174,9 +174,7 @@ class WeightSource:
         def error(message: str, path: str = path) -> WeightFileError:
             return WeightFileError(message, file=path)
 
-        target = resolve_inside(
-            self._directory, name, what="the weights directory's file", error=error
-        )
+        target = model_file(self._directory, name, what="weight file", error=error)
         with open_regular(
             target, limit=MAX_WEIGHT_FILE_BYTES, what="a weight file", error=error
         ) as f:

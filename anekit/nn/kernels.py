@@ -43,8 +43,10 @@ import numpy as np
 from anekit.errors import UsageError
 from anekit.hw.chips import Chip, get_chip
 from anekit.hw.compat import check
+from anekit.hw.kinds import Severity
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program
+from anekit.nn import attention as A
 from anekit.nn import layers as L
 from anekit.nn.cpu import rmsnorm_backward
 from anekit.nn.layers import FFN_IN_WEIGHTS, QKV_WEIGHTS, stacked_columns
@@ -81,7 +83,7 @@ def _attention_weights(s: BlockShape) -> list[tuple[str, int, int]]:
 
 
 def _ffn_weights(s: BlockShape) -> list[tuple[str, int, int]]:
-    return [("w1", s.dim, s.hidden), ("w3", s.dim, s.hidden), ("w2", s.dim, s.hidden)]
+    return [("w1", s.dim, s.hidden_dim), ("w3", s.dim, s.hidden_dim), ("w2", s.dim, s.hidden_dim)]
 
 
 def attention_forward_packing(s: BlockShape) -> Packing:
@@ -103,7 +105,7 @@ def ffn_forward_packing(s: BlockShape) -> Packing:
 
 def ffn_backward_packing(s: BlockShape) -> Packing:
     """Input of :func:`ffn_backward`: ``dy [D, N] | w1 | w3 | w2 | h1 [F, N] | h3 [F, N]`` (taps)."""
-    taps = [("h1", s.hidden, s.tokens), ("h3", s.hidden, s.tokens)]
+    taps = [("h1", s.hidden_dim, s.tokens), ("h3", s.hidden_dim, s.tokens)]
     return Packing(s.dim, [("dy", s.dim, s.tokens), *_ffn_weights(s), *taps])
 
 
@@ -131,8 +133,9 @@ def attention_forward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["x", "gain", "wo"])
     w_qkv = pk.span(b, x_in, QKV_WEIGHTS)
-    tables = L.attention_tables(b, s)
-    parts = L.attention(b, s, f["x"], f["gain"], w_qkv, f["wo"], tables, k_multiple=k_multiple)
+    tables = A.attention_tables(b, s)
+    weights = {"gain": f["gain"], "w_qkv": w_qkv, "wo": f["wo"]}
+    parts = A.attention(b, s, f["x"], weights, tables, k_multiple=k_multiple)
     for n in ATTENTION_TAPS:
         shape = [1, 1, out.channels_of(n), s.tokens]
         parts[n] = b.reshape(x=parts[n], shape=shape, name=f"{n}_flat")
@@ -159,15 +162,15 @@ def attention_backward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["dy", "wo"])
     rows, cols = (
-        (s.batch, s.kv_heads, s.group * s.seq, s.head_dim),
-        (s.batch, s.kv_heads, s.head_dim, s.seq),
+        (s.batch, s.n_kv_heads, s.group * s.seq, s.head_dim),
+        (s.batch, s.n_kv_heads, s.head_dim, s.seq),
     )
     q_rows = pk.unpack_as(b, x_in, "q_rows", rows)
     k_cols = pk.unpack_as(b, x_in, "k_cols", cols)
     v_cols = pk.unpack_as(b, x_in, "v_cols", cols)
     a_rows = pk.unpack_as(b, x_in, "a_rows", rows)
-    tables = L.attention_tables(b, s)
-    probs = L.attention_probs(b, q_rows, k_cols, tables.mask, "probs", k_multiple)
+    tables = A.attention_tables(b, s)
+    probs = A.attention_probs(b, q_rows, k_cols, tables.mask, "probs", k_multiple)
 
     da_rows = L.query_rows(b, L.project(b, f["wo"], f["dy"], "da", transpose_w=True), s, "da_rows")
     dv_cols = b.matmul(x=da_rows, y=probs, transpose_x=True, name="dv_cols")
@@ -210,7 +213,7 @@ def ffn_forward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     pk = ffn_forward_packing(s)
     out = Layout(
         s.tokens,
-        [("f", s.dim), ("xn", s.dim), ("h1", s.hidden), ("h3", s.hidden), ("u", s.hidden),
+        [("f", s.dim), ("xn", s.dim), ("h1", s.hidden_dim), ("h3", s.hidden_dim), ("u", s.hidden_dim),
          ("rstd", 1)],
     )  # fmt: skip
     b = Builder()
@@ -232,7 +235,7 @@ def ffn_backward(s: BlockShape, k_multiple: int = 1) -> KernelDef:
     :func:`ffn_forward`.
     """
     pk = ffn_backward_packing(s)
-    out = Layout(s.tokens, [("dxn", s.dim), ("dh1", s.hidden), ("dh3", s.hidden)])
+    out = Layout(s.tokens, [("dxn", s.dim), ("dh1", s.hidden_dim), ("dh3", s.hidden_dim)])
     b = Builder()
     x_in = b.input(INPUT, pk.shape, "fp16")
     f = pk.unpack(b, x_in, ["dy", "w2", "h1", "h3"])
@@ -286,7 +289,7 @@ def block_kernels(
 
 def _refuse_if_rejected(kd: KernelDef, chip: Chip) -> None:
     """Raise UsageError if the checker finds errors in the kernel for ``chip``."""
-    found = [d for d in check(kd.program, chip) if d.severity == "error"]
+    found = [d for d in check(kd.program, chip) if d.severity is Severity.ERROR]
     if not found:
         return
     listed = "; ".join(f"[{d.rule}] {d.message}" for d in found[:3])
@@ -300,7 +303,7 @@ def _refuse_if_rejected(kd: KernelDef, chip: Chip) -> None:
 
 def _describe(s: BlockShape) -> str:
     return (
-        f"dim {s.dim}, heads {s.heads}/{s.kv_heads}, head_dim {s.head_dim}, hidden {s.hidden}, "
+        f"dim {s.dim}, heads {s.n_heads}/{s.n_kv_heads}, head_dim {s.head_dim}, hidden {s.hidden_dim}, "
         f"{s.batch} x {s.seq} tokens"
     )
 
@@ -312,7 +315,7 @@ Arrays = Mapping[str, np.ndarray]
 @functools.lru_cache(maxsize=64)  # bounded: a process may make kernels for many shapes
 def _rope_swaps(s: BlockShape) -> tuple[np.ndarray, np.ndarray]:
     """The column swaps of ``wq_s`` and ``wk_s`` (:func:`~anekit.nn.layers.rope_swap`), read-only."""
-    swaps = L.rope_swap(s.heads, s.head_dim), L.rope_swap(s.kv_heads, s.head_dim)
+    swaps = L.rope_swap(s.n_heads, s.head_dim), L.rope_swap(s.n_kv_heads, s.head_dim)
     for swap in swaps:
         swap.setflags(write=False)  # cached: shared by every caller
     return swaps

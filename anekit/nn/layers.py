@@ -1,8 +1,10 @@
-"""MIL building blocks of a decoder block: projections, RMSNorm, RoPE, head layouts, attention.
+"""MIL building blocks of a decoder block: projections, RMSNorm, RoPE, head layouts, SwiGLU.
 
-The two halves of a block's forward pass, :func:`attention` and :func:`ffn`, take their
-weights as Values from anywhere: slices of a packed kernel input (the training kernels of
-:mod:`anekit.nn.kernels`) or constants (the benchmark decoder of :mod:`anekit.bench.programs`).
+The two halves of a block's forward pass, :func:`anekit.nn.attention.attention` and
+:func:`ffn`, take their weights as Values from anywhere: slices of a packed kernel input
+(the training kernels of :mod:`anekit.nn.kernels`), program inputs (the LLM kernels of
+:mod:`anekit.llm.kernels`) or constants (the benchmark decoder of
+:mod:`anekit.bench.programs`).
 
 Activations are ``[1, 1, C, N]``: C channels by N = batch * seq tokens (sequence-major),
 the memory order of ANE_NOTES' ``[1, C, 1, S]`` with the channels where ``matmul``
@@ -13,7 +15,6 @@ the GQA head pairing lives here, once, for the forward and the backward kernels 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -90,6 +91,16 @@ def prescaled_rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) 
     return b.mul(x=b.mul(x=xs, y=rstd, name=f"{name}_unit"), y=gain, name=name)
 
 
+def to_residual(b: Builder, x: Value, alpha: float, name: str) -> Value:
+    """``x`` scaled by alpha, the residual stream's scale, before it is projected into it.
+
+    Scaling a projection's input scales its output, whether its weight is a program input
+    or a constant, so the product itself stays inside the matmul range (N1 in
+    docs/numerics.md; ``anekit.llm.residual``).
+    """
+    return x if alpha == 1.0 else b.mul(x=x, y=alpha, name=f"{name}_scaled")
+
+
 def rope_swap(heads: int, head_dim: int) -> np.ndarray:
     """The channel permutation that swaps the two halves of every head (an involution)."""
     i = np.arange(heads * head_dim)
@@ -113,9 +124,9 @@ def rope_tables(shape: BlockShape) -> tuple[np.ndarray, np.ndarray]:
     angle = inv_freq[:, None] * (np.arange(shape.tokens, dtype=np.float64) % shape.seq)[None, :]
     cos = np.concatenate([np.cos(angle)] * 2)  # [hd, N], the same for every head
     sin = np.concatenate([-np.sin(angle), np.sin(angle)])
-    scale = np.repeat([1.0 / math.sqrt(shape.head_dim), 1.0], [shape.heads, shape.kv_heads])
+    scale = np.repeat([1.0 / math.sqrt(shape.head_dim), 1.0], [shape.n_heads, shape.n_kv_heads])
     scale = np.repeat(scale, shape.head_dim)[:, None]
-    heads = shape.heads + shape.kv_heads
+    heads = shape.n_heads + shape.n_kv_heads
     return tuple(  # type: ignore[return-value]
         (np.tile(t, (heads, 1)) * scale)[None, None].astype(np.float16) for t in (cos, sin)
     )
@@ -145,15 +156,15 @@ def rope(b: Builder, x: Value, x_swapped: Value, cos: Value, sin: Value, name: s
 def query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
     """``[1, 1, heads*head_dim, N]`` -> ``[B, kv_heads, group*S, head_dim]``."""
     s = shape
-    r = b.reshape(x=x, shape=[s.heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
+    r = b.reshape(x=x, shape=[s.n_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
     t = b.transpose(x=r, perm=[2, 0, 3, 1], name=f"{name}_bhsd")
-    return b.reshape(x=t, shape=[s.batch, s.kv_heads, s.group * s.seq, s.head_dim], name=name)
+    return b.reshape(x=t, shape=[s.batch, s.n_kv_heads, s.group * s.seq, s.head_dim], name=name)
 
 
 def merge_query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
     """Inverse of :func:`query_rows`."""
     s = shape
-    r = b.reshape(x=x, shape=[s.batch, s.heads, s.seq, s.head_dim], name=f"{name}_bhsd")
+    r = b.reshape(x=x, shape=[s.batch, s.n_heads, s.seq, s.head_dim], name=f"{name}_bhsd")
     t = b.transpose(x=r, perm=[1, 3, 0, 2], name=f"{name}_hdbs")
     return b.reshape(x=t, shape=[1, 1, s.q_dim, s.tokens], name=name)
 
@@ -161,7 +172,7 @@ def merge_query_rows(b: Builder, x: Value, shape: BlockShape, name: str) -> Valu
 def kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Value:
     """``[1, 1, kv_heads*head_dim, N]`` -> ``[B, kv_heads, head_dim, S]`` (keys/values transposed)."""
     s = shape
-    r = b.reshape(x=x, shape=[s.kv_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
+    r = b.reshape(x=x, shape=[s.n_kv_heads, s.head_dim, s.batch, s.seq], name=f"{name}_split")
     return b.transpose(x=r, perm=[2, 0, 1, 3], name=name)
 
 
@@ -175,7 +186,7 @@ def merge_kv_columns(b: Builder, x: Value, shape: BlockShape, name: str) -> Valu
 def query_rows_by_token(rows: np.ndarray, shape: BlockShape) -> np.ndarray:
     """NumPy: a flattened :func:`query_rows` tensor as ``[N, heads*head_dim]`` (token-major)."""
     s = shape
-    by_head = rows.reshape(s.batch, s.heads, s.seq, s.head_dim)
+    by_head = rows.reshape(s.batch, s.n_heads, s.seq, s.head_dim)
     return by_head.transpose(0, 2, 1, 3).reshape(s.tokens, s.q_dim)
 
 
@@ -203,23 +214,7 @@ def pad_axis(b: Builder, x: Value, axis: int, multiple: int, name: str) -> Value
     return b.concat(values=(x, zeros), axis=axis, interleave=False, name=name)
 
 
-def attention_probs(
-    b: Builder, q_rows: Value, k_cols: Value, mask: Value, name: str, k_multiple: int = 1
-) -> Value:
-    """``softmax(q k^T + mask)`` over keys, for queries already scaled by ``1/sqrt(head_dim)``.
-
-    The mask is added explicitly: ``scaled_dot_product_attention`` ignores ``attn_mask``
-    on the ANE (ANE_NOTES section 2.4). ``k_multiple``: head_dim, the contracted axis, is
-    zero-padded to a multiple of it (:func:`pad_axis`).
-    """
-    q_rows = pad_axis(b, q_rows, 3, k_multiple, f"{name}_q_padded")
-    k_cols = pad_axis(b, k_cols, 2, k_multiple, f"{name}_k_padded")
-    scores = b.matmul(x=q_rows, y=k_cols, name=f"{name}_scores")
-    masked = b.add(x=scores, y=mask, name=f"{name}_masked")
-    return b.softmax(x=masked, axis=-1, name=name)
-
-
-# -- the two halves of a block's forward pass ---------------------------------------------------
+# -- the feed-forward half of a block (the attention half: anekit.nn.attention) ----------------
 def stacked_columns(s: BlockShape) -> dict[str, slice]:
     """Where ``wq wk wv wq_s wk_s`` sit in their stacked matrix: its columns, and the rows of ``dproj``."""
     widths = {"wq": s.q_dim, "wk": s.kv_dim, "wv": s.kv_dim, "wq_s": s.q_dim, "wk_s": s.kv_dim}
@@ -230,75 +225,10 @@ def stacked_columns(s: BlockShape) -> dict[str, slice]:
     return columns
 
 
-@dataclass(frozen=True)
-class AttentionTables:
-    """The constants attention needs, made once per program: the causal mask and the RoPE factors."""
-
-    mask: Value
-    cos: Value
-    sin: Value
-
-
-def attention_tables(b: Builder, shape: BlockShape) -> AttentionTables:
-    """Add the :func:`causal_mask` and :func:`rope_tables` of ``shape`` to the program as weights."""
-    cos, sin = rope_tables(shape)
-    return AttentionTables(
-        b.weight("mask", causal_mask(shape)), b.weight("rope_cos", cos), b.weight("rope_sin", sin)
-    )
-
-
-def attention(
-    b: Builder,
-    s: BlockShape,
-    x: Value,
-    gain: Value,
-    w_qkv: Value,
-    wo: Value,
-    tables: AttentionTables,
-    prefix: str = "",
-    k_multiple: int = 1,
-) -> dict[str, Value]:
-    """RMSNorm, Q/K/V projections, RoPE, causal grouped-query attention and the output projection.
-
-    Args:
-        x (Value): the residual stream ``[1, 1, D, N]``.
-        gain (Value): the RMSNorm gain ``[1, 1, D, 1]``.
-        w_qkv (Value): ``[1, 1, D, 2 H*hd + 3 KV*hd]``, the weights stacked in
-            :data:`QKV_WEIGHTS` order (:func:`stacked_columns`).
-        wo (Value): ``[1, 1, D, H*hd]``.
-        tables (AttentionTables): the program's :func:`attention_tables`.
-        prefix (str): prepended to every value name (one per layer of a stack). Default: "".
-        k_multiple (int): the scores' contraction (head_dim) is zero-padded to a multiple of
-            it, for chips with an inner-dimension rule. Default: 1.
-
-    Returns:
-        dict: ``o`` (before the residual add), ``xn``, ``rstd``, and the taps in the head
-        layouts: ``q_rows`` (after RoPE and the ``1/sqrt(hd)`` scale), ``k_cols`` (after
-        RoPE), ``v_cols`` and ``a_rows`` (attention output before ``wo``).
-    """
-    xn, rstd = rmsnorm(b, x, gain, s.eps, prefix + "xn")
-    proj = project(b, w_qkv, xn, prefix + "proj", transpose_w=True)
-    col = stacked_columns(s)
-    qk_dim = s.q_dim + s.kv_dim  # q and k are adjacent, and so are their swapped copies
-    qk = rope(
-        b,
-        channels(b, proj, col["wq"].start, qk_dim, prefix + "qk_lin"),
-        channels(b, proj, col["wq_s"].start, qk_dim, prefix + "qk_swapped"),
-        tables.cos,
-        tables.sin,
-        prefix + "qk",
-    )
-    q_rows = query_rows(b, channels(b, qk, 0, s.q_dim, prefix + "q"), s, prefix + "q_rows")
-    k = channels(b, qk, s.q_dim, s.kv_dim, prefix + "k")
-    k_cols = kv_columns(b, k, s, prefix + "k_cols")
-    v = channels(b, proj, col["wv"].start, s.kv_dim, prefix + "v")
-    v_cols = kv_columns(b, v, s, prefix + "v_cols")
-    probs = attention_probs(b, q_rows, k_cols, tables.mask, prefix + "probs", k_multiple)
-    a_rows = b.matmul(x=probs, y=v_cols, transpose_y=True, name=prefix + "a_rows")
-    a = merge_query_rows(b, a_rows, s, prefix + "a")
-    o = project(b, wo, a, prefix + "o", transpose_w=False)
-    return {"o": o, "xn": xn, "rstd": rstd, "q_rows": q_rows, "k_cols": k_cols,
-            "v_cols": v_cols, "a_rows": a_rows}  # fmt: skip
+def swiglu(b: Builder, gate: Value, up: Value, prefix: str = "") -> Value:
+    """``silu(gate) * up``, SiLU spelled ``gate * sigmoid(gate)`` (both ops compile on the ANE)."""
+    silu = b.mul(x=gate, y=b.sigmoid(x=gate, name=prefix + "sig"), name=prefix + "silu")
+    return b.mul(x=silu, y=up, name=prefix + "u")
 
 
 def ffn(
@@ -317,11 +247,10 @@ def ffn(
         dict: ``f`` (before the residual add), ``xn``, ``rstd``, ``h1`` and ``h3`` (the
         two projections) and ``u = silu(h1) * h3``.
     """
-    xn, rstd = rmsnorm(b, x, gain, s.eps, prefix + "xn")
+    xn, rstd = rmsnorm(b, x, gain, s.norm_eps, prefix + "xn")
     h13 = project(b, w13, xn, prefix + "h13", transpose_w=True)
-    h1 = channels(b, h13, 0, s.hidden, prefix + "h1")
-    h3 = channels(b, h13, s.hidden, s.hidden, prefix + "h3")
-    silu = b.mul(x=h1, y=b.sigmoid(x=h1, name=prefix + "sig"), name=prefix + "silu")
-    u = b.mul(x=silu, y=h3, name=prefix + "u")
+    h1 = channels(b, h13, 0, s.hidden_dim, prefix + "h1")
+    h3 = channels(b, h13, s.hidden_dim, s.hidden_dim, prefix + "h3")
+    u = swiglu(b, h1, h3, prefix)
     f = project(b, w2, u, prefix + "f", transpose_w=False)
     return {"f": f, "xn": xn, "rstd": rstd, "h1": h1, "h3": h3, "u": u}

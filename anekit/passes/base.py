@@ -32,3 +32,9 @@ def by_op_type(rules: dict[str, ChipRule], chip: Chip) -> Callable[[Rebuild, Ope
         return rewrite is not None and rewrite(rb, op, chip)
 
     return rule
+
+
+def has_op_types(program: Program, rules: dict[str, ChipRule]) -> bool:
+    """Whether any function of ``program`` has an op a rule table rewrites (a pass with nothing
+    to rewrite returns the program as it is, without a rebuild)."""
+    return any(op.op_type in rules for fn in program.functions.values() for op in fn.ops)

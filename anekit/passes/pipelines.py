@@ -17,6 +17,14 @@ ANE backend compiles). Each pass is a file of this package; this module only ord
                      channel axis follow in that layout (layout.py)
     split_wide       convs with more channels than the chip allows are split and re-joined
                      (split.py)
+    bool_logic       logical and/or/xor of bool tensors become select, add and a comparison
+                     (the logical ops do not compile on the ANE) (logic.py)
+    expand_attention on M1/M2, fused scaled_dot_product_attention (an ios18 op) written out as
+                     matmul, softmax, matmul (attention.py)
+    pad_contractions matmuls whose inner dimension breaks the chip's multiple (M1: 32) are
+                     zero-padded to it (contraction.py)
+    legacy_dialect   on M1/M2, the program rebuilt on ios16 op definitions, saved as
+                     program(1.0) (dialect.py)
 
 :func:`device` is the ANE backend's list: ``fold_constants`` (skipped when the program
 already went through it: it runs once per path), ``pack_inputs`` (packing.py) and
@@ -31,13 +39,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from anekit.errors import ConversionError
-from anekit.hw import Chip, get_chip
+from anekit.hw.chips import Chip, resolve
 from anekit.mil.program import Program
+from anekit.passes.attention import expand_attention
 from anekit.passes.base import Pass
+from anekit.passes.contraction import pad_contractions
+from anekit.passes.dialect import legacy_dialect
 from anekit.passes.fold import fold_constants
 from anekit.passes.gather import gather_to_matmul
 from anekit.passes.io_order import order_by_size
 from anekit.passes.layout import ane_layout
+from anekit.passes.logic import bool_logic
 from anekit.passes.masks import finite_masks
 from anekit.passes.packing import MAX_DIM, InputPacking, pack_inputs
 from anekit.passes.precision import fp16
@@ -50,12 +62,18 @@ CONVERT_PASSES: tuple[Pass, ...] = (
     Pass("gather_to_matmul", gather_to_matmul, "embedding lookups become one-hot matmuls"),
     Pass("ane_layout", ane_layout, "linear/matmul with constant weights become 1x1 convs"),
     Pass("split_wide", split_wide, "convs over the chip's channel limit are split"),
+    Pass("bool_logic", bool_logic, "logical and/or/xor become select, add and a comparison"),
+    Pass("expand_attention", expand_attention, "M1/M2: fused attention as matmul/softmax/matmul"),
+    Pass("pad_contractions", pad_contractions, "matmul inner dims padded to the chip's multiple"),
+    Pass("legacy_dialect", legacy_dialect, "M1/M2: ios16 op definitions, saved as program(1.0)"),
 )
 PASSES: dict[str, Pass] = {p.name: p for p in CONVERT_PASSES}
+# the passes that make any program (a compressed one too) satisfy one chip's rules
+CHIP_PASSES = ("bool_logic", "expand_attention", "pad_contractions", "legacy_dialect")
 DEVICE_PASSES = ("fold_constants", "pack_inputs", "order_by_size")  # in device()'s order
 
 
-def resolve(passes: Sequence[Pass | str] | None) -> tuple[Pass, ...]:
+def resolve_passes(passes: Sequence[Pass | str] | None) -> tuple[Pass, ...]:
     """Pass objects for ``passes`` (names or Pass; None: CONVERT_PASSES)."""
     if passes is None:
         return CONVERT_PASSES
@@ -70,16 +88,17 @@ def resolve(passes: Sequence[Pass | str] | None) -> tuple[Pass, ...]:
     return tuple(result)
 
 
-def chip_profile(chip: str | Chip) -> Chip:
-    """The profile of ``chip``; an unknown name is a ConversionError listing the known ones."""
+def chip_profile(chip: str | Chip | None) -> Chip:
+    """The profile of ``chip`` (:func:`anekit.hw.chips.resolve`); an unknown name is a
+    ConversionError listing the known ones."""
     try:
-        return get_chip(chip)
+        return resolve(chip)
     except ValueError as e:
         raise ConversionError(str(e)) from None
 
 
 def convert(
-    program: Program, passes: Sequence[Pass | str] | None = None, chip: str | Chip = "m4"
+    program: Program, passes: Sequence[Pass | str] | None = None, chip: str | Chip | None = None
 ) -> Program:
     """The convert pipeline: ``passes`` (default: CONVERT_PASSES) in order for ``chip``.
 
@@ -88,11 +107,17 @@ def convert(
     """
     profile = chip_profile(chip)
     ran = set(program.passes_run)
-    for p in resolve(passes):
+    for p in resolve_passes(passes):
         program = p(program, profile)
         ran.add(p.name)
     program.passes_run = frozenset(ran)
     return program
+
+
+def for_chip(program: Program, chip: str | Chip) -> Program:
+    """The chip-specific passes alone (``anekit compress --chip``): M1's contraction padding,
+    M1/M2's dialect, what the ANE cannot run (logical ops)."""
+    return convert(program, CHIP_PASSES, chip)
 
 
 def device(

@@ -41,9 +41,9 @@ from anekit.errors import CheckpointError
 from anekit.files import (
     file_kind,
     fsync_dir,
+    model_file,
     open_regular,
     read_regular,
-    resolve_inside,
     write_atomic,
     write_synced,
 )
@@ -227,7 +227,7 @@ def load_files(
         raise CheckpointError(f"missing {', '.join(missing)}", path=where)
     loaded = {}
     for name, digest in state["files"].items():
-        target = resolve_inside(where, name, what="the file", error=CheckpointError)
+        target = model_file(where, name, what="the file", error=CheckpointError)
         if name in expected:
             data = _read_expected(target, name, expected[name], where)
         else:
@@ -253,7 +253,7 @@ def check_size(state: dict[str, Any], name: str, body: int, tensors: int) -> Non
     where = state["directory"]
     if name not in state["files"]:
         raise CheckpointError(f"missing {name}", path=where)
-    target = resolve_inside(where, name, what="the file", error=CheckpointError)
+    target = model_file(where, name, what="the file", error=CheckpointError)
     try:
         info = os.stat(target)
     except OSError as e:

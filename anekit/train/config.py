@@ -5,77 +5,45 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from anekit.nn.spec import BlockShape
+from anekit.nn.spec import BlockShape, DecoderShape, check_int, check_real, is_real
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    """Shape of a Llama-style decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU, tied embedding.
+class ModelConfig(DecoderShape):
+    """A decoder to train (the sizes of :class:`~anekit.nn.spec.DecoderShape`, with the classifier
+    tied to the embedding), its sequence length and RoPE base, and where the shape comes from.
 
     Attributes:
         name: config name.
-        dim: model (residual stream) width.
-        n_layers: decoder blocks.
-        n_heads: query heads.
-        n_kv_heads: key/value heads (``n_heads`` for multi-head attention).
-        head_dim: width of one head (``dim // n_heads`` unless the model says otherwise).
-        hidden_dim: SwiGLU hidden width.
-        vocab_size: tokens; the classifier shares the embedding matrix.
         seq_len: tokens per training sequence (the kernels' compiled width).
-        norm_eps: RMSNorm epsilon.
         rope_theta: RoPE base frequency.
         source: where the shape comes from.
     """
 
     name: str
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    hidden_dim: int
-    vocab_size: int
     seq_len: int
-    norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     source: str = ""
 
     def __post_init__(self) -> None:
-        owner = f"config {self.name!r}"
         for name in ("name", "source"):
             if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{owner}: {name} must be a string, found {getattr(self, name)!r}")
-        for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim"):
-            _check_int(owner, name, getattr(self, name), 1)
-        for name in ("vocab_size", "seq_len"):
-            _check_int(owner, name, getattr(self, name), 2)
-        for name in ("norm_eps", "rope_theta"):
-            _check_real(owner, name, getattr(self, name), positive=True)
+                raise ValueError(
+                    f"{self.owner}: {name} must be a string, found {getattr(self, name)!r}"
+                )
+        super().__post_init__()
+        check_int(self.owner, "seq_len", self.seq_len, 2)
+        check_real(self.owner, "rope_theta", self.rope_theta, positive=True)
+
+    @property
+    def owner(self) -> str:
+        return f"config {self.name!r}"
 
     def block(self, batch: int) -> BlockShape:
         """The kernel shape of one decoder block for ``batch`` sequences."""
-        from anekit.nn.spec import BlockShape  # the kernel generators load only when used
-
-        return BlockShape(
-            dim=self.dim,
-            heads=self.n_heads,
-            kv_heads=self.n_kv_heads,
-            head_dim=self.head_dim,
-            hidden=self.hidden_dim,
-            seq=self.seq_len,
-            batch=batch,
-            eps=self.norm_eps,
-            rope_theta=self.rope_theta,
-        )
-
-    def n_params(self) -> int:
-        """Parameter count (the classifier is the embedding, counted once)."""
-        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        per_layer = self.dim * (2 * q + 2 * kv + 3 * self.hidden_dim) + 2 * self.dim
-        return self.vocab_size * self.dim + self.n_layers * per_layer + self.dim
+        return self.kernel_shape(self.seq_len, batch, self.rope_theta)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -125,18 +93,18 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum"):
-            _check_int("train config", name, getattr(self, name), 1)
-        _check_int("train config", "warmup", self.warmup, 0)
-        _check_int("train config", "scale_growth_interval", self.scale_growth_interval, 1)
-        _check_int("train config", "seed", self.seed, 0)
-        numbers = all(_is_real(v) for v in (self.lr, self.min_lr))
+            check_int("train config", name, getattr(self, name), 1)
+        check_int("train config", "warmup", self.warmup, 0)
+        check_int("train config", "scale_growth_interval", self.scale_growth_interval, 1)
+        check_int("train config", "seed", self.seed, 0)
+        numbers = all(is_real(v) for v in (self.lr, self.min_lr))
         if not (numbers and 0 <= self.min_lr <= self.lr < math.inf):
             raise ValueError(
                 f"need 0 <= min_lr <= lr < inf, found min_lr={self.min_lr}, lr={self.lr}"
             )
         for name in ("weight_decay", "beta1", "beta2", "adam_eps", "grad_clip"):
-            _check_real("train config", name, getattr(self, name), positive=False)
-        _check_real("train config", "loss_scale", self.loss_scale, positive=True)
+            check_real("train config", name, getattr(self, name), positive=False)
+        check_real("train config", "loss_scale", self.loss_scale, positive=True)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -146,31 +114,6 @@ class TrainConfig:
         return cls(
             **{k: v for k, v in data.items() if k in {f.name for f in dataclasses.fields(cls)}}
         )
-
-
-# Sizes and counts fit in int64 (NumPy's index type); larger ones cannot name real tensors.
-_INT_LIMIT = 2**63
-
-
-def _check_int(owner: str, name: str, value: Any, minimum: int) -> None:
-    """ValueError unless ``value`` is an int (not a bool, not 16.5) in ``[minimum, 2**63)``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}: {name} must be an integer, found {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}: {name} must be at least {minimum}, found {value}")
-    if value >= _INT_LIMIT:
-        raise ValueError(f"{owner}: {name} must be below 2**63, found {value}")
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_real(owner: str, name: str, value: Any, *, positive: bool) -> None:
-    """ValueError unless ``value`` is a finite number, >= 0 (or > 0 if ``positive``)."""
-    if not (_is_real(value) and math.isfinite(value) and (value > 0 if positive else value >= 0)):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{owner}: {name} must be a finite number {bound}, found {value!r}")
 
 
 @dataclass(frozen=True)

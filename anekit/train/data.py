@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import heapq
+import math
 import os
 import struct
 from pathlib import Path
@@ -112,32 +114,74 @@ class Llama2cTokenizer:
         self._ids = {p: i for i, p in enumerate(self.pieces)}
 
     def encode(self, text: str) -> list[int]:
-        """BOS, a leading space (sentencepiece's dummy prefix), then merged pieces."""
+        """BOS, a leading space (sentencepiece's dummy prefix), then merged pieces.
+
+        The merges are llama2.c's (the highest-scoring adjacent pair first, the leftmost of
+        equals), taken from a heap of candidate pairs: ``n log n`` in the text's length,
+        where rescanning every pair after each merge was quadratic.
+        """
         ids = []
         for ch in " " + text if text else "":
             piece = ch.encode("utf-8")
             if piece in self._ids:
                 ids.append(self._ids[piece])
             else:
-                ids.extend(b + BYTE_OFFSET for b in piece)
-        while True:
-            best, best_score = -1, -np.inf
-            for i in range(len(ids) - 1):
-                merged = self._ids.get(self.pieces[ids[i]] + self.pieces[ids[i + 1]])
-                if merged is not None and self.scores[merged] > best_score:
-                    best, best_score = i, self.scores[merged]
-            if best < 0:
-                return [BOS, *ids]
-            ids[best : best + 2] = [self._ids[self.pieces[ids[best]] + self.pieces[ids[best + 1]]]]
+                ids.extend(self._byte_id(b, ch) for b in piece)
+        return [BOS, *self._merge(ids)]
+
+    def _byte_id(self, byte: int, ch: str) -> int:
+        """The id of a raw byte's piece (sentencepiece's byte fallback)."""
+        token = byte + BYTE_OFFSET
+        if token >= self.vocab_size:
+            raise UsageError(
+                f"{ch!r} needs byte piece {token}, but the tokenizer has {self.vocab_size} "
+                "pieces (no byte fallback)",
+                path=self.name,
+            )
+        return token
+
+    def _merge(self, ids: list[int]) -> list[int]:
+        """Apply merges to ``ids`` in place of a doubly linked list; returns the survivors."""
+        n = len(ids)
+        after, before, alive = list(range(1, n + 1)), list(range(-1, n - 1)), [True] * n
+        heap: list[tuple[float, int, int, int, int]] = []
+
+        def candidate(i: int) -> None:
+            j = after[i]
+            if j < n:
+                merged = self._ids.get(self.pieces[ids[i]] + self.pieces[ids[j]])
+                if merged is not None and not math.isnan(self.scores[merged]):
+                    heapq.heappush(heap, (-self.scores[merged], i, ids[i], ids[j], merged))
+
+        for i in range(n - 1):
+            candidate(i)
+        while heap:
+            _, i, left, right, merged = heapq.heappop(heap)
+            j = after[i]
+            if not alive[i] or j >= n or (ids[i], ids[j]) != (left, right):
+                continue  # a neighbour changed since this pair was pushed
+            ids[i], alive[j], after[i] = merged, False, after[j]
+            if after[j] < n:
+                before[after[j]] = i
+            if before[i] >= 0:
+                candidate(before[i])
+            candidate(i)
+        return [t for t, live in zip(ids, alive) if live]
 
     def decode(self, ids: list[int]) -> str:
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise UsageError(
+                f"token ids {bad[:5]} are outside the tokenizer's {self.vocab_size} pieces",
+                path=self.name,
+            )
         out = bytearray()
         for prev, tok in zip([BOS, *ids], ids):
             if tok == BOS:
                 continue
             piece = self.pieces[tok]
             if piece.startswith(b"<0x") and piece.endswith(b">") and len(piece) == 6:
-                piece = bytes([int(piece[3:5], 16)])
+                piece = _hex_byte(piece)
             elif prev == BOS and piece.startswith(b" "):
                 piece = piece[1:]
             out += piece
@@ -148,6 +192,14 @@ class Llama2cTokenizer:
 
     def stored_files(self) -> dict[str, bytes]:
         return {TOKENIZER_FILE: self.data}
+
+
+def _hex_byte(piece: bytes) -> bytes:
+    """The byte a ``<0xAB>`` piece stands for (the piece itself if its digits are not hex)."""
+    try:
+        return bytes([int(piece[3:5], 16)])
+    except ValueError:
+        return piece
 
 
 def tokenizer_from(description: Any, files: dict[str, Any]) -> Tokenizer:
@@ -266,6 +318,14 @@ class Batches:
                 self.epoch, self.cursor = self.epoch + 1, 0
                 self._order = self._permutation(self.epoch)
         return out
+
+    def skip(self, batch: int) -> None:
+        """Move past the next ``batch`` windows without reading them (another rank's micro-batch)."""
+        for _ in range(batch):
+            self.cursor += 1
+            if self.cursor == self.windows:
+                self.epoch, self.cursor = self.epoch + 1, 0
+                self._order = self._permutation(self.epoch)
 
     def state(self) -> dict[str, int]:
         """Everything that fixes the rest of the order: ``Batches(tokens, seq, **state)`` resumes."""

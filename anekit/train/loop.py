@@ -22,6 +22,7 @@ from anekit.train.checkpoint import (
 )
 from anekit.train.config import ModelConfig, TrainConfig
 from anekit.train.data import Batches, ByteTokenizer, Tokenizer, tokenizer_from
+from anekit.train.distributed import Communicator
 from anekit.train.interrupt import StopRequest
 from anekit.train.model import Model, training_bytes
 from anekit.train.optim import AdamW, LossScaler, clip_grad_norm, learning_rate
@@ -71,14 +72,17 @@ class Trainer:
         tokenizer: Tokenizer | None = None,
         chip: str | None = None,
         numerics: str | None = None,
+        comm: Communicator | None = None,
     ) -> None:
         check_memory(model_cfg, train_cfg.batch_size)  # before the first allocation
+        self.comm = comm or Communicator()
         self.model_cfg = model_cfg
         self.cfg = train_cfg
         self.tokenizer = tokenizer or ByteTokenizer()
         self.rng = np.random.default_rng(train_cfg.seed)
         self.params = init_params(model_cfg, self.rng)
         self.grads = self.params.zeros_like()
+        self._micro: Params | None = None  # with grad_accum > 1: one micro-batch's gradient
         self.opt = AdamW(self.params, train_cfg)
         self.scaler = LossScaler(train_cfg.loss_scale, train_cfg.scale_growth_interval)
         self.data = Batches(tokens, model_cfg.seq_len, train_cfg.seed)
@@ -87,17 +91,26 @@ class Trainer:
         self.model.load(self.params)
 
     @property
+    def micro_batches(self) -> int:
+        """Micro-batches per optimizer step, over every rank."""
+        return self.comm.world_size * self.cfg.grad_accum
+
+    @property
     def tokens_per_step(self) -> int:
-        return self.cfg.batch_size * self.cfg.grad_accum * self.model_cfg.seq_len
+        return self.cfg.batch_size * self.micro_batches * self.model_cfg.seq_len
 
     def train_step(self, stop: StopRequest | None = None) -> StepResult:
-        """One optimizer step over ``grad_accum`` micro-batches.
+        """One optimizer step over ``grad_accum`` micro-batches on each of the world's ranks.
 
-        ``stop`` is read once the gradients are complete: ``StepResult.stop`` says whether
-        Ctrl-C asked the run to stop after this step.
+        Rank r of W takes micro-batches r, r + W, r + 2W, ... of the order one process
+        would take, so W ranks with ``grad_accum`` A repeat one process with W * A. The
+        summed gradients, the loss and the stop flag travel in one bucketed all-reduce;
+        the finite check, clipping and AdamW then see the same numbers on every rank.
+        ``stop`` is read once this rank's gradients are complete: ``StepResult.stop`` says
+        whether Ctrl-C, on any rank, asked the run to stop after this step.
         """
         start = time.perf_counter()
-        cfg = self.cfg
+        cfg, comm = self.cfg, self.comm
         lr = learning_rate(self.step, cfg)
         scale = self.scaler.scale
         self.grads.flat[:] = 0.0
@@ -105,10 +118,24 @@ class Trainer:
         losses = [
             self.model.loss_and_grads(
                 self.params, self.grads, self.data.next(cfg.batch_size), scale / cfg.grad_accum
+        loss = 0.0
+        for i in range(self.micro_batches):
+            if i % comm.world_size != comm.rank:
+                self.data.skip(cfg.batch_size)
+                continue
+            first = i < comm.world_size
+            # each micro-batch's gradient is made whole, then added, as a rank's is: so the
+            # sums are the same ones whether micro-batches share a process or not
+            target = self.grads if first else self._micro_grads()
+            batch = self.data.next(cfg.batch_size)
+            loss += self.model.loss_and_grads(
+                self.params, target, batch, scale / self.micro_batches
             )
-            for _ in range(cfg.grad_accum)
-        ]
-        stopping = stop is not None and stop.requested
+            if not first:
+                self.grads.flat += target.flat
+        stats = np.array([loss, stop is not None and stop.requested], np.float32)
+        comm.all_reduce([self.grads.flat, stats], f"gradient all-reduce of step {self.step + 1}")
+        stopping = bool(stats[1])
         self.grads.flat *= np.float32(1.0 / scale)
         # under an engine profile an overflow comes out finite (N8): the cliff events tell it
         finite = bool(np.isfinite(self.grads.flat).all()) and not self.model.overflows
@@ -122,7 +149,7 @@ class Trainer:
         self.step += 1
         return StepResult(
             step=self.step,
-            loss=float(np.mean(losses)),
+            loss=float(stats[0]) / self.micro_batches,
             lr=lr,
             grad_norm=norm,
             loss_scale=scale,
@@ -131,6 +158,14 @@ class Trainer:
             tokens=self.tokens_per_step,
             stop=stopping,
         )
+
+    def _micro_grads(self) -> Params:
+        """A zeroed buffer for one micro-batch's gradient (made on first use)."""
+        if self._micro is None:
+            self._micro = self.params.zeros_like()
+        else:
+            self._micro.flat[:] = 0.0
+        return self._micro
 
     def _check_finite(self, lr: float) -> None:
         """TrainingDiverged when the update left a parameter inf or NaN; nothing is saved."""
@@ -169,6 +204,7 @@ class Trainer:
             "optimizer": {"t": self.opt.t},
             "loss_scaler": {"scale": self.scaler.scale, "good_steps": self.scaler.good_steps},
             "tokenizer": self.tokenizer.describe(),
+            "world_size": self.comm.world_size,  # the global batch is world x batch x accum
         }
         return save_checkpoint(
             out_dir, self.step, tensors, meta, files=self.tokenizer.stored_files()
@@ -214,6 +250,33 @@ class Trainer:
         self.scaler.scale, self.scaler.good_steps = counters["scale"], counters["good_steps"]
         self.model.load(self.params)
         return state
+
+    def share_state(self) -> None:
+        """Give every rank rank 0's weights, moments and counters, then check they agree.
+
+        Rank 0 alone reads a checkpoint (on several Macs only its disk may hold one).
+        """
+        comm = self.comm
+        if comm.world_size == 1:
+            return
+        data = self.data
+        counters = np.array(
+            [self.step, data.seed, data.epoch, data.cursor, self.opt.t, self.scaler.good_steps],
+            np.int64,
+        )
+        scale = np.array([self.scaler.scale], np.float64)
+        arrays = [self.params.flat, self.opt.m.flat, self.opt.v.flat, counters, scale]
+        comm.broadcast(arrays, 0, "broadcast of rank 0's weights and optimizer state")
+        step, seed, epoch, cursor, t, good = (int(c) for c in counters)
+        self.step, self.opt.t = step, t
+        self.data = Batches(data.tokens, self.model_cfg.seq_len, seed, epoch, cursor)
+        self.scaler.scale, self.scaler.good_steps = float(scale[0]), good
+        self.model.load(self.params)
+        self.check_parameters()
+
+    def check_parameters(self) -> None:
+        """DistributedError unless every rank holds the same parameters (a CRC-32 compared)."""
+        self.comm.check_equal(self.params.flat, f"the parameters after step {self.step}")
 
     def _expected(self) -> dict[str, Expected]:
         """The tensors each checkpoint file must hold for this model."""

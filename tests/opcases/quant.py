@@ -351,6 +351,15 @@ _SPARSE_VALUES = np.array([1.5, -2.0, 3.25, 8.0], dtype=np.float16)
 _SPARSE_MASK = np.array([0b00011001, 0b00000010], dtype=np.uint8)
 
 
+def _sparse18(b) -> None:
+    """The iOS18 form: a uint1 mask of the dense shape (ones at 0, 3, 4 and 9)."""
+    bits = np.array([[1, 0, 0, 1, 1], [0, 0, 0, 0, 1]])
+    dense = b.constexpr_sparse_to_dense(
+        nonzero_data=_SPARSE_VALUES, mask=b.const(bits, dtype="uint1")
+    )
+    b.output(dense, "y")
+
+
 def _sparse_dense() -> np.ndarray:
     out = np.zeros(10)
     for value, at in zip(_SPARSE_VALUES, (0, 3, 4, 9), strict=True):
@@ -419,6 +428,14 @@ COMPRESSED = [
             mask=_SPARSE_MASK,
             shape=[2, 5],
         ),
+        {"y": (2, 5)},
+        _constant(_sparse_dense()),
+        opset="ios17",  # iOS18 replaced the flat uint8 mask with a uint1 mask of the shape
+    ),
+    Case(
+        "constexpr_sparse_to_dense",
+        "ios18-uint1-mask",
+        _sparse18,
         {"y": (2, 5)},
         _constant(_sparse_dense()),
     ),

@@ -22,8 +22,22 @@ from anekit.mil.program import Program
 
 NAME = "ane"
 DEFAULT_QOS = 21  # the QoS every published client uses (ANE_NOTES 2.1)
+# Capabilities (anekit.backends.capabilities reads them beside COMPILE_BUDGET):
+HOST_FP16 = True  # buffers are fp16 IOSurfaces: host arrays in fp16 convert nothing per call
+# surfaces bound into several requests need one per input (packing puts all inputs in one)
+SHARED_BUFFER_OPTIONS = {"pack_inputs": False}
 
-__all__ = ["COMPILE_BUDGET", "DEFAULT_QOS", "NAME", "available", "compile", "compile_mlmodelc"]
+__all__ = [
+    "COMPILE_BUDGET",
+    "DEFAULT_QOS",
+    "HOST_FP16",
+    "NAME",
+    "SHARED_BUFFER_OPTIONS",
+    "available",
+    "compile",
+    "compile_mlmodelc",
+    "default_ready",
+]
 
 
 def available() -> tuple[bool, str]:
@@ -60,6 +74,17 @@ def _probe() -> tuple[bool, str]:
     )
 
 
+def default_ready() -> tuple[bool, str]:
+    """Whether ``compile(backend=None)`` may pick the private route: its self-check passed on
+    this macOS build (:mod:`.selfcheck`, cached per build and anekit version)."""
+    ok, reason = available()
+    if not ok:
+        return False, reason
+    from anekit.backends.ane import selfcheck
+
+    return selfcheck.verdict()
+
+
 def compile(program: Program, *, framework: Any = None, **options: Any) -> Any:
     r"""Compile and load a Program on the ANE through the in-memory path.
 
@@ -82,6 +107,14 @@ def compile(program: Program, *, framework: Any = None, **options: Any) -> Any:
             ``"symbols"``, ``"signature"``, ``"alphabetical"``, ``"size"``. Default: "auto".
         canonical_io (bool): order the device program's I/O by size and rename it by index,
             so every binding rule agrees. Default: True.
+        op_names (str): ``"match"`` renames a renamed output's op too (a compiler binding
+            by op name agrees), ``"keep"`` leaves op names. Default: "match".
+        stats_read (str): where hardware time is read: ``"request"`` (the request's
+            ``perfStatsArray[0]``, then ``perfStats``, then the object passed in; tmc's
+            order) or ``"attached"`` (only the object passed in). Default: "request".
+        workdir_weights (str): a work directory in use by a kernel of the same text gets this
+            kernel's weight files written again (``"rewrite"``, what maderix and Orion do) or
+            must already hold them (``"verify"``). Default: "rewrite".
         autorelease (bool): run framework calls in autorelease pools. Default: True.
         framework: the Objective-C seam; default: the loaded framework (tests pass a fake).
     Returns:

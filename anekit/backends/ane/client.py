@@ -85,6 +85,8 @@ class ClientModel(Loaded):
 class ClientKernel(SurfaceKernel):
     """A compiled ``.mlmodelc`` loaded through the shared ``_ANEClient`` connection."""
 
+    route = "private AppleNeuralEngine.framework, a compiled .mlmodelc (_ANEClient)"
+
     def __init__(
         self,
         path: str | Path,

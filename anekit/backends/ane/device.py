@@ -6,7 +6,10 @@ sizes must ascend for inputs and descend for outputs, tmc reads the symbol array
 With ``canonical_io`` (the default) the device program orders its inputs by
 ascending and its outputs by descending byte size, then renames them ``i0_<name>``,
 ``i1_<name>``, ... and ``o0_<name>``, ... so that signature order, alphabetical order
-and size order coincide whichever rule the hardware follows. The kernel keeps the
+and size order coincide whichever rule the hardware follows. Whether the compiler
+names an output by its variable or by its op's ``name`` attribute is a hypothesis too
+(the ``load`` rung of ``doctor --ladder`` records which): by default the producing op
+is renamed with its variable, so both readings agree. The kernel keeps the
 program's own names; :class:`DeviceProgram` maps between the two.
 """
 
@@ -31,11 +34,18 @@ class DeviceProgram:
 
 
 def prepare(
-    program: Program, *, pack_inputs: bool, canonical_io: bool, max_dim: int
+    program: Program,
+    *,
+    pack_inputs: bool,
+    canonical_io: bool,
+    max_dim: int,
+    op_names: str = "match",
 ) -> DeviceProgram:
     """The device program for ``program`` (see the module docstring).
 
     ``max_dim`` is the chip's dimension limit: packing never builds a longer axis.
+    ``op_names``: whether renamed outputs' ops take the new names too (``"match"``, so a
+    compiler binding by op name agrees) or keep theirs (``"keep"``); see ``rename_io``.
     """
     device, packing = passes.device(program, pack=pack_inputs, order=canonical_io, max_dim=max_dim)
     fn = device.main
@@ -45,7 +55,7 @@ def prepare(
     taken = _names(device)
     new_in = _prefixed("i", [v.name for v in fn.inputs], taken)
     new_out = _prefixed("o", [v.name for v in fn.outputs], taken | set(new_in.values()))
-    renamed = rename_io(device, new_in, new_out)
+    renamed = rename_io(device, new_in, new_out, op_names=op_names)
     return DeviceProgram(
         renamed,
         packing,

@@ -14,8 +14,9 @@ import functools
 
 from anekit.backends.ane import facts, host
 from anekit.errors import CompileError
-from anekit.hw.chips import Chip, default_chip, get_chip
+from anekit.hw.chips import Chip, resolve
 from anekit.hw.compat import check
+from anekit.hw.kinds import Severity
 from anekit.mil.program import Program
 from anekit.mil.text import DIALECTS
 
@@ -23,15 +24,15 @@ from anekit.mil.text import DIALECTS
 @functools.cache
 def host_chip() -> Chip:
     """The chip profile of this machine (the default chip where it has none, e.g. off macOS)."""
-    return get_chip(default_chip()[0])
+    return resolve()
 
 
 def resolve_chip(chip: str | Chip | None) -> Chip:
     """A chip profile from a name, a profile, or None for the host's; CompileError if unknown."""
     if chip is None:
-        return host_chip()
+        return host_chip()  # looked up once per process
     try:
-        return get_chip(chip)
+        return resolve(chip)
     except ValueError as e:
         raise CompileError(str(e)) from None
 
@@ -60,7 +61,7 @@ def choose(dialect: str | None, chip: Chip, macos: str | None) -> str:
 
 def refuse_incompatible(program: Program, chip: Chip) -> None:
     """Raise CompileError listing the checker's errors for ``chip``; warnings pass."""
-    errors = [d for d in check(program, chip=chip) if d.severity == "error"]
+    errors = [d for d in check(program, chip=chip) if d.severity is Severity.ERROR]
     if errors:
         listing = "; ".join(d.format() for d in errors)
         raise CompileError(

@@ -115,6 +115,8 @@ class InMemoryModel(Loaded):
 class InMemoryKernel(SurfaceKernel):
     """A Program compiled and loaded through ``_ANEInMemoryModel`` (see the module docstring)."""
 
+    route = "private AppleNeuralEngine.framework, in memory (_ANEInMemoryModel)"
+
     def __init__(
         self,
         program: Program,
@@ -132,6 +134,7 @@ class InMemoryKernel(SurfaceKernel):
         layout: str = "auto",
         binding: str = "auto",
         canonical_io: bool = True,
+        op_names: str = "match",
         autorelease: bool = True,
     ) -> None:
         program.require_weights("compile")  # before the checker, the passes and the compiler
@@ -142,7 +145,8 @@ class InMemoryKernel(SurfaceKernel):
         self.dialect = dialects.choose(dialect, profile, host.macos_version())
         self.chip = profile.name
         limit = min(profile.max_dim_spatial, profile.max_dim_channel)  # packing stays within it
-        device = prepare(program, pack_inputs=pack_inputs, canonical_io=canonical_io, max_dim=limit)
+        device = prepare(program, pack_inputs=pack_inputs, canonical_io=canonical_io,
+                         max_dim=limit, op_names=op_names)  # fmt: skip
         try:
             text = device.program.to_text(self.dialect)
         except MilTypeError as e:

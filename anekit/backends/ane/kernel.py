@@ -290,6 +290,7 @@ class SurfaceKernel(Kernel):
     """A loaded ANE model evaluated through IOSurface slots laid out as the model reports."""
 
     backend = "ane"
+    engine = "Apple Neural Engine"
 
     def __init__(
         self,

@@ -27,8 +27,15 @@ from anekit.fp16 import round_fp16 as round_to_fp16
 from anekit.hw.numerics import NumericsProfile, numerics_profile
 from anekit.mil.program import Program
 
+# Capabilities (anekit.backends.capabilities): no compile budget; it computes in float32, so
+# host arrays of fp16 values held in float32 convert nothing per call; any buffer can be shared.
+HOST_FP16 = False
+SHARED_BUFFER_OPTIONS: dict[str, Any] = {}
+
 __all__ = [
+    "HOST_FP16",
     "NAME",
+    "SHARED_BUFFER_OPTIONS",
     "STORAGE_MODES",
     "ReferenceKernel",
     "available",

@@ -171,6 +171,8 @@ class ReferenceKernel(Kernel):
     """
 
     backend = NAME
+    engine = "CPU"
+    route = "the NumPy reference backend (the ANE's numerics modelled)"
 
     def __init__(
         self,

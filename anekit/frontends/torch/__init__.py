@@ -15,8 +15,9 @@ try:
 except ImportError as e:  # the optional dependency is missing: say how to get it
     raise ImportError("anekit's PyTorch front end needs torch: pip install 'anekit[torch]'") from e
 
+from anekit.frontends.fidelity import Fidelity, OutputFidelity
 from anekit.frontends.torch.capture import capture, decompose
-from anekit.frontends.torch.compare import Fidelity, OutputFidelity, compare
+from anekit.frontends.torch.compare import compare
 from anekit.frontends.torch.frontend import (
     Conversion,
     check_fidelity,

@@ -11,6 +11,8 @@ slowest step of a conversion (about 1.6 s of 2.5 s for BERT-base).
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Any
 
 import torch
@@ -32,27 +34,76 @@ def as_tuple(example_inputs: Any) -> tuple[Any, ...]:
     )
 
 
+def as_kwargs(module: torch.nn.Module, kwargs: Any) -> dict[str, Any]:
+    """Keyword inputs as a dict in ``forward()``'s parameter order (the program's input order)."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ConversionError(f"kwargs: expected a dict of names, found {type(kwargs).__name__}")
+    try:
+        order = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):  # a forward without a signature: keep the caller's order
+        order = []
+    rank = {name: i for i, name in enumerate(order)}
+    return dict(sorted(kwargs.items(), key=lambda kv: rank.get(kv[0], len(order))))
+
+
+def without_cache(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The keyword inputs with ``use_cache=False``, for a model whose export failed on a cache
+    object in its outputs (``torch.export`` cannot return a ``DynamicCache``); None when the
+    caller chose ``use_cache`` or the model takes no such argument."""
+    if "use_cache" in kwargs:
+        return None
+    try:
+        accepts = "use_cache" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    if not accepts:
+        return None
+    warnings.warn(
+        f"{type(module).__name__}: converted without its KV cache (use_cache=False): "
+        "torch.export cannot return the cache object; pass use_cache explicitly to choose",
+        stacklevel=3,
+    )
+    return {**kwargs, "use_cache": False}
+
+
 def capture(
-    module: torch.nn.Module, example_inputs: Any, *, dynamic: Any = None
+    module: torch.nn.Module,
+    example_inputs: Any,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    dynamic: Any = None,
 ) -> torch.export.ExportedProgram:
     """Export ``module`` in eval mode on ``example_inputs`` and decompose it for the lowering table.
 
     Args:
         module (torch.nn.Module): the model; it is switched to eval mode, as for inference.
         example_inputs (tensor or tuple): the positional arguments of ``forward()``.
+        kwargs (dict): its keyword arguments (tensors become named inputs). Default: None.
         dynamic: passed to ``torch.export.export`` as ``dynamic_shapes``. Default: None
             (every dimension static, as the ANE needs).
     """
+    return decompose(export(module, as_tuple(example_inputs), as_kwargs(module, kwargs), dynamic))
+
+
+def export(
+    module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic: Any = None
+) -> torch.export.ExportedProgram:
+    """``torch.export.export`` in eval mode; a ConversionError says why it failed."""
     if not isinstance(module, torch.nn.Module):
         raise ConversionError(f"expected a torch.nn.Module, found {type(module).__name__}")
-    args = as_tuple(example_inputs)
     try:
-        exported = torch.export.export(module.eval(), args, dynamic_shapes=dynamic, strict=False)
+        return torch.export.export(
+            module.eval(), args, kwargs, dynamic_shapes=dynamic, strict=False
+        )
     except Exception as e:  # torch raises many kinds; the user needs to know export failed
+        hint = ""
+        if "Cache" in str(e):
+            hint = " (a cache object in the outputs: pass use_cache=False in kwargs)"
         raise ConversionError(
-            f"torch.export.export failed on {type(module).__name__}: {type(e).__name__}: {e}"
+            f"torch.export.export failed on {type(module).__name__}{hint}: {type(e).__name__}: {e}"
         ) from e
-    return decompose(exported)
 
 
 def decompose(exported: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

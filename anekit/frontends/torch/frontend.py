@@ -5,41 +5,38 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from anekit import hw
 from anekit.errors import ConversionError
-from anekit.frontends.torch.capture import capture, decompose
+from anekit.frontends.conversion import Conversion, save_conversion
+from anekit.frontends.fidelity import TOLERANCE, Fidelity, compare_arrays, verify
+from anekit.frontends.torch.archive import load_exported
+from anekit.frontends.torch.capture import as_kwargs, capture, decompose, without_cache
 from anekit.frontends.torch.compare import (
-    TOLERANCE,
-    Fidelity,
     compare,
-    compare_arrays,
+    in_program_order,
     program_inputs,
     torch_outputs,
-    verify,
 )
 from anekit.frontends.torch.lower import ProgressFn, convert_exported
 from anekit.mil import Program
 from anekit.passes import Pass, chip_profile
 from anekit.passes import convert as convert_pipeline
 
-if TYPE_CHECKING:
-    from anekit.compression import CompressReport
-
 
 def from_torch(
     module: torch.nn.Module,
     example_inputs: Any,
+    kwargs: dict[str, Any] | None = None,
     *,
+    outputs: Sequence[str] | str | None = None,
     dynamic: Any = None,
     name: str = "main",
     passes: Sequence[Pass | str] | None = None,
-    chip: str | hw.Chip = "m4",
+    chip: str | hw.Chip | None = None,
     verify: bool = True,
     tolerance: float = TOLERANCE,
     progress: ProgressFn | None = None,
@@ -48,15 +45,20 @@ def from_torch(
 
     Args:
         module (torch.nn.Module): the model (switched to eval mode).
-        example_inputs (tensor or tuple): ``forward()``'s tensor arguments. The program's
-            inputs follow them in order and keep their names; fp32 become fp16 inputs,
-            int64 token ids int32.
+        example_inputs (tensor or tuple): ``forward()``'s positional arguments. The
+            program's inputs follow them in order and keep their names; fp32 become fp16
+            inputs, int64 token ids int32.
+        kwargs (dict): ``forward()``'s keyword arguments; tensors become program inputs
+            named after their keyword (``attention_mask``), other values are fixed at
+            export. A Hugging Face model whose config enables its KV cache is converted with
+            ``use_cache=False`` (a warning says so) unless ``kwargs`` sets ``use_cache``.
+        outputs (str or sequence of str): the outputs to keep, by name. Default: all.
         dynamic: ``dynamic_shapes`` for ``torch.export``. Default: None (static).
         name (str): the MIL function's name. Default: ``"main"``.
         passes (sequence of Pass or str): the rewrite passes, in order. Default: None, i.e.
             ``anekit.passes.CONVERT_PASSES``; ``()`` keeps the fp32 program in
             PyTorch's layout.
-        chip (str or Chip): the chip whose limits the passes respect. Default: ``"m4"``.
+        chip (str or Chip): the chip whose limits the passes respect. Default: None, this Mac's chip, else m4.
         verify (bool): run the program once on the reference backend and raise
             ConversionError if an output's relative error exceeds ``tolerance``.
             Default: True.
@@ -64,23 +66,36 @@ def from_torch(
         progress (callable): ``progress(done, total)`` over the graph's nodes.
 
     Returns:
-        mil.Program: a single-tensor result is output ``output``, a tuple ``output_0..``,
-        a dict or ModelOutput its keys; each keeps PyTorch's shape and layout.
+        mil.Program: outputs named after their pytree path (``output`` for a lone tensor,
+        ``logits``, ``last_hidden_state``, ``output_0``, ``hidden_states_1``); each keeps
+        PyTorch's shape and layout.
     """
-    exported = capture(module, example_inputs, dynamic=dynamic)
-    program = convert_pipeline(
-        convert_exported(exported, name=name, progress=progress), passes, chip
-    )
+    kwargs = as_kwargs(module, kwargs)
+    try:
+        exported = capture(module, example_inputs, kwargs, dynamic=dynamic)
+    except ConversionError as e:  # a cache object in the outputs: convert without the cache
+        retry = without_cache(module, kwargs) if "Cache" in str(e) else None
+        if retry is None:
+            raise
+        kwargs = retry
+        exported = capture(module, example_inputs, kwargs, dynamic=dynamic)
+    converted = convert_exported(exported, name=name, progress=progress, outputs=outputs)
+    program = convert_pipeline(converted, passes, chip)
     if verify:
-        check_fidelity(module, example_inputs, program, tolerance)
+        check_fidelity(module, example_inputs, program, tolerance, kwargs=kwargs)
     return program
 
 
 def check_fidelity(
-    module: torch.nn.Module, example_inputs: Any, program: Program, tolerance: float = TOLERANCE
+    module: torch.nn.Module,
+    example_inputs: Any,
+    program: Program,
+    tolerance: float = TOLERANCE,
+    *,
+    kwargs: dict[str, Any] | None = None,
 ) -> Fidelity:
     """Compare ``program`` with ``module`` on the reference backend; raise if out of tolerance."""
-    fidelity = compare(module, example_inputs, _runnable(program))
+    fidelity = compare(module, example_inputs, _runnable(program), kwargs=kwargs)
     verify(fidelity, tolerance)
     return fidelity
 
@@ -93,43 +108,18 @@ def _runnable(program: Program) -> Program:
     return Program({"main": fn}, version=program.version, build_info=program.build_info)
 
 
-@dataclass
-class Conversion:
-    """What ``convert_file`` made and found."""
-
-    program: Program
-    out_dir: Path
-    nodes: int
-    fidelity: Fidelity | None = None
-    diagnostics: list[hw.Diagnostic] = field(default_factory=list)
-    estimate: hw.Estimate | None = None
-    compression: CompressReport | None = None  # what ``compress=`` did, if asked
-
-
-def load_exported(path: str | os.PathLike[str]) -> torch.export.ExportedProgram:
-    """Read a ``torch.export.save`` file; ConversionError says what is wrong with it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConversionError(f"{path}: no such file (expected a torch.export.save .pt2 file)")
-    try:
-        return torch.export.load(str(path))
-    except Exception as e:  # torch raises many kinds for a bad archive
-        raise ConversionError(
-            f"{path}: not an ExportedProgram saved with torch.export.save ({type(e).__name__}: {e})"
-        ) from e
-
-
 def convert_file(
     path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     *,
-    chip: str | hw.Chip = "m4",
+    chip: str | hw.Chip | None = None,
     check: bool = True,
     estimate: bool = True,
     passes: Sequence[Pass | str] | None = None,
     progress: ProgressFn | None = None,
     compress: str | None = None,
     max_error: float | None = None,
+    verbose: bool = False,
 ) -> Conversion:
     """Convert a saved ExportedProgram: write ``out_dir/model.mil`` + ``weights/``, compare with
     PyTorch on the example inputs saved with it, check and estimate for ``chip``.
@@ -137,10 +127,12 @@ def convert_file(
     ``compress`` (a scheme of ``anekit.compress``, or "auto") compresses the converted
     program's weights for ``chip``, within ``max_error`` when given, measured on the saved
     example inputs (random ones if there are none); the fidelity is the conversion's, before
-    compression, and ``Conversion.compression`` reports what compressing did.
+    compression, and ``Conversion.compression`` reports what compressing did. The file is
+    read as data (``anekit.frontends.torch.archive``): one that would run code is refused;
+    ``verbose`` lets torch's log through.
     """
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
-    exported = load_exported(path)
+    exported = load_exported(path, verbose=verbose)
     decomposed = decompose(exported)
     program = convert_pipeline(convert_exported(decomposed, progress=progress), passes, chip)
     fidelity = None
@@ -148,32 +140,11 @@ def convert_file(
     example = exported.example_inputs
     if example is not None:
         args, kwargs = example
-        want = _exported_outputs(exported, args, kwargs)
-        inputs = program_inputs(program, args)
+        want = in_program_order(program, torch_outputs(exported.module(), args, kwargs))
+        inputs = program_inputs(program, args, kwargs)
         fidelity = compare_arrays(program, inputs, want, "reference")
-    report = None
-    if compress is not None:
-        from anekit.compression import compress_with_report
-
-        packed = compress_with_report(
-            program, compress, chip=chip, calibration=inputs, max_error=max_error
-        )
-        program, report = packed.program, packed.report
-    out = program.save(out_dir)
-    return Conversion(
-        program=program,
-        out_dir=out,
-        nodes=len(decomposed.graph.nodes),
-        fidelity=fidelity,
-        diagnostics=hw.check(program, chip=chip) if check else [],
-        estimate=hw.estimate(program, chip=chip) if estimate else None,
-        compression=report,
-    )
-
-
-def _exported_outputs(exported: torch.export.ExportedProgram, args: Any, kwargs: Any) -> list:
-    if kwargs:
-        raise ConversionError(
-            "the saved example inputs include keyword arguments; export with positional ones"
-        )
-    return torch_outputs(exported.module(), args)
+    return save_conversion(
+        program, out_dir, nodes=len(decomposed.graph.nodes), chip=chip, check=check,
+        estimate=estimate, fidelity=fidelity, inputs=inputs, compress=compress,
+        max_error=max_error,
+    )  # fmt: skip

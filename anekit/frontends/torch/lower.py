@@ -24,7 +24,9 @@ import torch
 
 from anekit import mil
 from anekit.errors import ConversionError, MilTypeError
+from anekit.frontends.emit import Emitter
 from anekit.frontends.torch.lowerings import LOWERINGS
+from anekit.frontends.torch.pytree import leaf_names, select
 from anekit.mil import DType, Value
 
 # constants up to this many elements are written inline; larger ones get a weight file
@@ -63,13 +65,21 @@ def to_numpy(t: torch.Tensor, what: str) -> np.ndarray:
 
 
 def source_line(node: torch.fx.Node) -> str:
-    """The user's source line that made ``node`` ("file:line (function): code"), or ""."""
+    """Where ``node`` came from: the module path that made it and the user's source line
+    ("in module encoder.layer.0 (BertLayer), file:line (function): code"), or ""."""
     trace = node.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
-    if not frames:
-        return ""
-    file, line, func, code = frames[-1]
-    return f"{file}:{line} ({func}): {code.strip()}"
+    where = ""
+    if frames:
+        file, line, func, code = frames[-1]
+        where = f"{file}:{line} ({func}): {code.strip()}"
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        path, kind = list(stack.values())[-1]
+        name = re.sub(r"^L\['self'\]\.?", "", str(path)) or "(top)"
+        kind_name = getattr(kind, "__name__", str(kind).rsplit(".", 1)[-1].strip("'>"))
+        where = f"in module {name} ({kind_name})" + (f", {where}" if where else "")
+    return where
 
 
 def op_name(node: torch.fx.Node) -> str:
@@ -77,7 +87,7 @@ def op_name(node: torch.fx.Node) -> str:
     return str(node.target)
 
 
-class Lower:
+class Lower(Emitter):
     """What a lowering sees: the Builder, the current node and helpers to make MIL values."""
 
     def __init__(self, builder: mil.Builder) -> None:
@@ -125,13 +135,6 @@ class Lower:
             ) from None
 
     # -- values ------------------------------------------------------------------------------
-    def op(self, op_type: str, suffix: str = "", **params: Any) -> Any:
-        """Append MIL op ``op_type`` named after the node; MilTypeError becomes ConversionError."""
-        try:
-            return self.b.add_op(op_type, params, self.name(suffix))
-        except (MilTypeError, ValueError, TypeError) as e:
-            raise self.fail(f"MIL {op_type}: {e}") from e
-
     def v(self, x: Any, dtype: DType | None = None) -> Value:
         """``x`` as a MIL value (a constant becomes a const op), cast to ``dtype`` if given."""
         if isinstance(x, Value):
@@ -144,12 +147,6 @@ class Lower:
         else:
             raise self.fail(f"expected a tensor or a number, found {type(x).__name__} {x!r}")
         return value if dtype is None or value.dtype is dtype else self.cast(value, dtype)
-
-    def cast(self, x: Value, dtype: DType) -> Value:
-        """Cast a MIL value (``x`` stays as it is if it already has ``dtype``)."""
-        if x.dtype is dtype:
-            return x
-        return self.op("cast", f"to_{dtype.value}", x=x, dtype=dtype.value)
 
     def dtype_of(self, x: Any) -> DType:
         """The MIL dtype of a lowering argument (value, tensor or Python number)."""
@@ -240,21 +237,12 @@ def unsupported_nodes(exported: torch.export.ExportedProgram) -> list[torch.fx.N
 
 
 def output_names(exported: torch.export.ExportedProgram, count: int) -> list[str]:
-    """``output`` for one tensor, a ModelOutput's or dict's keys, else ``output_0..``."""
+    """Each user output's name from its pytree path (``logits``, ``output_0``, ``output``)."""
     spec = exported.call_spec.out_spec
-    if spec is None or spec.is_leaf():
+    names = leaf_names(spec) if spec is not None else []
+    if len(names) != count:
         return ["output"] if count == 1 else [f"output_{i}" for i in range(count)]
-    keys = spec.context
-    if (
-        isinstance(keys, list)
-        and len(keys) == count
-        and all(isinstance(k, str) for k in keys)
-        and all(c.is_leaf() for c in spec.children())
-    ):
-        names = [re.sub(r"\W", "_", k) for k in keys]
-        if len(set(names)) == count and all(re.match(r"[A-Za-z_]", n) for n in names):
-            return names
-    return [f"output_{i}" for i in range(count)]
+    return names
 
 
 def convert_exported(
@@ -262,14 +250,19 @@ def convert_exported(
     *,
     name: str = "main",
     progress: ProgressFn | None = None,
+    outputs: Sequence[str] | str | None = None,
 ) -> mil.Program:
-    """Lower a decomposed ExportedProgram to a verified MIL program (fp32, PyTorch layout)."""
+    """Lower a decomposed ExportedProgram to a verified MIL program (fp32, PyTorch layout).
+
+    ``outputs`` keeps some of the outputs, by name (default: all).
+    """
     missing = unsupported_nodes(exported)
     if missing:
         ops = sorted({op_name(n) for n in missing})
         raise ConversionError(
             f"{len(missing)} node(s) use {len(ops)} ATen op(s) with no lowering "
-            f"({', '.join(ops)}); add them to anekit/frontends/torch/lowerings (docs/torch.md)",
+            f"({', '.join(ops)}); please open an issue naming the op(s) and the model "
+            "(docs/torch.md lists the ops converted today)",
             problems=tuple((n.name, op_name(n), source_line(n)) for n in missing),
         )
     b = mil.Builder(function=name)
@@ -286,7 +279,7 @@ def convert_exported(
         elif node.op == "call_function":
             env[node] = _call(ctx, node, env)
         elif node.op == "output":
-            _outputs(ctx, exported, node, env)
+            _outputs(ctx, exported, node, env, outputs)
         if progress is not None:
             progress(i + 1, len(nodes))
     try:
@@ -295,12 +288,16 @@ def convert_exported(
         raise ConversionError(f"the converted program does not verify: {e}") from e
 
 
-def _input(b: mil.Builder, node: torch.fx.Node) -> Value:
+def _input(b: mil.Builder, node: torch.fx.Node) -> Any:
+    """A tensor argument becomes a program input; a Python value (``use_cache=False``) stays
+    the constant ``torch.export`` fixed it to."""
     val = node.meta["val"]
+    if val is None or isinstance(val, (bool, int, float, str)):
+        return val
     if not isinstance(val, torch.Tensor):
         raise ConversionError(
-            f"input {node.name!r}: expected a tensor, found {type(val).__name__}; "
-            "non-tensor arguments of forward() are fixed at export"
+            f"input {node.name!r}: expected a tensor or a Python constant, found "
+            f"{type(val).__name__}"
         )
     dynamic = [str(d) for d in val.shape if not isinstance(d, int)]
     if dynamic:
@@ -348,7 +345,11 @@ def _fold(ctx: Lower, node: torch.fx.Node, args: Any, kwargs: dict[str, Any]) ->
 
 
 def _outputs(
-    ctx: Lower, exported: torch.export.ExportedProgram, node: torch.fx.Node, env: dict
+    ctx: Lower,
+    exported: torch.export.ExportedProgram,
+    node: torch.fx.Node,
+    env: dict,
+    wanted: Sequence[str] | str | None,
 ) -> None:
     kinds = torch.export.graph_signature.OutputKind
     specs = exported.graph_signature.output_specs
@@ -356,11 +357,15 @@ def _outputs(
     results = [env[n] if isinstance(n, torch.fx.Node) else n for n, s in zip(flat, specs)]
     results = [r for r, s in zip(results, specs) if s.kind == kinds.USER_OUTPUT]
     names = output_names(exported, len(results))
+    keep = set(select(names, wanted))
     seen: set[int] = set()
     for result, out_name in zip(results, names):
+        if out_name not in keep:
+            continue
         if not isinstance(result, (Value, torch.Tensor)):
             raise ConversionError(
-                f"output {out_name!r}: expected a tensor, found {type(result).__name__}"
+                f"output {out_name!r}: expected a tensor, found {type(result).__name__}; "
+                "leave it out with outputs="
             )
         value = ctx.v(result)
         if id(value) in seen or value.producer is None:  # an input or a repeated output

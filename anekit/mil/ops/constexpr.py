@@ -37,6 +37,7 @@ from anekit.mil.ops.traits import ATTRIBUTES, CONSTEXPR
 from anekit.mil.types import UNSIGNED_SUB_BYTE, DType, TensorType
 
 _LUT_VALUES = frozenset({DType.int8, DType.uint8, DType.fp16, DType.fp32})
+_SPARSE18_VALUES = _LUT_VALUES | {DType.int4, DType.uint4}
 _UINT8 = frozenset({DType.uint8})
 _LUT_INDICES = UNSIGNED_SUB_BYTE | _UINT8
 _UINT32 = frozenset({DType.uint32})
@@ -290,7 +291,7 @@ def _blockwise(data: np.ndarray, scale: np.ndarray, offset: np.ndarray | None = 
     return values * _per_block(scale.astype(np.float32), data.shape)
 
 
-_DATA = frozenset({DType.int8, DType.uint8, DType.fp16, DType.fp32})
+_DATA = frozenset({DType.int4, DType.uint4, DType.int8, DType.uint8, DType.fp16, DType.fp32})
 register(
     OpDef(
         name="constexpr_blockwise_shift_scale",
@@ -311,7 +312,8 @@ register(
         Element p uses scale[p // block] with block = data.shape / scale.shape per dimension.
 
         Args:
-            data (const tensor<SrcT, [*D]>): the stored values (SrcT: int8, uint8, fp16, fp32).
+            data (const tensor<SrcT, [*D]>): the stored values (SrcT: int4, uint4, int8,
+                uint8, fp16, fp32; 4-bit data is iOS18's per-block 4-bit format).
             scale (const tensor<DstT, [*S]>): one step per block; S[i] divides D[i]
                 (DstT: fp16, fp32).
             offset (const tensor<OffsetT, [*S]>): one offset per block; an integer offset has
@@ -323,7 +325,7 @@ register(
 )
 
 
-# -- constexpr_sparse_to_dense (iOS16) ---------------------------------------------------------
+# -- constexpr_sparse_to_dense (iOS16; iOS18's uint1 mask) -------------------------------------
 
 
 def _sparse_infer(a: Args) -> TensorType:
@@ -355,7 +357,7 @@ def _sparse(nonzero_data: np.ndarray, mask: np.ndarray, shape: np.ndarray) -> np
     return dense.reshape(dims)
 
 
-register(
+_sparse16 = register(
     OpDef(
         name="constexpr_sparse_to_dense",
         params=(
@@ -380,6 +382,48 @@ register(
             shape (const tensor<uint32, [K]>): the output shape.
         Returns:
             const tensor<T, shape>: zeros with the values placed where the mask is set.
+        """,
+    )
+)
+
+
+def _sparse18_infer(a: Args) -> TensorType:
+    mask = np.asarray(a.const("mask"))
+    require(
+        int(np.count_nonzero(mask)) == a.nonzero_data.shape[0],
+        "constexpr_sparse_to_dense",
+        "nonzero_data",
+        lambda: (
+            f"the mask sets {int(np.count_nonzero(mask))} bits, found "
+            f"{a.nonzero_data.shape[0]} values"
+        ),
+    )
+    return TensorType(a.nonzero_data.dtype, a.mask.shape)
+
+
+def _sparse18(nonzero_data: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    dense = np.zeros(mask.shape, dtype=nonzero_data.dtype)
+    dense[np.asarray(mask) != 0] = nonzero_data
+    return dense
+
+
+register(
+    _sparse16.evolve(
+        since="ios18",
+        params=(
+            param("nonzero_data", _SPARSE18_VALUES, ranks=(1,), const=True),
+            param("mask", frozenset({DType.uint1}), const=True),
+        ),
+        infer=_sparse18_infer,
+        reference=_sparse18,
+        doc="""A constant stored as its non-zero values and a mask of the dense shape (iOS18).
+
+        Args:
+            nonzero_data (const tensor<T, [N]>): the values whose mask bit is set, row-major
+                (T: int4, uint4, int8, uint8, fp16, fp32).
+            mask (const tensor<uint1, [*D]>): 1 where a value is stored; N ones.
+        Returns:
+            const tensor<T, D>: zeros with the values placed where the mask is 1.
         """,
     )
 )

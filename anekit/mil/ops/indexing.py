@@ -25,6 +25,7 @@ from anekit.mil.ops import device
 from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.shape import (
+    MOVES,
     T15,
     T17,
     U17,
@@ -102,14 +103,8 @@ def slice_items(shape: tuple, spec: dict[str, Any]) -> tuple[int | slice, ...]:
         step = stride[i]
         stop = None if masks["end_mask"][i] else end[i]
         require(step != 0, op, "stride", lambda: f"stride of dimension {i} is 0")
-        require(
-            not (step < 0 and stop is not None and stop < -d),
-            op,
-            "end",
-            lambda: (
-                f"end {stop} < -{d} with negative stride on dimension {i} is ambiguous; use end_mask"
-            ),
-        )
+        # an end below -d with a negative stride runs past index 0 (Python's and NumPy's
+        # reading, which coremltools' value inference uses): index 0 is included
         chosen = slice(start, stop, step)
         require(
             len(range(*chosen.indices(d))) > 0,
@@ -184,6 +179,7 @@ _slice15 = declare(
     Returns:
         tensor<T, [*]>: the slice; every kept dimension must be non-empty.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_slice15, "ios17", x=T17, begin=U17, end=U17, stride=U17))
 
@@ -249,6 +245,7 @@ _slice_size15 = declare(
     Returns:
         tensor<T, [*]>: the window; it must lie inside x.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_slice_size15, "ios17", x=T17, begin=U17, size=U17))
 

@@ -203,7 +203,8 @@ def _linear_reference(x, weight, bias=None):
 _LINEAR_DOC = """``x @ weight.T + bias`` with a const weight.
 
 Args:
-    x (tensor<T, [*D, D_in]>): rank 1 to 3.
+    x (tensor<T, [*D, D_in]>): rank 1 to 5 (coremltools documents 1 to 3, but its type
+        inference and its own tests take rank 5).
     weight (const tensor<T, [D_out, D_in]>): the weight.
     bias (const tensor<T, [D_out]>): Default: zeros.
 Returns:
@@ -213,7 +214,10 @@ Returns:
 _linear_ios15 = register(
     OpDef(
         name="linear",
-        params=(param("x", MATMUL_DTYPES, ranks=(1, 2, 3), domain="T"), *_weight_and_bias("T")),
+        params=(
+            param("x", MATMUL_DTYPES, ranks=(1, 2, 3, 4, 5), domain="T"),
+            *_weight_and_bias("T"),
+        ),
         infer=_linear_infer,
         reference=_linear_reference,
         cost=mac_cost,

@@ -238,10 +238,12 @@ def _bilinear_infer_ios16(a: Args) -> TensorType:
 
 
 def _nearest_reference(x, scale_factor_height, scale_factor_width):
-    # source index floor(dst / scale), as torch's nearest with a given scale factor
+    # source index floor(dst * in / out), as Core ML (coremltools' value inference and
+    # its tests): the sizes' ratio, not the scale given (they differ for fractional scales)
     for axis, scale in ((-2, scale_factor_height), (-1, scale_factor_width)):
         size = x.shape[axis]
-        src = np.floor(np.arange(_out_size(size, scale)) / float(scale)).astype(np.int64)
+        out = _out_size(size, scale)
+        src = (np.arange(out, dtype=np.int64) * size) // out
         x = np.take(x, np.minimum(src, size - 1), axis=axis)
     return x
 
@@ -302,7 +304,7 @@ Args:
     x (tensor<T, [*D, H1, W1]>): rank >= 3.{_SCALE_DOC}
 Returns:
     tensor<T, [*D, H2, W2]>: ``H2 = floor(H1 * scale_factor_height)``, likewise W2; output
-    position i reads input ``min(floor(i / scale), size - 1)``.
+    position i reads input ``floor(i * H1 / H2)`` (the sizes' ratio, as Core ML).
 """,
     )
 )

@@ -49,6 +49,7 @@ CONST = _declare(
         _COST,
         _REFERENCE,
         "anekit.compression.layers",
+        "anekit.passes.coreml",
     ),
     "the op is a constant: its one output is the value of its `val` argument",
 )
@@ -80,7 +81,7 @@ EXACT = _declare(
 )
 ELEMENTWISE = _declare(
     "elementwise",
-    (_COST,),
+    (_COST, "anekit.passes.coreml"),
     "each output element depends only on the input elements at the same (broadcast) position",
 )
 UNARY = _declare("unary", (_COST,), "an elementwise function of one tensor")
@@ -106,6 +107,24 @@ MATMUL = _declare(
     "matmul",
     (_SIZE_RULES, _COST, *_COMPRESS),
     "a matrix product: multiply-accumulates on the MAC array over `OpDef.contraction`",
+)
+MOVEMENT = _declare(
+    "movement",
+    ("anekit.passes.masks",),
+    "rearranges, selects or repeats the elements of its tensor input(s) and computes nothing: "
+    "what comes out is what went in, elsewhere",
+)
+REDUCTION = _declare(
+    "reduction",
+    ("anekit.passes.layout",),
+    "combines `x`'s elements over the axes in `axes` into one per remaining position, keeping "
+    "those axes with length 1 when `keep_dims`",
+)
+PROBABILITIES = _declare(
+    "probabilities",
+    ("anekit.passes.masks",),
+    "turns scores into probabilities along an axis (softmax): an additive attention mask ends "
+    "here, and any value at or below -65504 in it gives probability 0",
 )
 ATTENTION = _declare(
     "attention",

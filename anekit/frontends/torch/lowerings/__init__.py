@@ -18,10 +18,18 @@ from typing import Any
 
 import torch
 
-from anekit.frontends.torch.lowerings import attention, elementwise, linear, norm, shape
+from anekit.frontends.torch.lowerings import (
+    attention,
+    elementwise,
+    linear,
+    norm,
+    order,
+    shape,
+    spatial,
+)
 
 aten = torch.ops.aten
-_e, _l, _n, _s = elementwise, linear, norm, shape
+_e, _l, _n, _s, _o, _r = elementwise, linear, norm, shape, order, spatial
 
 Lowering = Callable[..., Any]
 
@@ -57,6 +65,7 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.sin.default: _e.unary("sin"),
     aten.erf.default: _e.unary("erf"),
     aten.log1p.default: _e.log1p,
+    aten.atan2.default: _e.atan2,
     # comparisons and logic
     aten.eq.Tensor: _e.compare("equal"),
     aten.eq.Scalar: _e.compare("equal"),
@@ -74,6 +83,8 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.logical_or.default: _e.logical("logical_or"),
     aten.bitwise_and.Tensor: _e.logical("logical_and"),
     aten.bitwise_or.Tensor: _e.logical("logical_or"),
+    aten.__and__.Tensor: _e.logical("logical_and"),
+    aten.__or__.Tensor: _e.logical("logical_or"),
     aten.logical_not.default: _e.logical_not,
     aten.bitwise_not.default: _e.logical_not,
     aten.where.self: _e.where,
@@ -94,9 +105,14 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.clamp.default: _e.clamp,
     aten.clamp_min.default: _e.clamp_min,
     aten.clamp_max.default: _e.clamp_max,
+    aten.clamp.Tensor: _e.clamp,
+    aten.clamp_min.Tensor: _e.clamp_min,
+    aten.clamp_max.Tensor: _e.clamp_max,
     # casts and no-ops at inference
     aten._to_copy.default: _e.to_dtype,
     aten.to.dtype: _e.to_dtype,
+    aten.to.dtype_layout: _e.to_dtype,
+    aten.to.device: _e.to_dtype,
     aten.clone.default: _e.same,
     aten.alias.default: _e.same,
     aten.detach.default: _e.same,
@@ -127,7 +143,22 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.max_pool2d.default: _l.max_pool2d,
     aten.avg_pool2d.default: _l.avg_pool2d,
     aten.adaptive_avg_pool2d.default: _l.adaptive_avg_pool2d,
-    aten.constant_pad_nd.default: _l.pad_constant,
+    aten.constant_pad_nd.default: _r.pad_constant,
+    # resampling, padding modes, rolling
+    aten.upsample_nearest2d.vec: _r.upsample_nearest,
+    aten.upsample_nearest1d.vec: _r.upsample_nearest,
+    aten.upsample_bilinear2d.vec: _r.upsample_bilinear,
+    aten.pad.default: _r.pad,
+    aten.roll.default: _r.roll,
+    # ordering and scans
+    aten.argmax.default: _o.arg_extreme("reduce_argmax"),
+    aten.argmin.default: _o.arg_extreme("reduce_argmin"),
+    aten.topk.default: _o.topk,
+    aten.sort.default: _o.sort,
+    aten.sort.stable: _o.sort_stable,
+    aten.argsort.default: _o.argsort,
+    aten.argsort.stable: _o.argsort_stable,
+    aten.cumsum.default: _o.cumsum,
     # normalisation, softmax, reductions
     aten.layer_norm.default: _n.layer_norm,
     aten.batch_norm.default: _n.batch_norm,
@@ -174,5 +205,6 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.embedding.default: _s.embedding,
     aten.index_select.default: _s.index_select,
     aten.index.Tensor: _s.index,
+    aten.gather.default: _s.gather,
     aten.flip.default: _s.flip,
 }

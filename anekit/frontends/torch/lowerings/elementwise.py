@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from anekit.frontends.torch.lowerings.common import binary, float_operand, promote
@@ -164,6 +165,26 @@ def clamp(ctx: Lower, x: Any, min: Any = None, max: Any = None) -> Value:
     if max is not None:
         value = binary(ctx, "minimum", value, max, dtype)
     return value
+
+
+def atan2(ctx: Lower, y: Any, x: Any) -> Value:
+    """``atan(y / x)`` moved to the quadrant of ``(x, y)``; on ``x == 0``, ``sign(y) * pi/2``."""
+    dtype = ctx.out_dtype()
+    yv, xv = ctx.v(y, dtype), ctx.v(x, dtype)
+    zero = ctx.op("equal", "x_zero", x=xv, y=np.asarray(0, dtype.numpy))
+    safe = ctx.op("select", "x_safe", cond=zero, a=np.asarray(1, dtype.numpy), b=xv)
+    base = ctx.op("atan", "base", x=ctx.op("real_div", "ratio", x=yv, y=safe))
+    upper = ctx.op("greater_equal", "y_upper", x=yv, y=np.asarray(0, dtype.numpy))
+    turn = ctx.op(
+        "select", "turn", cond=upper, a=np.asarray(np.pi, dtype.numpy),
+        b=np.asarray(-np.pi, dtype.numpy),
+    )  # fmt: skip
+    left = ctx.op("less", "x_left", x=xv, y=np.asarray(0, dtype.numpy))
+    shift = ctx.op("select", "shift", cond=left, a=turn, b=np.asarray(0, dtype.numpy))
+    angle = ctx.op("add", "angle", x=base, y=shift)
+    axis_angle = ctx.op("mul", "on_axis", x=ctx.op("sign", "y_sign", x=yv),
+                        y=np.asarray(np.pi / 2, dtype.numpy))  # fmt: skip
+    return ctx.op("select", cond=zero, a=axis_angle, b=angle)
 
 
 def _is_tensor(*xs: Any) -> bool:

@@ -206,16 +206,3 @@ def adaptive_avg_pool2d(ctx: Lower, x: Any, output_size: Any) -> Value:
         )
     k = [h // oh, w // ow]
     return ctx.op("avg_pool", x=value, kernel_sizes=k, strides=k, pad_type="valid")
-
-
-def pad_constant(ctx: Lower, x: Any, pad: Any, value: float = 0.0) -> Value:
-    """``constant_pad_nd``: PyTorch lists (before, after) from the last dim backwards."""
-    tensor = ctx.v(x, ctx.out_dtype())
-    rank = len(ctx.static(tensor.shape))
-    widths = [[0, 0] for _ in range(rank)]
-    for i in range(len(pad) // 2):
-        widths[rank - 1 - i] = [int(pad[2 * i]), int(pad[2 * i + 1])]
-    if any(w < 0 for pair in widths for w in pair):
-        raise ctx.fail(f"negative padding {list(pad)} (cropping) is not lowered")
-    flat = np.array(widths, dtype=np.int32).ravel()
-    return ctx.op("pad", x=tensor, pad=flat, mode="constant", constant_val=float(value))

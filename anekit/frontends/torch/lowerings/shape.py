@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
+
 from anekit.frontends.torch.lowerings.common import axis, reshape
 from anekit.mil import DType, Value
 
@@ -157,14 +160,81 @@ def index_select(ctx: Lower, x: Any, dim: int, index: Any) -> Value:
 
 
 def index(ctx: Lower, x: Any, indices: Any) -> Value:
-    """``x[..., idx, ...]`` with one index tensor: ``gather``; advanced indexing otherwise fails."""
-    given = [(i, ix) for i, ix in enumerate(indices) if ix is not None]
-    if len(given) != 1:
-        raise ctx.fail("indexing with several index tensors is not lowered")
-    d, ix = given[0]
-    if ctx.dtype_of(ix) is DType.bool:
-        raise ctx.fail("boolean-mask indexing has a data-dependent shape and is not lowered")
-    return ctx.op("gather", x=ctx.v(x), indices=_indices(ctx, ix), axis=d)
+    """``x[i, j, ...]`` with index tensors (broadcast together): the indexed axes are merged
+    into one and read by one ``gather`` of the linearised index; a boolean mask fails (its
+    result's shape depends on the data)."""
+    value = ctx.v(x)
+    shape = ctx.static(value.shape)
+    given = [(d, ix) for d, ix in enumerate(indices) if ix is not None]
+    if any(ctx.dtype_of(ix) is DType.bool for _, ix in given):
+        raise ctx.fail(
+            "boolean-mask indexing has a data-dependent shape and is not lowered; "
+            "use torch.where or masked_fill"
+        )
+    dims = [d for d, _ in given]
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    if not adjacent:  # PyTorch puts the broadcast index dims first: move the axes there
+        rest = [d for d in range(len(shape)) if d not in dims]
+        value = ctx.op("transpose", "front", x=value, perm=dims + rest)
+        dims, shape = list(range(len(dims))), tuple(shape[d] for d in dims + rest)
+    first = dims[0]
+    sizes = [shape[d] for d in dims]
+    merged = shape[:first] + (int(np.prod(sizes)),) + shape[first + len(dims) :]
+    if _reads_in_order([ix for _, ix in given], sizes):  # HF masks' arange grids: a reshape
+        return reshape(ctx, value, ctx.out_shape(), "grid")
+    flat = _linear_index(ctx, [ix for _, ix in given], sizes)
+    value = reshape(ctx, value, merged, "merge")
+    if value.dtype is DType.bool:  # gather reads numbers: the mask goes through int32
+        value = ctx.cast(value, DType.int32)
+        return ctx.cast(reshape(ctx, ctx.op("gather", x=value, indices=flat, axis=first),
+                                ctx.out_shape(), "out"), DType.bool)  # fmt: skip
+    out = ctx.op("gather", x=value, indices=flat, axis=first)
+    return reshape(ctx, out, ctx.out_shape(), "out")
+
+
+def _reads_in_order(indices: list[Any], sizes: list[int]) -> bool:
+    """Whether constant index tensors read every element of the indexed axes once, in order
+    (``x[arange(B)[:, None], arange(K)]``): then indexing only reshapes."""
+    if not all(isinstance(ix, torch.Tensor) for ix in indices):
+        return False
+    flat = _flat_index(indices, sizes)
+    total = int(np.prod(sizes))
+    return flat.numel() == total and torch.equal(flat.reshape(-1), torch.arange(total))
+
+
+def _flat_index(indices: list[torch.Tensor], sizes: list[int]) -> torch.Tensor:
+    strides = [int(np.prod(sizes[k + 1 :])) for k in range(len(sizes))]
+    return sum((ix.to(torch.int64) % n) * s for ix, n, s in zip(indices, sizes, strides))
+
+
+def _linear_index(ctx: Lower, indices: list[Any], sizes: list[int]) -> Value:
+    """``sum(i_k * stride_k)`` of index tensors over axes of ``sizes`` (negatives wrapped):
+    computed here when every index is constant, else by MIL integer ops."""
+    if all(isinstance(ix, torch.Tensor) for ix in indices):
+        return ctx.v(_flat_index(indices, sizes), DType.int32)
+    strides = [int(np.prod(sizes[k + 1 :])) for k in range(len(sizes))]
+    total: Value | None = None
+    for k, (ix, n, s) in enumerate(zip(indices, sizes, strides)):
+        value = ctx.v(ix, DType.int32)
+        wrapped = ctx.op("mod", f"wrap{k}", x=value, y=np.int32(n))  # Python-style: >= 0
+        term = wrapped if s == 1 else ctx.op("mul", f"stride{k}", x=wrapped, y=np.int32(s))
+        total = term if total is None else ctx.op("add", f"sum{k}", x=total, y=term)
+    return total
+
+
+def gather(ctx: Lower, x: Any, dim: int, index: Any, sparse_grad: bool = False) -> Value:
+    """``torch.gather``: MIL ``gather_along_axis`` (negative indices wrapped)."""
+    value = ctx.v(x)
+    shape = ctx.static(value.shape)
+    d = axis(dim, len(shape))
+    if isinstance(index, torch.Tensor):
+        indices = ctx.v(index.to(torch.int64) % shape[d], DType.int32)
+    else:
+        indices = ctx.op("mod", "wrap", x=ctx.v(index, DType.int32), y=np.int32(shape[d]))
+    if value.dtype is DType.bool:
+        out = ctx.op("gather_along_axis", x=ctx.cast(value, DType.int32), indices=indices, axis=d)
+        return ctx.cast(out, DType.bool)
+    return ctx.op("gather_along_axis", x=value, indices=indices, axis=d)
 
 
 def flip(ctx: Lower, x: Any, dims: Any) -> Value:

@@ -1,0 +1,96 @@
+"""The one table of ONNX ops (default domain, opsets 13-21): op type -> lowering.
+
+A lowering takes ``ctx`` (:class:`anekit.frontends.onnx.lower.Lower`), the node's inputs
+in order (MIL values, NumPy arrays for constants, None for an optional input left out)
+and its attributes as keywords, and returns a MIL value (a tuple for several outputs).
+Ops whose inputs are all constant never reach this table: ``onnx.reference`` folds them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anekit.frontends.onnx.ops import elementwise as _e
+from anekit.frontends.onnx.ops import nn as _n
+from anekit.frontends.onnx.ops import shape as _s
+
+OPS: dict[str, Any] = {
+    "Add": _e.binary("add"),
+    "Sub": _e.binary("sub"),
+    "Mul": _e.binary("mul"),
+    "Div": _e.div,
+    "Pow": _e.binary("pow"),
+    "Max": _e.variadic("maximum"),
+    "Min": _e.variadic("minimum"),
+    "Sum": _e.variadic("add"),
+    "Equal": _e.binary("equal"),
+    "Less": _e.binary("less"),
+    "LessOrEqual": _e.binary("less_equal"),
+    "Greater": _e.binary("greater"),
+    "GreaterOrEqual": _e.binary("greater_equal"),
+    "And": _e.binary("logical_and"),
+    "Or": _e.binary("logical_or"),
+    "Xor": _e.binary("logical_xor"),
+    "Not": _e.unary("logical_not"),
+    "Where": _e.where,
+    "IsNaN": _e.not_a_number,
+    "Neg": _e.neg,
+    "Reciprocal": _e.reciprocal,
+    "Abs": _e.unary("abs"),
+    "Sqrt": _e.unary("sqrt"),
+    "Exp": _e.unary("exp"),
+    "Log": _e.unary("log"),
+    "Erf": _e.unary("erf"),
+    "Sin": _e.unary("sin"),
+    "Cos": _e.unary("cos"),
+    "Floor": _e.unary("floor"),
+    "Ceil": _e.unary("ceil"),
+    "Sign": _e.unary("sign"),
+    "Relu": _e.unary("relu"),
+    "Sigmoid": _e.unary("sigmoid"),
+    "Tanh": _e.unary("tanh"),
+    "Softplus": _e.unary("softplus"),
+    "Softsign": _e.unary("softsign"),
+    "Gelu": _e.gelu,
+    "LeakyRelu": _e.leaky_relu,
+    "Elu": _e.elu,
+    "HardSigmoid": _e.hard_sigmoid,
+    "HardSwish": _e.hard_swish,
+    "Clip": _e.clip,
+    "Identity": _e.identity,
+    "Dropout": _e.dropout,
+    "Cast": _e.cast,
+    "CastLike": _e.cast_like,
+    "MatMul": _n.matmul,
+    "Gemm": _n.gemm,
+    "Conv": _n.conv,
+    "MaxPool": _n.max_pool,
+    "AveragePool": _n.average_pool,
+    "GlobalAveragePool": _n.global_pool("reduce_mean"),
+    "GlobalMaxPool": _n.global_pool("reduce_max"),
+    "BatchNormalization": _n.batch_norm,
+    "InstanceNormalization": _n.instance_norm,
+    "LayerNormalization": _n.layer_norm,
+    "Softmax": _n.softmax,
+    "LogSoftmax": _n.log_softmax,
+    "ReduceMean": _n.reduction("reduce_mean"),
+    "ReduceSum": _n.reduction("reduce_sum"),
+    "ReduceMax": _n.reduction("reduce_max"),
+    "ReduceMin": _n.reduction("reduce_min"),
+    "ReduceProd": _n.reduction("reduce_prod"),
+    "ReduceL2": _n.reduction("reduce_l2_norm"),
+    "ReduceSumSquare": _n.reduction("reduce_sum_square"),
+    "Reshape": _s.onnx_reshape,
+    "Flatten": _s.flatten,
+    "Transpose": _s.transpose,
+    "Unsqueeze": _s.unsqueeze,
+    "Squeeze": _s.squeeze,
+    "Concat": _s.concat,
+    "Split": _s.split,
+    "Slice": _s.slice_,
+    "Gather": _s.gather,
+    "GatherElements": _s.gather_elements,
+    "Expand": _s.expand,
+    "Tile": _s.tile,
+    "Pad": _s.pad,
+}

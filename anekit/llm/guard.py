@@ -1,0 +1,94 @@
+"""The garbage guard: every step's values checked before a token is chosen from them.
+
+An overflowing model does not fail by itself: its logits come out all NaN (greedy decoding
+then picks token 0) or, under the ANE's arithmetic, all zero (the engine stores NaN as 0).
+So each step checks what the programs left behind, cheaply (one reduction per program over
+the step's columns, next to the matrix products that made them):
+
+* the residual stream after each program: non-finite, or at or above the saturation
+  magnitude (fp16's largest value by default) where the engine would have stored inf;
+* the logits: non-finite, or without variance (every token equally likely is no prediction).
+
+The first program (in order) whose output is bad names the layer; bad logits over a clean
+residual stream name the output head. Either raises :class:`~anekit.errors.GarbageValues`
+with the first bad token position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from anekit.errors import GarbageValues
+
+__all__ = ["FP16_SATURATION", "check_step"]
+
+FP16_SATURATION = 65504.0  # fp16's largest finite value: a stored value there has overflowed
+
+
+def check_step(
+    residuals: Sequence[tuple[range, np.ndarray]],
+    logits: np.ndarray,
+    *,
+    start: int,
+    tokens: int,
+    logit_start: int,
+    saturation: float = FP16_SATURATION,
+) -> None:
+    """GarbageValues if a step's residual stream or logits are garbage.
+
+    Args:
+        residuals: each program of the step, in order: the layers it ran and its output
+            residual stream ``[1, 1, D, T]``.
+        logits: the step's logits ``[R, V]`` (rows for positions ``logit_start...``).
+        start: the position of the step's first column.
+        tokens: the step's real columns (the rest are padding).
+        logit_start: the position of the first row of ``logits``.
+        saturation: the magnitude at which a stored value has overflowed.
+    """
+    for layers, stream in residuals:
+        columns = np.asarray(stream[0, 0, :, :tokens], np.float32)
+        peak = np.abs(columns).max(axis=0)  # NaN stays NaN: "not below" catches it too
+        bad = ~(peak < saturation)
+        if bad.any():
+            column = int(np.argmax(bad))
+            what = "non-finite (NaN or inf)" if not np.isfinite(peak[column]) else (
+                f"at the saturation magnitude ({float(peak[column]):g} >= {saturation:g})"
+            )  # fmt: skip
+            raise GarbageValues(
+                f"the residual stream is {what}: the model overflowed fp16; refusing to "
+                "choose tokens from it",
+                position=start + column,
+                where=_layers(layers),
+            )
+    peak = max((float(np.abs(s[0, 0, :, :tokens]).max()) for _, s in residuals), default=0.0)
+    _check_logits(logits, logit_start, peak)
+
+
+def _check_logits(logits: np.ndarray, first: int, peak: float) -> None:
+    """GarbageValues at the first row of ``logits [R, V]`` that is non-finite or flat.
+
+    ``peak`` (the residual stream's largest magnitude) goes into the message: a stream in the
+    thousands whose logits are flat points at a normalisation that overflowed.
+    """
+    finite = np.isfinite(logits).all(axis=1)
+    flat = logits.max(axis=1) == logits.min(axis=1)
+    bad = ~finite | flat
+    if bad.any():
+        row = int(np.argmax(bad))
+        what = "non-finite (NaN or inf)" if not finite[row] else (
+            f"all equal ({float(logits[row, 0]):g}): no token is preferred"
+        )  # fmt: skip
+        raise GarbageValues(
+            f"the logits are {what} although the residual stream stayed finite (largest "
+            f"magnitude {peak:g}); refusing to choose a token from them",
+            position=first + row,
+            where="the output head",
+        )
+
+
+def _layers(layers: range) -> str:
+    if len(layers) == 1:
+        return f"layer {layers.start}"
+    return f"layers {layers.start}-{layers.stop - 1} (one segment program)"

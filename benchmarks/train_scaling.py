@@ -1,0 +1,158 @@
+"""Data-parallel scaling of ``anekit train``: tokens/s at 1 and 2 ranks on each engine.
+
+Each measurement is a real run, ``anekit train --distributed ENGINE --nproc W`` on
+loopback, every rank pinned to one BLAS/OpenMP thread; the per-step times come from rank
+0's ``--log`` (``ms``: the whole step, waiting for the other rank included; ``comm_ms``:
+the time inside the gradient all-reduce). The first ``--warmup`` steps of each run are
+dropped. Runs alternate (1 rank, 2 ranks, each engine) round after round so load that
+comes and goes hits all of them; the figures are medians over every kept step of every
+round. Scaling efficiency is tokens/s at 2 ranks / (2 x tokens/s at 1 rank); the target of
+issue 24 is >= 0.8 on ``stories15m``.
+
+The data are synthetic llama2.c tokens with a 32000-piece tokenizer (the config's real
+vocabulary, so the classifier costs what it does on TinyStories; no download).
+
+``--predict`` prints instead what the cost model predicts per step for W Macs: the ANE
+kernel time of one rank's micro-batches from the chip profile (CPU work not included),
+plus a ring all-reduce of the fp32 gradients, ``2 (W - 1) / W x 4 x parameters`` bytes
+through each Mac's link, at the link rates in :data:`LINKS` (nominal, with their sources).
+
+Usage: ``python benchmarks/train_scaling.py [--config stories15m] [--rounds 3] [--steps 6]``,
+``python benchmarks/train_scaling.py --predict [--config stories110m] [--chip m4]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ENGINES = ("mlx", "torch")
+# Nominal link rates in bytes/s; TCP over them delivers less (unmeasured here).
+LINKS = {
+    # Intel's Thunderbolt 5 announcement (2023-09-12): 80 Gb/s bi-directional
+    "Thunderbolt 5 (80 Gb/s)": 80e9 / 8,
+    # Intel's Thunderbolt 4 specification: 40 Gb/s
+    "Thunderbolt 4 (40 Gb/s)": 40e9 / 8,
+    # the 10 Gb Ethernet option of Mac mini and Mac Studio (Apple's technical specifications)
+    "10 Gb Ethernet": 10e9 / 8,
+}
+ONE_THREAD = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+VOCAB = 32000
+
+
+def synthetic_data(directory: Path, tokens: int, seed: int = 0) -> Path:
+    """A llama2.c ``.bin`` of random token ids and a ``tokenizer.bin`` of ``VOCAB`` pieces."""
+    pieces = [f"<{i}>".encode() for i in range(VOCAB)]
+    table = struct.pack("<i", max(map(len, pieces)))
+    table += b"".join(struct.pack("<fi", 0.0, len(p)) + p for p in pieces)
+    (directory / "tokenizer.bin").write_bytes(table)
+    ids = np.random.default_rng(seed).integers(0, VOCAB, tokens, dtype=np.uint16)
+    path = directory / "data.bin"
+    ids.astype("<u2").tofile(path)
+    return path
+
+
+def one_run(engine: str, world: int, args, data: Path, workdir: Path) -> list[dict]:
+    """Rank 0's log records of one run of ``world`` ranks."""
+    tag = f"{engine}-{world}-{time.monotonic_ns()}"
+    log = workdir / f"{tag}.jsonl"
+    command = [sys.executable, "-m", "anekit", "train", "--config", args.config,
+               "--data", str(data), "--steps", str(args.steps), "--backend", "reference",
+               "--sample-tokens", "0", "--save-every", "0", "--out", str(workdir / tag),
+               "--log", str(log), "--distributed", engine, "--nproc", str(world),
+               "--bucket-mb", str(args.bucket_mb)]  # fmt: skip
+    env = {**os.environ, **{name: "1" for name in ONE_THREAD}}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"{engine} x {world} failed ({done.returncode}):\n{done.stderr}")
+    return [json.loads(line) for line in log.read_text().splitlines()][args.warmup :]
+
+
+def predict(config: str, chip: str, worlds: tuple[int, ...] = (1, 2, 4, 8)) -> None:
+    """The cost model's step time for W Macs: ANE kernels (chip profile) + ring all-reduce."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from train import predicted_ms  # benchmarks/train.py: the cost model's kernel time
+
+    from anekit.train.config import get_config
+
+    named = get_config(config)
+    compute = predicted_ms(config, chip)
+    if compute is None:
+        raise SystemExit("no cost model (anekit.hw) in this checkout")
+    compute *= named.train.grad_accum  # per rank and step, at the config's batch 1
+    grads = 4 * named.model.n_params()
+    print(f"{config} on {chip}: {compute:.0f} ms of ANE kernels per rank and step "
+          f"(batch 1, CPU work not included); fp32 gradients {grads / 1e6:.0f} MB")  # fmt: skip
+    for link, rate in LINKS.items():
+        row = []
+        for w in worlds:
+            reduce_ms = 2 * (w - 1) / w * grads / rate * 1e3
+            row.append(f"W={w}: {compute + reduce_ms:.0f} ms "
+                       f"({compute / (compute + reduce_ms):.2f} efficiency)")  # fmt: skip
+        print(f"  {link}: " + "; ".join(row))
+
+
+def median(records: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in records)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="default: stories15m; with --predict, stories110m")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6, help="steps per run")
+    parser.add_argument("--warmup", type=int, default=2, help="first steps of a run dropped")
+    parser.add_argument("--bucket-mb", type=float, default=25.0)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--predict", action="store_true", help="the cost model for W Macs")
+    parser.add_argument("--chip", default="m4", help="with --predict")
+    args = parser.parse_args()
+    if args.predict:
+        predict(args.config or "stories110m", args.chip)
+        return
+    args.config = args.config or "stories15m"
+    engines = args.engines.split(",")
+    runs: dict[tuple[str, int], list[dict]] = {(e, w): [] for e in engines for w in (1, 2)}
+    with tempfile.TemporaryDirectory(prefix="anekit-scaling-") as tmp:
+        workdir = Path(tmp)
+        data = synthetic_data(workdir, 2_000_000)
+        print(f"load before: {os.getloadavg()[0]:.2f} (1-minute average, {os.cpu_count()} cores)")
+        for round_ in range(args.rounds):
+            order = list(runs)
+            order = order[round_ % len(order) :] + order[: round_ % len(order)]
+            for engine, world in order:
+                runs[engine, world] += one_run(engine, world, args, data, workdir)
+        print(f"load after: {os.getloadavg()[0]:.2f}")
+    print(f"{args.config}, one BLAS thread per rank, {args.rounds} rounds x "
+          f"{args.steps - args.warmup} steps kept per configuration, medians")  # fmt: skip
+    for engine in engines:
+        one, two = runs[engine, 1], runs[engine, 2]
+        tps1 = one[0]["tokens_per_s"] * one[0]["ms"] / median(one, "ms")
+        tps2 = two[0]["tokens_per_s"] * two[0]["ms"] / median(two, "ms")
+        comm = median(two, "comm_ms")
+        step = median(two, "ms")
+        efficiency = tps2 / (2 * tps1)
+        verdict = "reached" if efficiency >= 0.8 else "NOT reached"
+        print(f"{engine}: 1 rank {tps1:,.0f} tokens/s ({median(one, 'ms'):.0f} ms/step); "
+              f"2 ranks {tps2:,.0f} tokens/s ({step:.0f} ms/step, all-reduce {comm:.0f} ms = "
+              f"{comm / step:.0%} of the step); scaling efficiency {efficiency:.2f} "
+              f"(target >= 0.8: {verdict})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

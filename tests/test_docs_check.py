@@ -1,0 +1,39 @@
+"""tools/docs_check.py: generated blocks are compared with their data, drift fails, --write fixes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "docs_check.py"
+
+
+@pytest.fixture
+def tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    spec = importlib.util.spec_from_file_location("docs_check_under_test", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "docs").mkdir()
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "load_generators", lambda: {"answer": lambda: "42 tok/s"})
+    return module
+
+
+def test_a_drifted_block_fails_and_write_fixes_it(tool, tmp_path: Path) -> None:
+    doc = tmp_path / "docs" / "a.md"
+    doc.write_text("x\n<!-- docs-check: answer -->\n41 tok/s\n<!-- /docs-check -->\ny\n")
+    (tmp_path / "README.md").write_text("no blocks\n")
+    assert tool.main([]) == 1
+    assert tool.check(write=True) == ["docs/a.md: block 'answer' differs from its data (rewritten)"]
+    assert doc.read_text() == "x\n<!-- docs-check: answer -->\n42 tok/s\n<!-- /docs-check -->\ny\n"
+    assert tool.main([]) == 0
+
+
+def test_unknown_blocks_and_unused_generators_are_reported(tool, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("<!-- docs-check: other -->\n<!-- /docs-check -->\n")
+    assert tool.check(write=False) == [
+        "README.md: block 'other' has no generator",
+        "generator 'answer' is used by no document",
+    ]

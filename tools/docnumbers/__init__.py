@@ -1,0 +1,31 @@
+"""Generators of the numbers the docs quote: one function per marked block, registered by name.
+
+A block in README.md or docs/*.md::
+
+    <!-- docs-check: NAME -->
+    (whatever GENERATORS[NAME]() returns, written by tools/docs_check.py --write)
+    <!-- /docs-check -->
+
+Each module of this package registers its generators with :func:`generates`; every
+generator computes its text from a measurement file or the package's published data, so
+``make docs-check`` fails when a doc drifts from the data it quotes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Generator = Callable[[], str]
+GENERATORS: dict[str, Generator] = {}
+
+
+def generates(name: str) -> Callable[[Generator], Generator]:
+    """Register the decorated function as the generator of block ``name`` (once per name)."""
+
+    def register(fn: Generator) -> Generator:
+        if name in GENERATORS:
+            raise ValueError(f"docs-check block {name!r} is generated twice")
+        GENERATORS[name] = fn
+        return fn
+
+    return register

@@ -1,0 +1,90 @@
+"""The cost model's figures in docs/hw.md and docs/llm.md, from benchmarks/cost_model.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tools.docnumbers import generates
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _benchmark() -> Any:
+    """``benchmarks/cost_model.py`` as a module (benchmarks/ is not a package)."""
+    name = "cost_model_benchmark"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "cost_model.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@generates("cost-model-summary")
+def cost_model_summary() -> str:
+    """The floors per generation, the ratio summary before and after, and the LOSO spread."""
+    bench = _benchmark()
+    entries = bench.load_entries()
+    floors = bench.family_floors(entries)
+    lines = ["| generation | path | floor (ms) |", "|---|---|---|"]
+    for (generation, path), floor in sorted(floors.items()):
+        lines.append(f"| {generation} | {path} | {floor * 1e3:.4f} |")
+    before = bench.evaluate(entries, bench.previous_chips())
+    after = bench.evaluate(entries)
+    lines += ["", "| entries | each chip's own floor (before) | one per generation (after) |",
+              "|---|---|---|"]  # fmt: skip
+    for label, pick in (
+        ("section 7", lambda r: r["split"] == "calibration"),
+        ("fit split", lambda r: r["split"] == "fit"),
+        ("held-out split", lambda r: r["split"] == "holdout"),
+        ("latency-bound (< 1 ms), fit + held-out", bench._small),
+    ):
+        cells = [_cell(bench, [r for r in rows if pick(r)]) for rows in (before, after)]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    lines += ["", bench.spread(bench.leave_one_source_out(entries)) + "."]
+    return "\n".join(lines)
+
+
+def _cell(bench: Any, rows: list[dict]) -> str:
+    errs = [bench._err(r) for r in rows]
+    inside = sum(e <= bench.TARGET for e in errs)
+    return f"{len(rows)}: {inside} within 1.25x, median x{float(np.median(errs)):.3f}; {bench.bias(rows)}"
+
+
+@generates("llm-decode-table")
+def llm_decode_table() -> str:
+    """Predicted decode beside every published figure (anekit/llm/data/published.json)."""
+    from anekit.llm.cost import compare_published
+
+    rows = compare_published()
+    lines = ["| model | chip | published decode | predicted | predicted / published | source |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['chip']} | {r['published_decode']:g} tok/s | "
+                     f"{r['predicted_decode']:.1f} | {r['ratio']:.2f} | {r['source']} |")  # fmt: skip
+    ratios = [r["ratio"] for r in rows]
+    inside = sum(max(x, 1 / x) <= 1.25 for x in ratios)
+    above = sum(x > 1 for x in ratios)
+    lines += ["", f"{inside} of {len(rows)} within 1.25x; predicted faster than published "
+              f"{above} times, slower {len(rows) - above} times (median "
+              f"{float(np.median(ratios)):.2f})."]  # fmt: skip
+    return "\n".join(lines)
+
+
+@generates("cost-model-section7")
+def cost_model_section7() -> str:
+    """Every section-7 (calibration) entry: published, predicted, ratio; and the summary."""
+    bench = _benchmark()
+    rows = [r for r in bench.evaluate(bench.load_entries()) if r["split"] == "calibration"]
+    lines = ["| entry | path | published | predicted | predicted / published |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['id']} | {r['path']} | {r['published_s'] * 1e3:.3f} ms | "
+                     f"{r['predicted_s'] * 1e3:.3f} ms | {r['ratio']:.2f} |")  # fmt: skip
+    lines += ["", f"{_cell(bench, rows)}."]
+    return "\n".join(lines)

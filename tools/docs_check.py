@@ -1,0 +1,91 @@
+"""Check (or rewrite) every generated block of README.md and docs/*.md against its data.
+
+    python tools/docs_check.py            # exit 1 naming each block that drifted
+    python tools/docs_check.py --write    # regenerate every block in place
+    python tools/docs_check.py --list     # the registered blocks and where they are used
+
+Blocks and their generators: ``tools/docnumbers`` (how to add one: its module docstring).
+Nothing here reads the network; every generator computes from files in the checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import tools.docnumbers as docnumbers  # noqa: E402
+
+BLOCK = re.compile(r"(<!-- docs-check: ([\w.-]+) -->\n)(.*?)(<!-- /docs-check -->)", re.S)
+
+
+def documents() -> list[Path]:
+    """README.md and every Markdown file under docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def load_generators() -> dict[str, docnumbers.Generator]:
+    """Every generator the modules of tools/docnumbers register."""
+    for module in pkgutil.iter_modules(docnumbers.__path__):
+        importlib.import_module(f"tools.docnumbers.{module.name}")
+    return docnumbers.GENERATORS
+
+
+def check(write: bool) -> list[str]:
+    """Problems found (drifted or unknown blocks); with ``write``, drifted blocks are fixed."""
+    generators = load_generators()
+    cache: dict[str, str] = {}
+    problems = []
+    for doc in documents():
+        text = doc.read_text("utf-8")
+
+        def render(m: re.Match[str], doc: Path = doc) -> str:
+            name = m.group(2)
+            if name not in generators:
+                problems.append(f"{doc.relative_to(ROOT)}: block {name!r} has no generator")
+                return m.group(0)
+            if name not in cache:
+                cache[name] = generators[name]().rstrip("\n") + "\n"
+            if m.group(3) != cache[name]:
+                problems.append(f"{doc.relative_to(ROOT)}: block {name!r} differs from its data"
+                                + (" (rewritten)" if write else ""))  # fmt: skip
+            return m.group(1) + cache[name] + m.group(4)
+
+        new = BLOCK.sub(render, text)
+        if write and new != text:
+            doc.write_text(new, "utf-8")
+    unused = set(generators) - {m.group(2) for d in documents()
+                                for m in BLOCK.finditer(d.read_text("utf-8"))}  # fmt: skip
+    problems += [f"generator {name!r} is used by no document" for name in sorted(unused)]
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="regenerate every block in place")
+    parser.add_argument("--list", action="store_true", help="list the blocks and their documents")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name in sorted(load_generators()):
+            where = [str(d.relative_to(ROOT)) for d in documents()
+                     if f"<!-- docs-check: {name} -->" in d.read_text("utf-8")]  # fmt: skip
+            print(f"{name:28} {', '.join(where) or '(unused)'}")
+        return 0
+    problems = check(args.write)
+    for problem in problems:
+        print(f"docs-check: {problem}", file=sys.stderr)
+    drifted = [p for p in problems if not p.endswith("(rewritten)")]
+    if drifted:
+        print("docs-check: run `python tools/docs_check.py --write` after checking the data",
+              file=sys.stderr)  # fmt: skip
+    return 1 if drifted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
