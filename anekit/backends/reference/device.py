@@ -24,12 +24,11 @@ from anekit.fp16 import (
     MAGNITUDE,
     MIN_NORMAL_BITS,
     OVERFLOW_BITS,
-    SIGN_BIT,
 )
 from anekit.mil.ops.registry import Numerics
 
 SATURATED, FLUSHED, REPLACED = 0, 1, 2
-CHUNK = 1 << 14  # elements per pass: the scratch stays in the L2 cache
+CHUNK = 1 << 15  # elements per pass: the chunk and its scratch stay in the L2 cache
 # 2**-14 - 2**-25: the smallest magnitude that rounds to fp16's smallest normal (a tie goes
 # up under both tie rules), so anything below it is stored as a subnormal, i.e. flushed
 FLUSH_BELOW = np.uint32(0x387FE000)
@@ -88,34 +87,31 @@ class DeviceRounder:
         n = x.size
         u = x.view(np.uint32)
         m, b = self._m[:n], self._b[:n]
-        np.bitwise_and(u, MAGNITUDE, out=m)
-        top = m.max()
-        if top > INF_BITS and st.nan is not None:  # NaN: never comes out (N8)
-            np.greater(m, INF_BITS, out=b)
+        hi, lo = x.max(), x.min()  # NaN shows in both; the largest magnitude is one of them
+        if st.nan is not None and np.isnan(hi):  # NaN: never comes out (N8)
+            np.isnan(x, out=b)
             counts[REPLACED] += np.count_nonzero(b)
             np.copyto(x, np.float32(st.nan), where=b)
-            np.bitwise_and(u, MAGNITUDE, out=m)
-            top = m.max()
+            hi, lo = x.max(), x.min()
+        top = np.float32(max(abs(hi), abs(lo))).view(np.uint32)  # (a NaN kept compares False)
+        np.bitwise_and(u, MAGNITUDE, out=m)
         if top >= st.inf_from:  # saturation (N1, N9) and fp16 overflow
             np.greater_equal(m, st.inf_from, out=b)
-            if top >= INF_BITS:  # values already infinite (or NaN kept) are not new events
-                b &= m < INF_BITS
+            b &= m < INF_BITS  # values already infinite (or NaN kept) are not new events
             counts[SATURATED] += np.count_nonzero(b)
-            np.copyto(m, INF_BITS, where=b)
+            np.copyto(x, np.copysign(np.float32(np.inf), x), where=b)
+            np.bitwise_and(u, MAGNITUDE, out=m)
         small = None
         if st.flush:  # N12: what would be stored as a subnormal becomes a signed zero
-            np.less(m, FLUSH_BELOW, out=b)
-            flushed = np.count_nonzero(b)
+            np.greater_equal(m, FLUSH_BELOW, out=b)  # kept
+            flushed = np.count_nonzero(m) - np.count_nonzero(b)  # zeros stay zeros: no event
             if flushed:
-                flushed -= n - np.count_nonzero(m)  # zeros stay zeros: not events
                 counts[FLUSHED] += flushed
-                np.copyto(m, 0, where=b)
+                np.multiply(x, b, out=x)  # x * 0 keeps the sign
         else:
             small = np.flatnonzero(m < MIN_NORMAL_BITS)
             small_values = np.abs(x[small]).astype(np.float64) if small.size else None
-        self._round(m, st.tie_even)
-        np.bitwise_and(u, SIGN_BIT, out=u)
-        np.bitwise_or(u, m, out=u)
+        self._round(u, st.tie_even)  # on the signed bits: the magnitude rounds, the sign stays
         if small is not None and small.size:  # subnormals kept: fp16's quantum 2**-24 there
             q = small_values * _SUBNORMAL_SCALE
             q = np.rint(q) if st.tie_even else np.floor(q + 0.5)
@@ -123,17 +119,20 @@ class DeviceRounder:
         if top >= st.inf_from:
             self._table(x, u, st, counts)
 
-    def _round(self, m: np.ndarray, tie_even: bool) -> None:
-        """Round magnitudes (float32 bits) to fp16's 10 mantissa bits; inf stays inf."""
+    def _round(self, u: np.ndarray, tie_even: bool) -> None:
+        """Round float32 bits to fp16's 10 mantissa bits (sign-magnitude: the sign is kept).
+
+        No carry reaches the sign: the largest magnitude here is inf's (NaN was replaced).
+        """
         if tie_even:
-            t = self._t[: m.size]
-            np.right_shift(m, 13, out=t)
+            t = self._t[: u.size]
+            np.right_shift(u, 13, out=t)
             np.bitwise_and(t, 1, out=t)
             np.add(t, _EVEN_BIAS, out=t)
-            np.add(m, t, out=m)
+            np.add(u, t, out=u)
         else:
-            np.add(m, HALF_QUANTUM, out=m)
-        np.bitwise_and(m, KEEP_BITS, out=m)
+            np.add(u, HALF_QUANTUM, out=u)
+        np.bitwise_and(u, KEEP_BITS, out=u)
 
     def _table(self, x: np.ndarray, u: np.ndarray, st: Storage, counts: np.ndarray) -> None:
         """N8: the op's row of the non-finite table for +inf and -inf outputs."""
