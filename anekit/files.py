@@ -206,6 +206,8 @@ def _too_deep(text: str, depth: int) -> str | None:
     nested ``n`` deep empties in ``n`` passes; every pass is one regular-expression scan.
     """
     rest = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if re.search(f"[\\[{{]{{{depth + 1}}}", rest):  # a run of openers: too deep in one scan
+        return f"it is nested deeper than {depth} levels"
     for _ in range(depth):
         if not rest:
             return None

@@ -43,7 +43,6 @@ FINDINGS = {
     "int32 [3, 6]",
     "pixel_unshuffle-f2": "expects tensor or scalar of dtype from type domain ['uint32'] but got "
     "int32",
-    "constexpr_sparse_to_dense-ios16-form": "Unknown input 'shape'",
 }
 
 
@@ -71,8 +70,8 @@ def test_every_registry_op_goes_through_coremltools_builder_with_the_same_types(
         except ConversionError as e:
             failed[case_id] = str(e)
     assert tried == set(registry.names()) and len(tried) == 125  # every op has a case
-    # every op exists in coremltools' builder; two are refused in every case anekit has
-    assert tried - converted == {"pixel_unshuffle", "constexpr_sparse_to_dense"}
+    # every op exists in coremltools' builder; one is refused in every case anekit has
+    assert tried - converted == {"pixel_unshuffle"}
     assert set(failed) == set(FINDINGS)
     for case_id, fragment in FINDINGS.items():
         assert fragment in failed[case_id], (case_id, failed[case_id])

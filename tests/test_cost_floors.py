@@ -57,3 +57,29 @@ def test_estimate_streams_what_the_chip_keeps_compressed(chip: str, folds: bool)
     # M1 folds int8 to fp16 at compile time (ANEForge): its decode streams the dense bytes
     assert int8.streamed_bytes == (dense.streamed_bytes if folds else int8.weight_bytes)
     assert int8.weights_s == pytest.approx(int8.streamed_bytes / get_chip(chip).cost.dram_bw)
+
+
+def test_first_call_costs_are_reported_apart_from_the_steady_time() -> None:
+    import time
+
+    from anekit.bench.measure import Candidate, Settings, time_interleaved
+
+    calls = []
+
+    def slow_once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.05)  # a lazy import, say
+
+    (timing,) = time_interleaved([Candidate(slow_once)], Settings(1, 3, 3, budget_s=0.0))
+    assert timing.first_s >= 0.05 and timing.median < 0.01
+    assert timing.as_json()["first_call_s"] == timing.first_s
+
+
+def test_run_reports_its_first_call_apart(tmp_path, capsys) -> None:
+    from tests.clitools import GOOD_MIL
+
+    model = mil.parse(GOOD_MIL).save(tmp_path / "m")
+    assert main(["run", str(model), "--random", "--backend", "reference", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["first_call_ms"] > 0 and record["repeat"] == 1 and record["compile_ms"] > 0

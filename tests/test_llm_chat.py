@@ -106,7 +106,7 @@ def test_a_model_without_a_template_is_told_what_to_do(tmp_path):
         "Once upon a time !"
     )
     (tmp_path / "tokenizer_config.json").write_text("[1, 2")
-    with pytest.raises(ModelError, match="not a JSON file"):
+    with pytest.raises(ModelError, match="not readable JSON: its brackets do not balance"):
         load_chat_template(tmp_path)
 
 

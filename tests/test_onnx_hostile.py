@@ -211,3 +211,30 @@ def test_constant_subgraph_folds_and_unlowered_constant_ops_are_fine() -> None:
     with anekit.compile(prog, backend="reference") as k:
         np.testing.assert_allclose(k(x=x)["y"], x.reshape(2, -1) * (arr @ arr.T).sum(), rtol=1e-6)
     assert aonnx.compare(model, prog).worst.rel_error < 1e-6
+
+
+def test_constant_with_external_data_checked_like_an_initializer(tmp_path) -> None:
+    """A Constant node's tensor may name external data too: the same checks apply, and what
+    folds is the array read (onnx.reference never sees the file name)."""
+    (tmp_path / "outside.bin").write_bytes(np.ones(3, np.float32).tobytes())
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (model_dir / "c.bin").write_bytes(np.arange(3, dtype=np.float32).tobytes())
+
+    def model(location: str) -> onnx.ModelProto:
+        nodes = [helper.make_node("Constant", [], ["c"], value=external("c", location, [3])),
+                 helper.make_node("Neg", ["c"], ["nc"]),
+                 helper.make_node("Add", ["x", "nc"], ["y"])]  # fmt: skip
+        graph = helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )  # fmt: skip
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    inside = save(model("c.bin"), model_dir / "in.onnx")
+    prog = anekit.from_onnx(inside, passes=(), verify=False)
+    with anekit.compile(prog, backend="reference") as k:
+        np.testing.assert_allclose(k(x=np.ones(3, np.float32))["y"], [1, 0, -1])
+    outside = save(model("../outside.bin"), model_dir / "out.onnx")
+    with pytest.raises(ConversionError, match="inside the directory"):
+        anekit.from_onnx(outside, verify=False)

@@ -129,6 +129,21 @@ def test_realtime_times_both_paths_inside_a_real_time_task(ctx, fake) -> None:
     assert rt[0].label == "ane_model" and rt[2].label == "request"
     assert sent(fake, "beginRealTimeTask", "endRealTimeTask") == ["beginRealTimeTask",
                                                                   "endRealTimeTask"]  # fmt: skip
+    # the model is loaded for real time before the task and unloaded after it
+    assert sent(fake, dispatch.LOAD_REALTIME, "beginRealTimeTask", "endRealTimeTask",
+                dispatch.UNLOAD_REALTIME) == [dispatch.LOAD_REALTIME, "beginRealTimeTask",
+                                              "endRealTimeTask", dispatch.UNLOAD_REALTIME]  # fmt: skip
+    assert fake.calls_to(dispatch.LOAD_REALTIME)[0].args[0].label == "ane_model"
+    assert seen["load_real_time_model"]["ok"] and fake.realtime_models == set()
+    clean(fake)
+
+
+def test_realtime_without_loading_the_model_for_real_time_is_refused(ctx, fake) -> None:
+    """The stand-in refuses a real-time evaluation of a model not loaded for it."""
+    del fake.selectors[("client", dispatch.LOAD_REALTIME)]
+    dispatch.realtime(ctx)
+    assert ctx.observed["load_real_time_model"]["ok"] is False
+    assert ctx.observed["evaluateRealTime_first"]["error"]["code"] == 0x1D
     clean(fake)
 
 

@@ -316,3 +316,31 @@ def test_calibration_files_are_bounded_and_typed(tmp_path: Path) -> None:
             path.write_bytes(data)
         with pytest.raises(UsageError, match=message):
             read_npz(path, limit=100_000, what="x")
+
+
+def test_a_missing_buffer_name_is_our_error_and_still_a_key_error() -> None:
+    import anekit
+    from anekit import mil
+    from anekit.errors import AnekitError
+
+    b = mil.Builder()
+    b.output(b.relu(x=b.input("x", (1, 4), "fp16")), "y")
+    with anekit.compile(b.build(), backend="reference") as kernel:
+        sets = kernel.buffers()
+        for lookup in (lambda: sets.input("z"), lambda: sets.output("z"), lambda: kernel.spec("z")):
+            with pytest.raises(KeyError) as caught:
+                lookup()
+            assert isinstance(caught.value, AnekitError)
+            assert "'z'; " in str(caught.value) and not str(caught.value).startswith('"')
+
+
+def test_a_tokenizer_smaller_than_the_model_refuses_ids_it_lacks(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    from anekit.llm.tokenizer import HFTokenizer
+    from tests.llm_models import save_tokenizer
+
+    save_tokenizer(tmp_path, vocab_size=60)
+    tok = HFTokenizer(tmp_path / "tokenizer.json")
+    assert tok.decode(tok.encode("the robot")) == "the robot"
+    with pytest.raises(ModelError, match=r"token ids \[95\] are beyond the tokenizer's"):
+        tok.decode([5, 95])  # a padded vocabulary's id: dropped silently before

@@ -32,7 +32,8 @@ class Settings:
     """How long to measure each case.
 
     Attributes:
-        warmup: untimed calls first (compile caches, page faults, clocks ramping up).
+        warmup: calls before the rounds (compile caches, page faults, clocks ramping up);
+            the first is timed alone and reported apart (``Timing.first_s``).
         min_reps: repetitions at least, however slow a call is.
         max_reps: repetitions at most, however fast.
         budget_s: time to aim for per case; repetitions are fitted to it.
@@ -56,10 +57,15 @@ NOISY_SPREAD = 2.0
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per evaluation, one sample per round of ``evaluations`` evaluations."""
+    """Seconds per evaluation, one sample per round of ``evaluations`` evaluations.
+
+    ``first_s`` is the very first call (lazy imports, allocations, caches filled), kept apart
+    from the samples; None when no call came before the rounds.
+    """
 
     samples: tuple[float, ...]
     evaluations: int
+    first_s: float | None = None
 
     @property
     def median(self) -> float:
@@ -97,6 +103,7 @@ class Timing:
             "noisy": self.noisy,
             "reps": len(self.samples),
             "evaluations_per_rep": self.evaluations,
+            "first_call_s": self.first_s,
         }
 
 
@@ -159,8 +166,10 @@ def time_interleaved(candidates: Sequence[Candidate], settings: Settings) -> lis
     """
     if not candidates:
         return []
+    first_calls: list[float | None] = []  # each one's first call: one-time costs, apart
     for c in candidates:
-        for _ in range(settings.warmup):
+        first_calls.append(_elapsed(c.fn, 1) / c.evaluations if settings.warmup else None)
+        for _ in range(settings.warmup - 1):
             c.fn()
     firsts = [max(_elapsed(c.fn, 1), 1e-9) for c in candidates]
     batches = [min(1000, max(1, math.ceil(settings.min_sample_s / f))) for f in firsts]
@@ -173,8 +182,8 @@ def time_interleaved(candidates: Sequence[Candidate], settings: Settings) -> lis
             c, batch = candidates[i], batches[i]
             samples[i].append(_elapsed(c.fn, batch) / (batch * c.evaluations))
     return [
-        Timing(tuple(s), b * c.evaluations)
-        for s, b, c in zip(samples, batches, candidates, strict=True)
+        Timing(tuple(s), b * c.evaluations, first)
+        for s, b, c, first in zip(samples, batches, candidates, first_calls, strict=True)
     ]
 
 

@@ -1,6 +1,7 @@
 """``anekit doctor``: say plainly what works on this machine; exits 0 everywhere.
 
-``--ladder`` runs the experiments of :mod:`anekit.doctor.ladder` (exit 1 if a rung fails).
+``--ladder`` runs the experiments of :mod:`anekit.doctor.ladder` (exit 1 if a rung fails);
+``--bisect PROGRAM`` finds the ops that make a program fail to compile (:mod:`anekit.doctor.bisect`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="run the ladder of experiments, each rung in its own process (first thing on a Mac)",
     )
     parser.add_argument(
+        "--bisect",
+        metavar="PROGRAM",
+        help="find the ops that make PROGRAM fail to compile on the ANE (a fresh process per "
+        "compile); --json FILE writes the record to attach to a report",
+    )
+    parser.add_argument(
         "--budget",
         action="store_true",
         help="with --ladder: also compile until the framework fails, to measure the real limit",
@@ -42,10 +49,26 @@ def run(args: argparse.Namespace) -> int:
         from anekit.doctor.ladder import main as ladder
 
         return ladder(json_path=args.json, budget=args.budget)
+    if args.bisect:
+        return _bisect(args.bisect, args.json)
     r = report(smoke=not args.no_smoke)
     print(format_report(r))
     if args.json:
         path = Path(args.json)
         write_atomic(path, (json.dumps(r, indent=1) + "\n").encode("utf-8"))
         print(f"report written to {path}")
+    return 0
+
+
+def _bisect(path: str, json_path: str | None) -> int:
+    """Print the culprits of PROGRAM's compile failure; the record as JSON to ``json_path``."""
+    from anekit.cli._common import load_program
+    from anekit.doctor.bisect import bisect
+    from anekit.files import write_atomic
+
+    found = bisect(load_program(path))
+    print("\n".join(found.lines()))
+    if json_path:
+        write_atomic(Path(json_path), (json.dumps(found.as_dict(), indent=1) + "\n").encode())
+        print(f"record written to {json_path}: attach it to your report")
     return 0

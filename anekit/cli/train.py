@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from anekit.cli._common import (
     add_backend,
     add_chip,
+    add_threads,
     non_negative,
     one_of,
     output_file,
@@ -59,6 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, help="optimizer steps (default: the config's)")
     parser.add_argument("--seed", type=non_negative(int), help="initialisation and data-order seed")
     add_backend(parser)
+    add_threads(parser)
     parser.add_argument("--out", help="checkpoint directory (default: out/train-CONFIG)")
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in --out"
@@ -155,7 +157,10 @@ def _run(args: argparse.Namespace, comm: Communicator) -> int:
         )
     out = Path(args.out or f"out/train-{args.config}")
     train_cfg = _agreed_settings(comm, lambda: _prepare(args, named.train, out, comm.world_size))
-    return _train(args, model_cfg, train_cfg, tokens, tokenizer, out, comm)
+    from anekit.bench.threads import pinned
+
+    with pinned(args.threads):  # steady step times on a shared machine, as bench measures
+        return _train(args, model_cfg, train_cfg, tokens, tokenizer, out, comm)
 
 
 def _check_distributed_flags(args: argparse.Namespace) -> None:

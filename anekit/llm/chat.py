@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from anekit.errors import ModelError, UsageError
-from anekit.files import read_regular
+from anekit.files import read_json, read_regular
 
 __all__ = [
     "BUILTIN_TEMPLATES",
@@ -71,12 +71,8 @@ class ChatTemplateError(UsageError):
 
 
 def read_json_file(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object from a model directory's file (bounded, regular file), as a ModelError if not."""
-    data = read_regular(path, limit=MAX_JSON_BYTES, what=what, error=ModelError)
-    try:
-        raw = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ModelError(f"not a JSON file: {e}", path=str(path)) from None
+    """A JSON object from a model directory's file (bounded, depth-limited, a regular file)."""
+    raw = read_json(path, limit=MAX_JSON_BYTES, what=what, error=ModelError)
     if not isinstance(raw, dict):
         raise ModelError(f"expected a JSON object, found {type(raw).__name__}", path=str(path))
     return raw

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import ModelError, UsageError
-from anekit.files import open_regular, read_regular
+from anekit.files import open_regular, read_json
 
 __all__ = ["MANIFEST", "read_compressed", "save_compressed"]
 
@@ -198,11 +198,7 @@ def read_compressed(directory: str | Path, chip: str) -> tuple[str, dict[str, An
 
 
 def _manifest(d: Path) -> dict[str, Any]:
-    data = read_regular(d / MANIFEST, limit=MAX_MANIFEST_BYTES, what=MANIFEST, error=ModelError)
-    try:
-        manifest = json.loads(data)
-    except (ValueError, RecursionError) as e:
-        raise ModelError(f"{MANIFEST} is not JSON: {e}", path=str(d)) from None
+    manifest = read_json(d / MANIFEST, limit=MAX_MANIFEST_BYTES, what=MANIFEST, error=ModelError)
     fields = ("format", "scheme", "chip", "layout", "programs", "checksums")
     if not isinstance(manifest, dict) or any(f not in manifest for f in fields):
         raise ModelError(f"{MANIFEST}: expected an object with {', '.join(fields)}", path=str(d))

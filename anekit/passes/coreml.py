@@ -185,8 +185,14 @@ def _argument(v: Value | tuple[Value, ...], made: dict[int, Any]) -> Any:
 
 
 def _literal(v: Value) -> Any:
-    """A constant's value as coremltools' builder takes it (NumPy arrays, Python scalars)."""
+    """A constant's value as coremltools' builder takes it (NumPy arrays, Python scalars;
+    sub-byte integers in coremltools' own NumPy dtypes, which say their width)."""
+    from coremltools.converters.mil.mil import types
+
     value = v.const
+    sub_byte = getattr(types, f"np_{v.dtype}_dtype", None)
+    if sub_byte is not None and isinstance(value, np.ndarray):
+        return value.astype(sub_byte)
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value.item() if value.dtype.kind in "biu" or value.dtype == object else value
     return value

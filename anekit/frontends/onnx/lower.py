@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from anekit import mil
 from anekit.errors import ConversionError, MilTypeError
@@ -222,6 +222,12 @@ def _inputs_of(ctx: Lower, node: onnx.NodeProto, env: dict[str, Any]) -> list[An
     return values
 
 
+_UNREAD_ATTRIBUTES = frozenset({
+    onnx.AttributeProto.TENSORS, onnx.AttributeProto.SPARSE_TENSOR,
+    onnx.AttributeProto.SPARSE_TENSORS,
+})  # fmt: skip
+
+
 def attributes(ctx: Lower, node: onnx.NodeProto) -> dict[str, Any]:
     """The node's attributes as Python values (tensors as arrays, strings decoded)."""
     attrs = {}
@@ -230,6 +236,9 @@ def attributes(ctx: Lower, node: onnx.NodeProto) -> dict[str, Any]:
             attrs[a.name] = ctx.model.array(a.t, f"attribute {a.name!r} of node {ctx.name()!r}")
         elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             raise ctx.fail("control flow (subgraph attributes) is not converted")
+        elif a.type in _UNREAD_ATTRIBUTES:  # tensors whose bytes this reader does not check
+            kind = onnx.AttributeProto.AttributeType.Name(a.type)
+            raise ctx.fail(f"attribute {a.name!r} of type {kind} is not read")
         else:
             value = helper.get_attribute_value(a)
             attrs[a.name] = value.decode() if isinstance(value, bytes) else value
@@ -238,7 +247,7 @@ def attributes(ctx: Lower, node: onnx.NodeProto) -> dict[str, Any]:
 
 def _node(ctx: Lower, node: onnx.NodeProto, env: dict[str, Any], table: dict) -> tuple:
     inputs = _inputs_of(ctx, node, env)
-    attrs = attributes(ctx, node)
+    attrs = attributes(ctx, node)  # tensors read (and checked) here, before anything folds
     if node.op_type in SHAPE_OPS and isinstance(inputs[0], Value):
         shape = np.array(ctx.shape_of(inputs[0]), dtype=np.int64)
         if node.op_type == "Size":
@@ -246,7 +255,7 @@ def _node(ctx: Lower, node: onnx.NodeProto, env: dict[str, Any], table: dict) ->
         start, end = attrs.get("start", 0), attrs.get("end", len(shape))
         return (shape[start:end],)
     if not any(isinstance(x, Value) for x in inputs):
-        return _fold(ctx, node, inputs)
+        return _fold(ctx, node, inputs, attrs)
     result = table[node.op_type](ctx, *inputs, **attrs)
     results = result if isinstance(result, tuple) else (result,)
     extra = [o for o in node.output[len(results) :] if o]
@@ -255,14 +264,19 @@ def _node(ctx: Lower, node: onnx.NodeProto, env: dict[str, Any], table: dict) ->
     return results
 
 
-def _fold(ctx: Lower, node: onnx.NodeProto, inputs: list[Any]) -> tuple:
-    """Evaluate a node whose inputs are all constant with ``onnx.reference``."""
+def _fold(ctx: Lower, node: onnx.NodeProto, inputs: list[Any], attrs: dict[str, Any]) -> tuple:
+    """Evaluate a node whose inputs are all constant with ``onnx.reference``; tensor
+    attributes are passed as the arrays already read (never their external-data names)."""
     from onnx.reference import ReferenceEvaluator
 
     names = [f"in{i}" if n else "" for i, n in enumerate(node.input)]
     copy = helper.make_node(node.op_type, names, [f"out{i}" for i in range(len(node.output))],
                             domain=node.domain)  # fmt: skip
-    copy.attribute.extend(node.attribute)
+    copy.attribute.extend(
+        helper.make_attribute(a.name, numpy_helper.from_array(attrs[a.name]))
+        if a.type == onnx.AttributeProto.TENSOR else a
+        for a in node.attribute
+    )  # fmt: skip
     feeds = {n: np.asarray(x) for n, x in zip(names, inputs) if n}
     graph = helper.make_graph(
         [copy], "fold",

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from anekit.errors import AnekitError
+from anekit.files import parse_json
 from anekit.llm.chat import encode_rendered
 from anekit.llm.serve.engine import Engine, Job
 from anekit.llm.serve.protocol import ApiError, Request, chat_request, completion_request
@@ -180,10 +181,8 @@ class _Api:
             data += chunk
             if len(data) > limit:
                 raise ApiError(413, f"the request body passed {limit} bytes")
-        try:
-            return json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise ApiError(400, f"the request body is not JSON: {e}") from None
+        return parse_json(bytes(data), what="a JSON request body", path="the request body",
+                          error=lambda message, path=None: ApiError(400, f"{path}: {message}"))  # fmt: skip
 
     def _prompt_ids(self, req: Request) -> list[int]:
         """The prompt's tokens: a chat rendered by the template, text encoded, or ids checked."""
