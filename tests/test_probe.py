@@ -220,6 +220,18 @@ def test_virtual_client_is_created_described_and_used(ctx, fake) -> None:
     clean(fake)
 
 
+def test_virtual_client_getters_the_runtime_does_not_list_are_not_sent(ctx, fake) -> None:
+    del fake.selectors[("client", "virtualClient")]
+    del fake.selectors[("vclient", "hostCapabilityMask")]
+    clients.virtual_client(ctx)
+    seen = ctx.observed
+    assert seen["_ANEClient_getters_absent"] == ["virtualClient"]
+    assert seen["_ANEVirtualClient_getters_absent"] == ["hostCapabilityMask"]
+    assert "client_virtualClient" not in seen and "hostCapabilityMask" not in seen
+    assert seen["usable"] is True
+    clean(fake)
+
+
 def test_virtual_client_that_cannot_be_made_is_recorded(ctx, fake) -> None:
     fake.virtual_client = False
     clients.virtual_client(ctx)
