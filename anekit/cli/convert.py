@@ -122,8 +122,9 @@ def run(args: argparse.Namespace) -> int:
             verbose=args.verbose,
         )  # fmt: skip
     from anekit.frontends.fidelity import TOLERANCE
+    from anekit.hw.kinds import Severity
 
-    errors = [d for d in result.diagnostics if d.severity == "error"]
+    errors = [d for d in result.diagnostics if d.severity is Severity.ERROR]
     fidelity_ok = result.fidelity is None or result.fidelity.worst.rel_error <= TOLERANCE
     if args.json:
         print(json.dumps(_as_json(result, chip.name), indent=1))
@@ -225,6 +226,7 @@ def _as_json(result: Any, chip: str) -> dict:
 
 def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
     from anekit.cli.estimate import estimate_table
+    from anekit.hw.kinds import Severity
 
     print(
         f"wrote {result.out_dir / 'model.mil'} and {result.out_dir / 'weights'}/ "
@@ -242,10 +244,7 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         model = str(result.out_dir / "model.mil")
         for d in result.diagnostics:
             print(d.format(model))
-        counts = {
-            s: sum(d.severity == s for d in result.diagnostics)
-            for s in ("error", "warning", "info")
-        }
+        counts = {s: sum(d.severity == s for d in result.diagnostics) for s in Severity}
         print(
             f"{chip}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
         )

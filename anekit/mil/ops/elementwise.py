@@ -217,6 +217,7 @@ def _binary(
     traits: tuple[str, ...] = (),
     divides: bool = False,
     exact: Callable[[str, np.ndarray, np.ndarray], Any] | None = None,
+    mask_operands: frozenset[str] = frozenset(),
 ) -> OpDef:
     """Declare ``fn(x, y)`` with NumPy broadcasting; the result has x's dtype unless ``output``.
 
@@ -236,6 +237,7 @@ def _binary(
             reference=_quiet(integers.binary(name, fn, divides=divides, exact=exact)),
             traits=frozenset({ELEMENTWISE, BINARY, *traits}),
             flops_per_element=flops,
+            mask_operands=mask_operands,
             doc=_doc(
                 summary,
                 [
@@ -490,7 +492,12 @@ PRELU = _unary(
 )
 
 # -- binary arithmetic ----------------------------------------------------------------------
-_binary("add", np.add, "Return x + y elementwise, with broadcasting.")
+_binary(
+    "add",
+    np.add,
+    "Return x + y elementwise, with broadcasting.",
+    mask_operands=frozenset({"x", "y"}),  # scores + mask
+)
 _binary("sub", np.subtract, "Return x - y elementwise, with broadcasting.")
 _binary("mul", np.multiply, "Return x * y elementwise, with broadcasting.")
 _binary(
@@ -544,6 +551,7 @@ register(
         infer=lambda a: TensorType(a.a.dtype, _broadcast_all("select", a, ("cond", "a", "b"))),
         reference=_quiet(lambda cond, a, b: np.where(cond, a, b)),
         traits=frozenset({ELEMENTWISE}),
+        mask_operands=frozenset({"a", "b"}),  # a mask chosen between stays a mask
         doc=_doc(
             "Return a where cond is true, else b, broadcasting all three (np.where).",
             [

@@ -24,6 +24,7 @@ from anekit.errors import EvaluationError, MilTypeError
 from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.shape import (
+    MOVES,
     T15,
     T17,
     U17,
@@ -169,6 +170,7 @@ _slice15 = declare(
     Returns:
         tensor<T, [*]>: the slice; every kept dimension must be non-empty.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_slice15, "ios17", x=T17, begin=U17, end=U17, stride=U17))
 
@@ -231,6 +233,7 @@ _slice_size15 = declare(
     Returns:
         tensor<T, [*]>: the window; it must lie inside x.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_slice_size15, "ios17", x=T17, begin=U17, size=U17))
 

@@ -47,7 +47,7 @@ from anekit.mil.ops.registry import (
     param,
     register,
 )
-from anekit.mil.ops.traits import EXACT
+from anekit.mil.ops.traits import EXACT, PROBABILITIES, REDUCTION
 from anekit.mil.types import DType, TensorType
 
 # The "T" domain of every op in this module except softmax (fp16, fp32, int32 in iOS15).
@@ -193,6 +193,7 @@ def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> 
             ),
             infer=_infer_reduce_axes,
             reference=_reference_over_axes(name, fn),
+            traits=frozenset({REDUCTION}),
             cost=_per_input_element(flops),
             doc=f"""Reduce ``x`` over ``axes`` to {what}.
 
@@ -309,6 +310,7 @@ register(
         params=(_x_param(FP), _axis_param(-1)),
         infer=_infer_same_as_x_along_axis,
         reference=_softmax,
+        traits=frozenset({PROBABILITIES}),
         cost=per_output_element(SOFTMAX),
         doc="""``exp(x) / sum(exp(x))`` along ``axis``, shifted by the maximum to avoid overflow.
 

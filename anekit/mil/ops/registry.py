@@ -136,6 +136,9 @@ class OpDef:
     # operand must stay dense. encoding: for a constexpr op, how its constant is stored.
     output_axis: Callable[[Args, str], int | None] | None = None
     encoding: Callable[[Args], Encoding] | None = None
+    # The attention-mask fact (the finite_masks pass reads it): the operands through which an
+    # additive mask reaches the output still a mask (add's x and y, select's a and b).
+    mask_operands: frozenset[str] = frozenset()
     # Which argument values ``infer`` may read (the verifier hides the others from it and caches
     # its result by types, constness and the readable values): every const parameter but those
     # in ``shape_only`` (weights: only their type matters), and the non-const parameters in
