@@ -45,6 +45,7 @@ class StepResult:
     seconds: float
     tokens: int
     stop: bool = False  # Ctrl-C asked the run to stop after this step
+    comm_seconds: float = 0.0  # inside the gradient all-reduce (waiting for peers included)
 
     def record(self) -> dict[str, Any]:
         """One JSON log line."""
@@ -57,6 +58,7 @@ class StepResult:
             "skipped": self.skipped,
             "ms": round(self.seconds * 1e3, 3),
             "tokens_per_s": round(self.tokens / self.seconds, 1) if self.seconds > 0 else None,
+            "comm_ms": round(self.comm_seconds * 1e3, 3),
         }
 
 
@@ -129,7 +131,9 @@ class Trainer:
             if not first:
                 self.grads.flat += target.flat
         stats = np.array([loss, stop is not None and stop.requested], np.float32)
+        before = comm.seconds
         comm.all_reduce([self.grads.flat, stats], f"gradient all-reduce of step {self.step + 1}")
+        comm_seconds = comm.seconds - before
         stopping = bool(stats[1])
         self.grads.flat *= np.float32(1.0 / scale)
         finite = bool(np.isfinite(self.grads.flat).all())
@@ -151,6 +155,7 @@ class Trainer:
             seconds=time.perf_counter() - start,
             tokens=self.tokens_per_step,
             stop=stopping,
+            comm_seconds=comm_seconds,
         )
 
     def _micro_grads(self) -> Params:
