@@ -240,7 +240,8 @@ def test_a_killed_rank_makes_the_others_stop_with_its_name(engine: str, tmp_path
     timeout = 3
     log = tmp_path / "log.jsonl"
     proc = start("--distributed", engine, "--nproc", "2", *ARGS, "--out", str(tmp_path / "o"),
-                 "--log", str(log), "--dist-timeout", str(timeout))  # fmt: skip
+                 "--log", str(log), "--dist-timeout", str(timeout),
+                 env={"TMPDIR": str(tmp_path)})  # fmt: skip
     wait_for_steps(log, 1, proc)
     ranks = children(proc.pid)
     assert len(ranks) == 2
@@ -252,6 +253,8 @@ def test_a_killed_rank_makes_the_others_stop_with_its_name(engine: str, tmp_path
     assert "rank 1 failed first: it was killed by SIGKILL; then rank 0 exited with code 2" in err
     assert "anekit train: error: rank 0:" in err and "rank 1 died" in err
     assert took < timeout + 5, f"{took:.1f} s"  # rank 0 stopped on its own, within its timeout
+    (kept,) = tmp_path.glob("anekit-ranks-*")  # each rank's stderr, named in the message
+    assert str(kept) in err and "rank 1 died" in (kept / "rank0.stderr").read_text()
 
 
 def test_resuming_with_another_global_batch_is_refused(tmp_path: Path, capsys) -> None:
