@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step, held_d
 from anekit.config import physical_memory
 from anekit.errors import AnekitError, EvaluationError
 from anekit.hw.numerics import NumericsProfile, ideal
-from anekit.mil.program import Program
+from anekit.mil.program import Operation, Program
 
 NAME = "reference"
 STORAGE_MODES = ("fp16", "fp32")
@@ -293,8 +293,12 @@ class ReferenceKernel(Kernel):
         trace: dict | None = None,
         *,
         in_place: bool = False,
+        bind_only: bool = False,
     ) -> list:
-        """Run the plan; ``in_place``: read inputs held in the executor's form where they are."""
+        """Run the plan; ``in_place``: read inputs held in the executor's form where they are.
+
+        ``bind_only``: bind the inputs and run nothing (:meth:`taps` runs the steps).
+        """
         env = state.env
         for (name, slot), arena in zip(self.plan.inputs, state.inputs):
             value = inputs[name]
@@ -305,7 +309,20 @@ class ReferenceKernel(Kernel):
             else:
                 env[slot] = arena
                 fp16.cast_into(arena, value)
-        steps = self.plan.steps
+        if bind_only:
+            return env
+        for step in self._steps(state):
+            if trace is not None:
+                for v, s in zip(step.op.outputs, step.outs):
+                    trace[v.name] = np.array(env[s], copy=True)
+        return env
+
+    def _steps(self, state: _State) -> Iterator[Step]:
+        """Run the plan on ``state.env`` (inputs bound), yielding each step after it ran.
+
+        A step's outputs are in the environment until the next one runs.
+        """
+        env, steps = state.env, self.plan.steps
         if state.counts is not None:
             state.counts.fill(0)
         # fp16 overflow to inf and NaN are the modelled behaviour, not errors
@@ -314,9 +331,7 @@ class ReferenceKernel(Kernel):
             try:
                 for i, (fn, dead) in enumerate(state.program):
                     fn(env)
-                    if trace is not None:
-                        for v, s in zip(steps[i].op.outputs, steps[i].outs):
-                            trace[v.name] = np.array(env[s], copy=True)
+                    yield steps[i]
                     for s in dead:
                         env[s] = None
             except AnekitError:
@@ -327,7 +342,22 @@ class ReferenceKernel(Kernel):
                 raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
         if state.counts is not None:
             self._last_counts = state.counts.copy()
-        return env
+
+    def taps(self, inputs: dict[str, Any]) -> Iterator[tuple[Operation, dict[str, np.ndarray]]]:
+        """Evaluate op by op: yields each op and its outputs by value name, as held.
+
+        The arrays are the evaluation's own buffers, valid until the next op runs (copy
+        what must outlive it): memory stays that of one evaluation (``anekit.diff``).
+        """
+        with self._in_flight():
+            state = self._acquire()
+            try:
+                self._execute(state, self.validate(inputs), bind_only=True)
+                env = state.env
+                for step in self._steps(state):
+                    yield step.op, {v.name: env[s] for v, s in zip(step.op.outputs, step.outs)}
+            finally:
+                self._give_back(state)
 
 
 def _fresh(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
