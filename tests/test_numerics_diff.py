@@ -48,3 +48,27 @@ def test_the_command_prints_the_first_op_and_writes_json(tmp_path, capsys) -> No
     record = json.loads(capsys.readouterr().out)
     assert record["first"]["name"] == "mm" and record["first"]["nonfinite"] is True
     assert main(["diff", str(model), "--random", "--b", "m9"]) == 2  # unknown profile
+
+
+def test_run_takes_numerics_and_summarises_the_cliff_events(tmp_path, capsys) -> None:
+    model = saturating_program().save(tmp_path / "model")
+    np.save(tmp_path / "x.npy", np.zeros((1, 40), np.float16))
+    args = ["run", str(model), "--input", f"x={tmp_path / 'x.npy'}", "--backend", "reference"]
+    assert main([*args, "--numerics", "m4", "--json"]) == 0
+    events = json.loads(capsys.readouterr().out)["cliff_events"]
+    assert (events["numerics"], events["saturated"]) == ("m4", 4)
+    assert events["rows"][0]["name"] == "mm"
+    assert main([*args, "--numerics", "m4"]) == 0
+    assert "cliff events: 4 saturated" in capsys.readouterr().out
+    assert main([*args, "--numerics", "ideal", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cliff_events"]["rows"] == []
+
+
+def test_chips_numerics_lists_every_family_row_with_its_status(capsys) -> None:
+    assert main(["chips", "--numerics", "--json"]) == 0
+    families = json.loads(capsys.readouterr().out)
+    assert set(families) == {"A13", "A14", "A15", "A16"}
+    assert families["A16"]["rows"]["matmul_saturation"]["status"] == "observed"
+    assert families["A13"]["rows"]["slice_clamp"]["value"] == 4094.0
+    assert main(["chips", "--numerics"]) == 0
+    assert "N1   matmul_saturation  32752.0  assumed" in capsys.readouterr().out  # A13 first
