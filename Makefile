@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test bench lint clean docs-check
+.PHONY: demo test bench lint conformance clean docs-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# coremltools' own MIL op tests through the reference backend (long; needs the coreml extra)
+conformance: $(VENV)/.test-installed
+	$(PY) -m pytest -p tools.coreml_conformance --pyargs coremltools.converters.mil.mil.ops.tests -q -p no:cacheprovider -W ignore
 
 # every generated number in README.md and docs/ against its data (a few seconds, no network)
 docs-check: $(VENV)/.test-installed

@@ -135,6 +135,7 @@ class ProbeFramework(ane_fake.FakeFramework):
         self.chain_runs = True
         self.events_honoured = True
         self.realtime_fails = False
+        self.realtime_models: set[int] = set()  # ids of models loaded for real time
         self.reload_reads_files = False  # Orion's finding; False is maderix's
         self.virtual_client = True
         self.mutable = True
@@ -150,6 +151,10 @@ class ProbeFramework(ane_fake.FakeFramework):
             ("client", "beginRealTimeTask"): lambda c: True,
             ("client", "endRealTimeTask"): lambda c: True,
             ("client", "evaluateRealTimeWithModel:options:request:error:"): self._realtime,
+            ("client", "loadRealTimeModel:options:qos:error:"): lambda c, m, o, q, e: (
+                self._realtime_load(m, True)),
+            ("client", "unloadRealTimeModel:options:qos:error:"): lambda c, m, o, q, e: (
+                self._realtime_load(m, False)),
             ("client", "isVirtualClient"): lambda c: False,
             ("client", "virtualClient"): lambda c: None,
             ("client", PREPARE): self._prepare,
@@ -258,9 +263,14 @@ class ProbeFramework(ane_fake.FakeFramework):
         return self._load()
 
     def _realtime(self, c: Any, model: Any, options: Any, request: Any, error: Any) -> Any:
-        if self.realtime_fails:
+        if self.realtime_fails or id(model) not in self.realtime_models:
             return False, FakeNSError("real-time evaluation refused", error_code=0x1D)
         return self._evaluate(model, request)
+
+    def _realtime_load(self, model: Any, load: bool) -> tuple[bool, None]:
+        """A model evaluates in real time only between loadRealTimeModel and its unload."""
+        (self.realtime_models.add if load else self.realtime_models.discard)(id(model))
+        return True, None
 
     def _prepare(self, c: Any, model: Any, options: Any, chain: Any, qos: int, error: Any) -> Any:
         if not self.chain_prepares:

@@ -136,7 +136,7 @@ def test_the_checker_rule_that_predicted_a_culprit_is_named() -> None:
 
 def test_each_compile_can_run_in_a_fresh_process() -> None:
     """The mechanism, shown with the reference backend: passes here; the ANE fails off macOS."""
-    bisection.compile_in_fresh_process(chain(2), backend="reference", timeout=120)
+    bisection.compile_in_fresh_process(chain(2), backend="reference", options={}, timeout=120)
     from anekit.backends import ane
 
     if ane.available()[0]:

@@ -116,3 +116,15 @@ def test_every_command_checks_its_output_the_same_way(tmp_path: Path, capsys, ar
     assert main([*argv, str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"argument {argv[-1]}: {tmp_path}: is a directory; expected a file name" in err
+
+
+def test_a_ladder_report_writes_the_home_directory_as_a_tilde(tmp_path: Path, monkeypatch) -> None:
+    from anekit.ladder.runner import Context
+
+    monkeypatch.setenv("HOME", "/Users/alice")
+    ctx = Context({}, tmp_path / "log.jsonl", tmp_path)
+    ctx.observe("executable", "/Users/alice/venv/bin/python")
+    ctx.observe("modules", {"objc": ["/Users/alice/venv/objc/__init__.py", 3]})
+    assert ctx.observed == {"executable": "~/venv/bin/python",
+                            "modules": {"objc": ["~/venv/objc/__init__.py", 3]}}  # fmt: skip
+    assert "alice" not in (tmp_path / "log.jsonl").read_text()

@@ -33,8 +33,7 @@ of the same program on that chip with its source. BLAS threads are pinned (--thr
 
 The full sweeps are the sizes the experiments used on the ANE (up to 4096^3 matmuls
 and 128-deep 512-channel conv chains). On the NumPy reference backend a full run takes
-a long time (tens of minutes on two cores); --quick runs small sweeps in under two
-minutes there.
+a long time; --quick runs small sweeps (benchmarks/bench_quick.py times them).
 """
 
 
@@ -48,7 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
-        "--quick", action="store_true", help="small sweeps (minutes on the reference backend)"
+        "--quick",
+        action="store_true",
+        help="small sweeps (benchmarks/bench_quick.py times them on the reference backend)",
     )
     parser.add_argument(
         "--suite",

@@ -227,14 +227,22 @@ def default_compile() -> Compile:
     return compile_in_fresh_process
 
 
+ANE_OPTIONS = {"check": False}  # the compiler is what is asked, not the checker
+
+
 def compile_in_fresh_process(
-    program: Program, backend: str = "ane", timeout: float = FRESH_PROCESS_TIMEOUT_S
+    program: Program,
+    backend: str = "ane",
+    options: dict[str, Any] | None = None,
+    timeout: float = FRESH_PROCESS_TIMEOUT_S,
 ) -> None:
-    """Compile (and close) ``program`` on ``backend`` in a new Python process; CompileError if
-    it fails there, crashes or hangs. The checker is off: the compiler is what is asked."""
+    """Compile (and close) ``program`` on ``backend`` with ``options`` (default: the ANE's with
+    the checker off) in a new Python process; CompileError if it fails there, crashes or hangs."""
+    options = ANE_OPTIONS if options is None else options
     with tempfile.TemporaryDirectory(prefix="anekit-bisect-") as scratch:
         where = program.save(Path(scratch) / "program")
-        command = [sys.executable, "-m", "anekit.doctor.bisect", str(where), backend]
+        command = [sys.executable, "-m", "anekit.doctor.bisect", str(where), backend,
+                   json.dumps(options)]  # fmt: skip
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -251,14 +259,13 @@ def compile_in_fresh_process(
     raise CompileError(f"{record['type']}: {record['message']}", line=record.get("line"))
 
 
-def _child(path: str, backend: str) -> int:
+def _child(path: str, backend: str, options: str) -> int:
     """In the fresh process: compile the saved program; print the error as JSON on failure."""
     import anekit
     from anekit.mil.loading import load_path
 
-    options = {"check": False} if backend == "ane" else {}
     try:
-        anekit.compile(load_path(path), backend=backend, **options).close()
+        anekit.compile(load_path(path), backend=backend, **json.loads(options)).close()
     except AnekitError as e:
         print(json.dumps({"type": type(e).__name__, "message": str(e),
                           "line": getattr(e, "line", None)}))  # fmt: skip
@@ -267,4 +274,4 @@ def _child(path: str, backend: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child(*sys.argv[1:3]))
+    sys.exit(_child(*sys.argv[1:4]))

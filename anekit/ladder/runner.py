@@ -49,13 +49,30 @@ class Context:
         self._log = log
 
     def observe(self, key: str, value: Any) -> Any:
-        """Record one observation (JSON-ready, else its ``str``); returns ``value``."""
-        self.observed[key] = value
+        """Record one observation (JSON-ready, else its ``str``); returns ``value``.
+
+        The report is meant to be shared: the user's home directory in a recorded string (an
+        interpreter's or a module's path) is written as ``~``.
+        """
+        shared = _without_home(value)
+        self.observed[key] = shared
         if self._log is not None:
             with self._log.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({key: value}, default=str) + "\n")
+                f.write(json.dumps({key: shared}, default=str) + "\n")
                 f.flush()
         return value
+
+
+def _without_home(value: Any) -> Any:
+    """``value`` with the home directory replaced by ``~`` in its strings (lists, dicts too)."""
+    home = os.path.expanduser("~")
+    if isinstance(value, str) and home not in ("~", "/") and home in value:
+        return value.replace(home, "~")
+    if isinstance(value, dict):
+        return {k: _without_home(v) for k, v in value.items()}
+    if isinstance(value, list) or type(value) is tuple:
+        return type(value)(_without_home(v) for v in value)
+    return value
 
 
 @dataclass(frozen=True)

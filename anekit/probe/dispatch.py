@@ -119,8 +119,10 @@ def _chain_request(ctx: Context, fw: Any, label: str, src: Surface, src_index: i
         return FAILED
     return step(ctx, f"{label}_chaining_request", _make, fw, "_ANEChainingRequest",
                 ("chainingRequestWithInputs:", "initWithInputs:"),
+                # the loopback symbol ids are NSArray<NSNumber> (Espresso; runtime headers), -1: none
                 {"inputs": [ends["input"]], "outputSets": [sets], "outputs": [sets],
-                 "lbInputSymbolId": -1, "lbOutputSymbolId": -1, "procedureIndex": 0,
+                 "lbInputSymbolId": [fw.number(-1)], "lbOutputSymbolId": [fw.number(-1)],
+                 "procedureIndex": 0,
                  "signalEvents": [], "transactionHandle": 0, "fwEnqueueDelay": 0,
                  "memoryPoolId": 0})  # fmt: skip
 
@@ -177,6 +179,8 @@ def _signal_call(fw: Any, cl: Any, parts: Any, class_name: str, prefixes: tuple[
 
 # -- the real-time path ---------------------------------------------------------------------------
 REALTIME = "evaluateRealTimeWithModel:options:request:error:"
+LOAD_REALTIME = "loadRealTimeModel:options:qos:error:"
+UNLOAD_REALTIME = "unloadRealTimeModel:options:qos:error:"
 
 
 def realtime(ctx: Context) -> None:
@@ -184,8 +188,8 @@ def realtime(ctx: Context) -> None:
     fw = framework(ctx)
     n = int(ctx.options.get("evaluations", 1000))
     ctx.observe("selectors", {s: has(fw, "_ANEClient", "-", s) for s in
-                              ("beginRealTimeTask", "endRealTimeTask", REALTIME,
-                               "loadRealTimeModel:options:qos:error:")})  # fmt: skip
+                              ("beginRealTimeTask", "endRealTimeTask", REALTIME, LOAD_REALTIME,
+                               UNLOAD_REALTIME)})  # fmt: skip
     case = cases.affine((1, 256, 1, 64), "fp16")
     with compile_kernel(ctx, case.program) as k:
         parts, cl = k.objc_parts(), client(fw)
@@ -196,6 +200,8 @@ def realtime(ctx: Context) -> None:
                 call(fw, "_ANEClient", cl, REALTIME, inner, parts.loaded.options, parts.request)
 
         paths = {"evaluateWithQoS": lambda: dispatch(parts), "evaluateRealTime": realtime_once}
+        # as the framework's own order has it: the model loaded for real time, then the task
+        loaded = _realtime_model(ctx, fw, cl, parts, LOAD_REALTIME)
         began = step(ctx, "begin_real_time_task", lambda: bool(cl.beginRealTimeTask()))
         try:
             for name, fn in list(paths.items()):  # each path must give the right numbers first
@@ -209,6 +215,15 @@ def realtime(ctx: Context) -> None:
         finally:
             if began is True:
                 step(ctx, "end_real_time_task", lambda: bool(cl.endRealTimeTask()))
+            if loaded is True:
+                _realtime_model(ctx, fw, cl, parts, UNLOAD_REALTIME)
+
+
+def _realtime_model(ctx: Context, fw: Any, cl: Any, parts: Any, selector: str) -> Any:
+    """``loadRealTimeModel:``/``unloadRealTimeModel:`` on the inner model, as a recorded step."""
+    label = selector.split(":")[0].replace("RealTimeModel", "_real_time_model")
+    return step(ctx, label, call, fw, "_ANEClient", cl, selector, inner_model(parts),
+                parts.loaded.options, parts.loaded.qos)  # fmt: skip
 
 
 def _interleaved(parts: Any, paths: dict[str, Any], n: int) -> dict[str, Any]:

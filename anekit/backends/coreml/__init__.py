@@ -19,10 +19,15 @@ from typing import Any
 from anekit.mil.program import Program
 
 NAME = "coreml"
+# Capabilities (anekit.backends.capabilities): no per-process compile budget (CoreML
+# manages its own compiler); fp16 inputs and outputs pass to CoreML as fp16 arrays, so
+# fp16 host arrays convert nothing per call; buffer sets are host arrays (no options).
+HOST_FP16 = True
+SHARED_BUFFER_OPTIONS: dict[str, Any] = {}
 COMPUTE_UNITS = ("CPU_AND_NE", "ALL", "CPU_ONLY", "CPU_AND_GPU")
 MIN_MACOS = (14, 4)  # MLComputePlan, and so the per-op placement this backend reports
 
-__all__ = ["COMPUTE_UNITS", "NAME", "available", "compile"]
+__all__ = ["COMPUTE_UNITS", "HOST_FP16", "NAME", "SHARED_BUFFER_OPTIONS", "available", "compile"]
 
 
 def available() -> tuple[bool, str]:

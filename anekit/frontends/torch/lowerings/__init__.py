@@ -83,6 +83,8 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.logical_or.default: _e.logical("logical_or"),
     aten.bitwise_and.Tensor: _e.logical("logical_and"),
     aten.bitwise_or.Tensor: _e.logical("logical_or"),
+    aten.__and__.Tensor: _e.logical("logical_and"),
+    aten.__or__.Tensor: _e.logical("logical_or"),
     aten.logical_not.default: _e.logical_not,
     aten.bitwise_not.default: _e.logical_not,
     aten.where.self: _e.where,
@@ -109,6 +111,8 @@ LOWERINGS: dict[Any, Lowering] = {
     # casts and no-ops at inference
     aten._to_copy.default: _e.to_dtype,
     aten.to.dtype: _e.to_dtype,
+    aten.to.dtype_layout: _e.to_dtype,
+    aten.to.device: _e.to_dtype,
     aten.clone.default: _e.same,
     aten.alias.default: _e.same,
     aten.detach.default: _e.same,
