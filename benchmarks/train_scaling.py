@@ -19,6 +19,7 @@ through each Mac's link, at the link rates in :data:`LINKS` (nominal, with their
 
 Usage: ``python benchmarks/train_scaling.py [--config stories15m] [--rounds 3] [--steps 6]``,
 ``python benchmarks/train_scaling.py --predict [--config stories110m] [--chip m4]``.
+It also measures the all-reduce alone (a gradient-sized buffer between 2 local ranks).
 """
 
 from __future__ import annotations

@@ -259,9 +259,21 @@ def test_bombs_are_refused_quickly_under_an_address_space_limit(saved, tmp_path:
     shutil.copytree(root / "plain", big)
     with open(big / "tokenizer.json", "wb") as f:
         f.truncate(1 << 40)  # sparse: a terabyte that takes no disk
+    sparse = tmp_path / "sparse.bin"
+    with open(sparse, "wb") as f:
+        f.truncate(8 << 30)  # 8 GiB of nothing: mapping it needs more than the limit allows
+    mil_model = tmp_path / "mil"
+    from tests.clitools import weighted_program
+
+    weighted_program().save(mil_model)
+    (weight,) = (mil_model / "weights").iterdir()
+    with open(weight, "r+b") as f:
+        f.truncate(8 << 30)
     npz = tmp_path / "calibration.npz"
     _declaring_npz(npz, (1 << 36,))  # 64 Gi float32 elements declared in a ~100-byte member
     bombs = {
+        "sparse llama2c": f"from anekit import llm; llm.load({str(sparse)!r})",
+        "sparse MIL weights": f"from anekit import mil; mil.load({str(mil_model)!r})",
         "npz header": f"from anekit.cli.compress import _sample; _sample({str(npz)!r})",
         "classes --diff /dev/zero": "from anekit.doctor.classes import read_listing; "
         "read_listing('/dev/zero')",

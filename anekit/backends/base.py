@@ -278,6 +278,19 @@ class Kernel(ABC):
         return None
 
     @property
+    def numerics(self) -> str | None:
+        """The numerics profile fp16 results are stored by (None: the device's own arithmetic)."""
+        return None
+
+    @property
+    def events(self) -> Any:
+        """The last evaluation's cliff events (the reference backend's ``CliffEvents``).
+
+        None where the backend cannot tell: the engine never reports them.
+        """
+        return None
+
+    @property
     def layout(self) -> KernelLayout:
         """How each input and output buffer lies in memory (strides, size) and why.
 

@@ -29,7 +29,16 @@ from anekit.mil.ops.common import (
     axis_index,
     require,
 )
-from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
+from anekit.mil.ops.registry import (
+    Args,
+    Cost,
+    Numerics,
+    OpDef,
+    Param,
+    const_ints,
+    param,
+    register,
+)
 from anekit.mil.ops.traits import EXACT, MOVEMENT
 from anekit.mil.types import DType, TensorType
 
@@ -105,6 +114,7 @@ def declare(
     cost: Callable[[Args, tuple[TensorType, ...]], Cost] = moves,
     traits: frozenset[str] = frozenset({EXACT}),
     infer_values: frozenset[str] = frozenset(),
+    numerics: Numerics | None = None,
 ) -> OpDef:
     """Register a data-movement op (by default "exact": every output element is an input's)."""
     return register(
@@ -118,6 +128,7 @@ def declare(
             since=since,
             doc=doc,
             infer_values=infer_values,
+            numerics=numerics,
         )
     )
 
