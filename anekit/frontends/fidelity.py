@@ -98,14 +98,19 @@ def compare_arrays(
     want: list[np.ndarray],
     backend: str,
     reference: str = "PyTorch fp32",
+    numerics: Any = None,
 ) -> Fidelity:
-    """The report for known reference outputs ``want`` (in the program's output order)."""
+    """The report for known reference outputs ``want`` (in the program's output order).
+
+    ``numerics``: the reference backend's profile (the chip converted for; default: its own).
+    """
     outputs = program.main.outputs
     if len(want) != len(outputs):
         raise ConversionError(
             f"the program has {len(outputs)} outputs, {reference} gives {len(want)} tensors"
         )
-    with backends.compile(program, backend=backend) as kernel:
+    options = {} if numerics is None else {"numerics": numerics}
+    with backends.compile(program, backend=backend, **options) as kernel:
         got = kernel(**inputs)
         used = kernel.backend
     rows = tuple(_metrics(v.name, np.asarray(got[v.name]), w) for v, w in zip(outputs, want))

@@ -142,7 +142,7 @@ def convert_file(
         args, kwargs = example
         want = in_program_order(program, torch_outputs(exported.module(), args, kwargs))
         inputs = program_inputs(program, args, kwargs)
-        fidelity = compare_arrays(program, inputs, want, "reference")
+        fidelity = compare_arrays(program, inputs, want, "reference", numerics=chip)
     return save_conversion(
         program, out_dir, nodes=len(decomposed.graph.nodes), chip=chip, check=check,
         estimate=estimate, fidelity=fidelity, inputs=inputs, compress=compress,
