@@ -1,6 +1,8 @@
-"""The planned reference executor gives the same bits as the executor it replaced.
+"""The planned reference executor gives the same bits as its readable definition.
 
-The oracle is that executor, kept verbatim in ``tests/reference_oracle.py``. Every op case
+The oracle is the in-package interpreter (``anekit.backends.reference.interpreter``, as a
+backend in ``tests/reference_oracle.py``): each op's registry reference, one at a time,
+every fp16 result rounded. Every op case
 of ``tests/opcases`` runs through both, on normal, tiny (fp16 subnormal) and huge (fp16
 overflow) inputs, in both storage modes; so do the transformer forward and three training
 steps (parameters and AdamW moments compared bit for bit). A NaN equals any NaN (payloads

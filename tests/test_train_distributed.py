@@ -301,3 +301,25 @@ def test_nproc_needs_an_engine_and_no_launcher_is_a_clear_error(capsys, monkeypa
         monkeypatch.delenv(name, raising=False)
     assert main(["train", "--distributed", "torch", *ARGS]) == 2
     assert "start the ranks with torchrun" in capsys.readouterr().err
+
+
+@needs("torch")
+def test_a_checkpoint_rank_0_cannot_load_stops_every_rank_at_once(tmp_path: Path) -> None:
+    from anekit.cli import main
+
+    out = tmp_path / "o"
+    assert main(["train", *ARGS[:-2], "--steps", "1", "--grad-accum", "2", "--out", str(out)]) == 0
+    weights = out / "ckpt-000001" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # the SHA-256 in state.json no longer matches
+    weights.write_bytes(bytes(data))
+    run = ["--distributed", "torch", "--nproc", "2", *ARGS, "--grad-accum", "1", "--resume"]
+    start_time = time.monotonic()
+    code, err = finish(start(*run, "--out", str(out), "--dist-timeout", "600",
+                             env={"TMPDIR": str(tmp_path)}))  # fmt: skip
+    assert code == 2, err
+    # rank 0's own error, and rank 1 naming it (which of the two exits first is a race)
+    assert "anekit train: error:" in err and "sha" in err.lower()
+    assert "[rank 1] anekit train: error: rank 0 refused the run" in err
+    assert "failed first: it exited with code 2" in err
+    assert time.monotonic() - start_time < 120  # not the 600 s timeout

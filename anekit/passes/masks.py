@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.hw import Chip
+from anekit.hw.numerics import MASK_MIN
 from anekit.mil.ops.traits import CAST, CONST, MOVEMENT, PROBABILITIES
 from anekit.mil.program import Operation, Program
 from anekit.mil.rewrite import Rebuild, rebuild
@@ -15,9 +16,10 @@ from anekit.passes.precision import FP16_MAX
 # only move or cast it (as their x), and must end in a PROBABILITIES op (softmax). Anything
 # else reading the constant means it is no mask.
 _PASSES_X = frozenset({MOVEMENT, CAST})
-# The one masked-out value of converted programs (Hugging Face's finfo(float32).min, -inf):
-# every pass that writes a mask reads it from here.
-MASKED = -FP16_MAX
+# The masked-out value of converted programs (Hugging Face's finfo(float32).min, -inf):
+# every pass that writes a mask reads it from here. It is the project's one mask constant,
+# inside N1's matmul range (anekit.hw.numerics.MASK_MIN; -65504 overflows with any score).
+MASKED = MASK_MIN
 
 
 def _feeds_softmax_only(rb: Rebuild, v: Value) -> bool:
@@ -53,9 +55,9 @@ def _mask_rule(rb: Rebuild, op: Operation) -> bool:
 
 
 def finite_masks(program: Program, chip: Chip) -> Program:
-    """Additive masks that reach a softmax: -inf (or below fp16) becomes -65504.
+    """Additive masks that reach a softmax: -inf (or below fp16) becomes MASKED (-30000).
 
-    exp(-65504 - max) is 0 in fp32 and fp16 alike, so the softmax is unchanged; -inf
+    exp(-30000 - max) is 0 in fp32 and fp16 alike, so the softmax is unchanged; -inf
     itself would give NaN for a row with no allowed position and is not an fp16 a
     mask tensor should hold.
     """

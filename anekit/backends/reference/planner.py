@@ -28,6 +28,7 @@ from anekit.backends.reference.device import SATURATED, Storage, storage_for
 from anekit.backends.reference.forms import FORMS, Form
 from anekit.errors import CompileError, EvaluationError
 from anekit.hw.numerics import ideal
+from anekit.mil.ops.registry import received
 from anekit.mil.ops.traits import CONST, CONSTEXPR, EXACT
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.types import DType, TensorType
@@ -84,15 +85,6 @@ def held_dtype(dtype: DType) -> np.dtype | None:
     if dtype is DType.string:
         return None
     return np.dtype(np.float32) if dtype is DType.fp16 else np.dtype(dtype.numpy)
-
-
-def held_const(v: Value) -> Any:
-    """A constant as an op receives it: fp16 upcast to float32, strings as str."""
-    c = v.const
-    if isinstance(c, str):
-        return c
-    arr = np.asarray(c)
-    return arr.astype(np.float32) if arr.dtype == np.float16 else arr
 
 
 def _held_bytes(t: TensorType) -> int:
@@ -203,7 +195,7 @@ class Planner:
         s = self.slot_of.get(id(v))
         if s is None:
             s = self._value_slot(v, "const")
-            self.slots[s].const = held_const(v)
+            self.slots[s].const = received(v.const)
         return s
 
     def _check_sizes(self) -> None:

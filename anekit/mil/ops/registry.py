@@ -327,6 +327,15 @@ def _constant_default(p: Param) -> Any:
     return value
 
 
+def received(const: Any) -> Any:
+    """A constant as every op's ``reference`` receives it (the one convention, for the reference
+    backend, its interpreter and constant folding): fp16 upcast to float32, strings as str."""
+    if isinstance(const, str):
+        return const
+    array = np.asarray(const)
+    return array.astype(np.float32) if array.dtype == np.float16 else array
+
+
 def const_ints(value: Any) -> list[int]:
     """A const int tensor or scalar as a Python list of ints."""
     flat = np.asarray(value).ravel()
