@@ -17,6 +17,17 @@ from tests.llm_models import Case, reference_logits, rel_error, save_model  # no
 
 PROMPT = [int(t) for t in np.random.default_rng(3).integers(0, 96, 30)]
 TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}  # inside the tiny vocabulary
+
+
+def assert_cached_decoding_matches_recompute(m) -> None:
+    """KV-cached greedy decoding picks what a full recompute of every prefix picks."""
+    new = m.generate(PROMPT[:12], 6, stop=())
+    seq = PROMPT[:12]
+    for _ in range(6):
+        seq.append(int(np.argmax(m.logits(seq)[-1])))
+    assert new == seq[12:]
+
+
 PHI3 = [
     Case("phi3", "bfloat16", False, 2, "new", sliding_window=10),
     Case("phi3", "float16", True, 4, "old"),
@@ -34,11 +45,7 @@ def test_phi3_fused_weights_match_transformers(tmp_path, case) -> None:
         assert m.config.family == "phi3" and m.config.fused
         assert m.config.sliding_window == case.sliding_window
         assert rel_error(m.logits(PROMPT), expected) < 3e-2
-        new = m.generate(PROMPT[:12], 6, stop=())
-        seq = PROMPT[:12]
-        for _ in range(6):  # KV-cached decoding picks what a full recompute picks
-            seq.append(int(np.argmax(m.logits(seq)[-1])))
-        assert new == seq[12:]
+        assert_cached_decoding_matches_recompute(m)
 
 
 def test_phi3_estimate_and_refusals(tmp_path, capsys) -> None:
@@ -119,11 +126,7 @@ def test_gemma_matches_transformers(tmp_path, case, options, load) -> None:
         assert c.sliding_window == case.sliding_window
         assert c.residual_scale == load.get("residual_scale", 1.0)
         assert rel_error(m.logits(PROMPT), expected) < 3e-2
-        new = m.generate(PROMPT[:12], 6, stop=())
-        seq = PROMPT[:12]
-        for _ in range(6):  # KV-cached decoding picks what a full recompute picks
-            seq.append(int(np.argmax(m.logits(seq)[-1])))
-        assert new == seq[12:]
+        assert_cached_decoding_matches_recompute(m)
 
 
 def _edited(directory, **changes) -> np.ndarray:

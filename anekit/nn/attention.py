@@ -177,17 +177,11 @@ def attention(
 
 # -- the two weight layouts: (xn, weights, tables) -> q_rows, k_cols, v_cols ---------------------
 QKV = tuple[Value, Value, Value]
+Weights = Mapping[str, Value]
 
 
-def _packed_qkv(
-    b: Builder,
-    s: BlockShape,
-    xn: Value,
-    w: Mapping[str, Value],
-    t: AttentionTables,
-    prefix: str,
-    flavour: Flavour,
-) -> QKV:
+def _packed_qkv(b: Builder, s: BlockShape, xn: Value, w: Weights, t: AttentionTables,
+                prefix: str, flavour: Flavour) -> QKV:  # fmt: skip
     """The training layout: one transposed projection yields q, k and their swapped copies."""
     proj = project(b, w["w_qkv"], xn, prefix + "proj", transpose_w=True)
     col = stacked_columns(s)
@@ -206,15 +200,8 @@ def _packed_qkv(
     return q_rows, k_cols, kv_columns(b, v, s, prefix + "v_cols")
 
 
-def _hf_qkv(
-    b: Builder,
-    s: BlockShape,
-    xn: Value,
-    w: Mapping[str, Value],
-    t: AttentionTables,
-    prefix: str,
-    flavour: Flavour,
-) -> QKV:
+def _hf_qkv(b: Builder, s: BlockShape, xn: Value, w: Weights, t: AttentionTables,
+            prefix: str, flavour: Flavour) -> QKV:  # fmt: skip
     """Hugging Face's layout: ``wqkv @ xn`` (+ bias), per-head q/k norms, RoPE by swapping
     each head's halves in the graph, then the ``1/sqrt(hd)`` scale on the queries."""
     qkv = project(b, w["wqkv"], xn, prefix + "qkv_lin", transpose_w=False)
