@@ -45,6 +45,8 @@ def hf_classes(arch: str) -> tuple[Any, Any]:
         "phi3": ("Phi3Config", "Phi3ForCausalLM"),
         "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
         "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+        "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+        "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
     }[arch]
     return getattr(transformers, names[0]), getattr(transformers, names[1])
 

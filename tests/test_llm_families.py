@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from anekit import llm  # noqa: E402
-from anekit.errors import ModelError  # noqa: E402
+from anekit.errors import ModelError, UsageError  # noqa: E402
 from tests.clitools import run  # noqa: E402
 from tests.llm_models import Case, reference_logits, rel_error, save_model  # noqa: E402
 
@@ -182,3 +182,74 @@ def test_gemma_config_refusals(tmp_path) -> None:
         path.write_text(json.dumps({**raw, **change}))
         with pytest.raises(ModelError, match=message):
             llm.load(tmp_path, backend="reference")
+
+
+# mixtures of experts: 6 experts, 2 per token; Qwen2-MoE with its gated shared expert
+MOE = [
+    (Case("qwen2_moe", "bfloat16", False, 2, "new"), dict(shared_expert_intermediate_size=48)),
+    (Case("qwen3_moe", "float16", True, 1, "old"), dict(norm_topk_prob=True)),
+]
+EXPERTS = dict(moe_intermediate_size=32, num_experts=6, num_experts_per_tok=2)
+
+
+@pytest.mark.parametrize("load", LOADS[:3], ids=["default", "ideal", "alpha"])
+@pytest.mark.parametrize(("case", "options"), MOE, ids=[c.id for c, _ in MOE])
+def test_moe_matches_transformers(tmp_path, case, options, load) -> None:
+    ref_model = save_model(tmp_path, case, **TOKENS, **EXPERTS, **options)
+    expected = reference_logits(ref_model, PROMPT)
+    with llm.load(tmp_path, backend="reference", chunk=16, max_seq=64, **load) as m:
+        c = m.config
+        assert (c.experts, c.experts_per_token, c.expert_dim) == (6, 2, 32)
+        assert c.shared_expert_dim == options.get("shared_expert_intermediate_size", 0)
+        assert c.n_params() == sum(p.numel() for p in ref_model.parameters())  # tied: once
+        assert rel_error(m.logits(PROMPT), expected) < 3e-2
+        assert_cached_decoding_matches_recompute(m)
+
+
+@pytest.mark.parametrize(("case", "options"), MOE, ids=[c.id for c, _ in MOE])
+def test_moe_routing_is_modelled_and_estimated(tmp_path, capsys, case, options) -> None:
+    """Top-k, the renormalisation and the shared expert change the logits at these sizes:
+    matching transformers with them shows each is modelled."""
+    expected = reference_logits(save_model(tmp_path, case, **TOKENS, **EXPERTS, **options),
+                                PROMPT)  # fmt: skip
+    changes = [{"num_experts_per_tok": 3}, {"norm_topk_prob": not options.get("norm_topk_prob")}]
+    for change in changes:
+        assert rel_error(_edited(tmp_path, **change), expected) > 3e-2, change
+    code, out, err = run(capsys, "estimate", "--model", str(tmp_path), "--chip", "m4", "--json")
+    assert code == 0, err
+    assert json.loads(out)["decode_tokens_per_s"] > 0
+
+
+def test_moe_refusals(tmp_path) -> None:
+    save_model(tmp_path, MOE[0][0], **TOKENS, **EXPERTS, **MOE[0][1])
+    with pytest.raises(UsageError, match="not supported for mixtures of experts"):
+        llm.load(tmp_path, backend="reference", compress="int8")
+    path = tmp_path / "config.json"
+    raw = json.loads(path.read_text())
+    bad = [({"mlp_only_layers": [0]}, "dense layers among the experts'"),
+           ({"decoder_sparse_step": 2}, "decoder_sparse_step 2"),
+           ({"num_experts_per_tok": 7}, r"num_experts_per_tok must be in \[1, 6\]")]  # fmt: skip
+    for change, message in bad:
+        path.write_text(json.dumps({**raw, **change}))
+        with pytest.raises(ModelError, match=message):
+            llm.load(tmp_path, backend="reference")
+
+
+def test_moe_top_k_keeps_exactly_k_experts_on_fp16_ties() -> None:
+    """Ties (common among fp16 probabilities) keep the lower index, as many as asked."""
+    import anekit
+    from anekit.llm import kernels as K
+    from anekit.mil.builder import Builder
+
+    rows = np.array(
+        [[0.3, 0.1, 0.3], [0.2, 0.2, 0.2], [0.1, 0.2, 0.3], [0.1, 0.4, 0.1], [0.25, 0.25, 0.5]],
+        np.float32,
+    )  # tokens x experts
+    expected = np.array([[0.3, 0.0, 0.3], [0.2, 0.2, 0.0], [0.0, 0.2, 0.3],
+                         [0.1, 0.4, 0.0], [0.25, 0.0, 0.5]], np.float32)  # fmt: skip
+    b = Builder()
+    p = b.input("p", (1, 1, 3, 5), "fp16")  # [1, 1, E, T]
+    b.output(K._top_k(b, p, 2, renormalise=False), "w")
+    kernel = anekit.compile(b.build(), backend="reference", numerics="ideal")
+    got = np.asarray(kernel(p=rows.T[None, None])["w"])[0, 0].T
+    np.testing.assert_allclose(got, expected, atol=1e-3)

@@ -28,7 +28,11 @@ ARCHITECTURES = {
     "Phi3ForCausalLM": "phi3",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
 }
+# mixtures of experts: the family whose attention each has
+MOE_FAMILIES = {"qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}
 # families whose checkpoints store q/k/v as one ``qkv_proj`` and gate/up as one
 # ``gate_up_proj`` (already stacked as the block programs take them)
 FUSED_FAMILIES = frozenset({"phi3"})
@@ -109,7 +113,8 @@ class LlmConfig(DecoderShape):
 
     Attributes:
         architecture: the Hugging Face class name (or "llama2c").
-        family: "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3" or "llama2c".
+        family: "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen2_moe",
+            "qwen3_moe" or "llama2c".
         rope: rotary embedding parameters.
         max_position: the longest context the model was trained for.
         tie_embeddings: the output head is the embedding matrix (no ``lm_head.weight``).
@@ -130,6 +135,12 @@ class LlmConfig(DecoderShape):
             ``head_dim``'s; None: ``head_dim``.
         attn_softcap, final_softcap: ``cap * tanh(x / cap)`` of the attention scores and of
             the logits (Gemma-2), or None.
+        experts: the FFN is a mixture of this many experts (0: one dense FFN); each token
+            takes the ``experts_per_token`` most probable by its router's softmax
+            (renormalised over them if ``norm_topk``), each expert a SwiGLU of width
+            ``expert_dim``.
+        shared_expert_dim: width of the shared expert every token also takes, weighted by
+            a sigmoid gate (Qwen2-MoE), or 0.
         dtype: the stored weight dtype the config declares ("bfloat16", "float16", "float32").
         bos_token_id, eos_token_ids: special tokens (eos may be several).
         style: "rope_parameters" (newer) or "rope_theta" (older) config style.
@@ -155,6 +166,11 @@ class LlmConfig(DecoderShape):
     query_pre_attn_scalar: float | None = None
     attn_softcap: float | None = None
     final_softcap: float | None = None
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_dim: int = 0
+    norm_topk: bool = False
+    shared_expert_dim: int = 0
     dtype: str = "float32"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -174,6 +190,11 @@ class LlmConfig(DecoderShape):
                             ("final_logit_softcapping", self.final_softcap)):  # fmt: skip
             if value is not None and not value > 0:
                 raise ModelError(f"config {name} must be above 0, found {value}")
+        if self.experts and not 1 <= self.experts_per_token <= self.experts:
+            raise ModelError(
+                f"config num_experts_per_tok must be in [1, {self.experts}], found "
+                f"{self.experts_per_token}"
+            )
         if self.local_layers and self.sliding_window is None:
             raise ModelError("config has sliding_attention layers but no sliding_window")
         alpha = self.residual_scale
@@ -216,6 +237,9 @@ class LlmConfig(DecoderShape):
         d, q, kv = self.dim, self.q_dim, self.kv_dim
         extra = (q + 2 * kv) * self.qkv_bias + d * self.o_bias + 2 * self.head_dim * self.qk_norm
         extra += 2 * d * self.gemma  # the post-attention and post-FFN norms
+        if self.experts:  # experts, router, shared expert and its gate replace the dense FFN
+            e, s = self.experts, self.shared_expert_dim
+            extra += 3 * d * (e * self.expert_dim + s - self.hidden_dim) + e * d + d * (s > 0)
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return super().n_params() + self.n_layers * extra + head
 
@@ -269,7 +293,8 @@ def _config(r: ConfigReader) -> LlmConfig:
         )
     if r.bool("mlp_bias", False):
         raise ModelError("mlp_bias = true is not supported", path=source)
-    if family in ("qwen2", "qwen3") and r.bool("use_sliding_window", False):
+    attention = MOE_FAMILIES.get(family, family)  # a mixture of experts' attention family
+    if attention in ("qwen2", "qwen3") and r.bool("use_sliding_window", False):
         raise ModelError(
             "use_sliding_window = true (per-layer sliding windows) is not supported", path=source
         )
@@ -297,12 +322,13 @@ def _config(r: ConfigReader) -> LlmConfig:
         rope=rope,
         max_position=r.int("max_position_embeddings", 2048, lo=2, hi=MAX_POSITIONS),
         tie_embeddings=r.bool("tie_word_embeddings", False),
-        qkv_bias=family == "qwen2" or attention_bias,
+        qkv_bias=attention == "qwen2" or attention_bias,
         o_bias=attention_bias,
-        qk_norm=family in ("qwen3", "gemma3"),
+        qk_norm=attention in ("qwen3", "gemma3"),
         sliding_window=window,
         fused=family in FUSED_FAMILIES,
         **(_gemma(r, family, n_layers) if gemma else {}),
+        **(_moe(r, family == "qwen2_moe") if family in MOE_FAMILIES else {}),
         local_rope=local_rope,
         dtype=r.str("dtype", None) or r.str("torch_dtype", None) or "float32",
         bos_token_id=r.int("bos_token_id", None, lo=0, hi=vocab - 1),
@@ -341,6 +367,26 @@ def _gemma(r: ConfigReader, family: str, n_layers: int) -> dict[str, Any]:
         query_pre_attn_scalar=r.float("query_pre_attn_scalar", 256.0),
         attn_softcap=r.float("attn_logit_softcapping", None),
         final_softcap=r.float("final_logit_softcapping", None),
+    )
+
+
+def _moe(r: ConfigReader, shared: bool) -> dict[str, Any]:
+    """The mixture-of-experts fields; every layer must be sparse (no dense ``mlp_only_layers``)."""
+    experts = r.int("num_experts", None, hi=MAX_WIDTH) or r.int("num_local_experts", hi=MAX_WIDTH)
+    dense = r.value("mlp_only_layers", [])
+    step = r.int("decoder_sparse_step", 1, hi=MAX_LAYERS)
+    if dense or step != 1:
+        raise ModelError(
+            f"dense layers among the experts' (mlp_only_layers {dense!r:.40}, "
+            f"decoder_sparse_step {step}) are not supported; every layer must be sparse",
+            path=r.source,
+        )
+    return dict(
+        experts=experts,
+        experts_per_token=r.int("num_experts_per_tok", hi=MAX_WIDTH),
+        expert_dim=r.int("moe_intermediate_size", hi=MAX_WIDTH),
+        norm_topk=r.bool("norm_topk_prob", False),
+        shared_expert_dim=r.int("shared_expert_intermediate_size", hi=MAX_WIDTH) if shared else 0,
     )
 
 

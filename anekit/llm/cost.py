@@ -156,7 +156,7 @@ def _estimate_segments(
         streamed_scheme,
     )
 
-    segments = plan_segments(config, check_scheme(scheme), 1 + len(decode_slots(seq)))
+    segments = plan_segments(config, check_scheme(scheme, config), 1 + len(decode_slots(seq)))
     pieces = K.head_pieces(config.vocab_size, chip.max_dim_channel)
     k = chip.matmul_k_multiple
 

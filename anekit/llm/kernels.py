@@ -37,6 +37,13 @@ w13          ``[1, 1, 2F, D]``       stacked gate and up projections
 w2           ``[1, 1, D, F]``        down projection
 ===========  ======================  ================================================
 
+A mixture of experts (``LlmConfig.experts`` E, each of width ``Fe``) replaces ``w13`` and
+``w2`` by ``router [1, 1, E, D]``, ``w13 [1, E, 2Fe, D]``, ``w2 [1, E, D, Fe]`` and, with a
+shared expert of width ``Fs``, ``shared_w13 [1, 1, 2Fs, D]``, ``shared_w2 [1, 1, D, Fs]``,
+``shared_gate [1, 1, 1, D]``. The routing (softmax, top-k, renormalisation) is computed in
+the program and every expert runs, weighted by its routing weight (zero unless chosen):
+one gathered program whose outputs equal top-k routing, at E/k times the experts' work.
+
 A Gemma config's norm gains are stored as ``gain - 1`` (the program adds the 1), its FFN is
 GeGLU (tanh GELU), and its local (sliding-window) layers run a program reading
 ``cos_local``, ``sin_local`` and ``mask_local`` instead (``BlockKey.local``).
@@ -90,6 +97,12 @@ def block_weight_shapes(cfg: LlmConfig) -> dict[str, tuple[int, ...]]:
     if cfg.gemma:
         shapes["post_attn"] = (1, 1, d, 1)
     shapes.update(ffn_norm=(1, 1, d, 1), w13=(1, 1, 2 * f, d), w2=(1, 1, d, f))
+    if cfg.experts:
+        e, fe, fs = cfg.experts, cfg.expert_dim, cfg.shared_expert_dim
+        shapes.update(router=(1, 1, e, d), w13=(1, e, 2 * fe, d), w2=(1, e, d, fe))
+        if fs:
+            shapes.update(shared_w13=(1, 1, 2 * fs, d), shared_w2=(1, 1, d, fs))
+            shapes["shared_gate"] = (1, 1, 1, d)
     if cfg.gemma:
         shapes["post_ffn"] = (1, 1, d, 1)
     return shapes
@@ -214,14 +227,68 @@ def _block(
                         flavour=flavour)  # fmt: skip
     h = b.add(x=i["x"], y=_post_norm(b, cfg, parts["o"], i, "post_attn"), name="h")
     xn = L.prescaled_rmsnorm(b, h, _gain(b, cfg, i, "ffn_norm"), cfg.residual_eps, "ffn_xn")
-    f = cfg.hidden_dim
-    h13 = L.project(b, i["w13"], xn, "h13", transpose_w=False)
-    gate, up = L.channels(b, h13, 0, f, "gate"), L.channels(b, h13, f, f, "up")
-    u = _geglu(b, gate, up) if cfg.gemma else L.swiglu(b, gate, up)
-    ffn = L.project(b, i["w2"], L.to_residual(b, u, cfg.residual_scale, "u"), "ffn",
-                    transpose_w=False)  # fmt: skip
+    ffn = _experts(b, cfg, xn, i) if cfg.experts else _ffn(b, cfg, xn, i, "")
     y = b.add(x=h, y=_post_norm(b, cfg, ffn, i, "post_ffn"), name=out)
     return y, parts["k_new"], parts["v_new"]
+
+
+def _ffn(b: Builder, cfg: LlmConfig, xn: Value, i: Mapping[str, Value], prefix: str) -> Value:
+    """The dense FFN ``w2 @ act(gate) * up`` (``prefix``: its weights' and values' names)."""
+    w13, w2 = i[prefix + "w13"], i[prefix + "w2"]
+    f = w13.shape[2] // 2
+    h13 = L.project(b, w13, xn, prefix + "h13", transpose_w=False)
+    gate = L.channels(b, h13, 0, f, prefix + "gate")
+    up = L.channels(b, h13, f, f, prefix + "up")
+    u = _geglu(b, gate, up) if cfg.gemma else L.swiglu(b, gate, up, prefix)
+    u = L.to_residual(b, u, cfg.residual_scale, prefix + "u")
+    return L.project(b, w2, u, prefix + "ffn", transpose_w=False)
+
+
+def _experts(b: Builder, cfg: LlmConfig, xn: Value, i: Mapping[str, Value]) -> Value:
+    """The mixture of experts on ``xn [1, 1, D, T]`` (the module docstring), shared expert
+    included."""
+    e, fe, t = cfg.experts, cfg.expert_dim, xn.shape[3]
+    probs = b.softmax(x=L.project(b, i["router"], xn, "router", transpose_w=False), axis=2,
+                      name="route_probs")  # fmt: skip
+    weights = _top_k(b, probs, cfg.experts_per_token, cfg.norm_topk)
+    h13 = b.matmul(x=i["w13"], y=xn, name="experts_h13")  # [1, E, 2Fe, T]
+    gate = b.slice_by_size(x=h13, begin=[0, 0, 0, 0], size=[1, e, fe, t], name="experts_gate")
+    up = b.slice_by_size(x=h13, begin=[0, 0, fe, 0], size=[1, e, fe, t], name="experts_up")
+    u = L.swiglu(b, gate, up, "experts_")
+    per_expert = b.reshape(x=weights, shape=[1, e, 1, t], name="route_per_expert")
+    u = L.to_residual(b, b.mul(x=u, y=per_expert, name="experts_routed"), cfg.residual_scale,
+                      "experts_u")  # fmt: skip
+    y = b.matmul(x=i["w2"], y=u, name="experts_y")  # [1, E, D, T]: zero for experts not taken
+    out = b.reduce_sum(x=y, axes=[1], keep_dims=True, name="experts_sum")
+    if not cfg.shared_expert_dim:
+        return out
+    shared = _ffn(b, cfg, xn, i, "shared_")
+    gate_logit = L.project(b, i["shared_gate"], xn, "shared_gate_logit", transpose_w=False)
+    shared = b.mul(x=shared, y=b.sigmoid(x=gate_logit, name="shared_gate"), name="shared_out")
+    return b.add(x=out, y=shared, name="moe")
+
+
+def _top_k(b: Builder, probs: Value, k: int, renormalise: bool) -> Value:
+    """``probs [1, 1, E, T]`` kept where among each token's ``k`` largest, zero elsewhere.
+
+    Expert ``e``'s rank is how many experts come before it: a larger probability, or an
+    equal one at a lower index (fp16 ties a float32 router would not have), so exactly
+    ``k`` experts are kept, as ``torch.topk`` keeps.
+    """
+    e, t = probs.shape[2], probs.shape[3]
+    other = b.reshape(x=probs, shape=[1, e, 1, t], name="route_other")  # j on axis 1, e on 2
+    lower = np.tril(np.ones((e, e), np.float16), -1).T[None, :, :, None]  # [j, e]: j < e
+    earlier = b.select(cond=b.equal(x=other, y=probs, name="route_tied"),
+                       a=b.const(lower, name="route_lower"), b=0.0, name="route_tie_first")  # fmt: skip
+    before = b.select(cond=b.greater(x=other, y=probs, name="route_greater"), a=1.0, b=earlier,
+                      name="route_before")  # fmt: skip
+    rank = b.reduce_sum(x=before, axes=[1], keep_dims=True, name="route_rank")  # [1, 1, E, T]
+    chosen = b.less(x=rank, y=float(k) - 0.5, name="route_chosen")
+    weights = b.select(cond=chosen, a=probs, b=0.0, name="route_weights")
+    if not renormalise:
+        return weights
+    total = b.reduce_sum(x=weights, axes=[2], keep_dims=True, name="route_total")
+    return b.real_div(x=weights, y=total, name="route_normalised")
 
 
 def _gain(b: Builder, cfg: LlmConfig, i: Mapping[str, Value], name: str) -> Value:

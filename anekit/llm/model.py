@@ -90,7 +90,7 @@ class Model:
             hold = "fp16" if backends.capabilities(self.backend).host_fp16 else "fp32"
         if hold not in HOLD:
             raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
-        self.compress = None if compress is None else check_scheme(compress)
+        self.compress = None if compress is None else check_scheme(compress, config)
         self._lock = threading.RLock()  # one step of one session at a time (they share the head)
         self._closed = False
         if max_seq is None:  # 0 is not "the default": it is refused below
