@@ -19,6 +19,7 @@ _LAZY: dict[str, str] = {
     "Kernel": "anekit.backends",
     "available_backends": "anekit.backends",
     "compile_mlmodelc": "anekit.backends.ane",
+    "diff": "anekit.backends.reference.compare",
     "export_mlpackage": "anekit.passes.coreml",
     "check": "anekit.hw",
     "estimate": "anekit.hw",

@@ -16,6 +16,15 @@ def env_backend() -> str | None:
     return value or None
 
 
+ENV_NUMERICS = "ANEKIT_NUMERICS"
+
+
+def env_numerics() -> str | None:
+    """The numerics profile named by ``$ANEKIT_NUMERICS`` ("ideal", a chip, a file), or None."""
+    value = os.environ.get(ENV_NUMERICS, "").strip()
+    return value or None
+
+
 def cache_dir() -> Path:
     """Where anekit keeps what it caches between runs (self-check verdicts, compiled models).
 

@@ -32,6 +32,7 @@ __all__ = [
     "InspectError",
     "UsageError",
     "KernelClosed",
+    "UnknownName",
     "os_reason",
     "ModelError",
     "GarbageValues",
@@ -282,6 +283,14 @@ class KernelClosed(UsageError):
     def __init__(self, kernel: str) -> None:
         self.kernel = kernel
         super().__init__(f"{kernel} is closed; compile the program again to run it")
+
+
+class UnknownName(UsageError, KeyError):
+    """A name a kernel or buffer set does not have (an input or output): lists the names there
+    are. Also a ``KeyError``, as a lookup by a missing name is."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
 
 
 # What the user reads for the errors a path can give; others keep the system's wording.

@@ -38,6 +38,7 @@ __all__ = [
     "exchange",
     "file_kind",
     "fsync_dir",
+    "map_readonly",
     "model_file",
     "open_regular",
     "parse_json",
@@ -99,6 +100,23 @@ def open_regular(
     except BaseException:
         os.close(fd)
         raise
+
+
+def map_readonly(
+    f: BinaryIO, *, what: str, path: str | os.PathLike[str], error: ErrorFactory = UsageError
+) -> Any:
+    """A read-only memory map of the whole of an open regular file (see :func:`open_regular`).
+
+    Mapping needs address space, not memory: a huge sparse file under an address-space limit
+    (``ulimit -v``) fails with ENOMEM, which is ``error`` here, not a bare OSError.
+    """
+    import mmap
+
+    try:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:  # ValueError: an empty file
+        reason = os_reason(e) if isinstance(e, OSError) else "the file is empty"
+        raise error(f"cannot map {what} into memory: {reason}", path=str(path)) from None
 
 
 def read_regular(
@@ -206,6 +224,8 @@ def _too_deep(text: str, depth: int) -> str | None:
     nested ``n`` deep empties in ``n`` passes; every pass is one regular-expression scan.
     """
     rest = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if re.search(f"[\\[{{]{{{depth + 1}}}", rest):  # a run of openers: too deep in one scan
+        return f"it is nested deeper than {depth} levels"
     for _ in range(depth):
         if not rest:
             return None

@@ -246,3 +246,36 @@ def _magic_round(x: np.ndarray, m: np.ndarray) -> None:
     np.multiply(x, _UP, out=x)  # rounded values >= 2**16 become inf, others scale exactly
     np.multiply(x, _DOWN, out=x)
     np.copysign(x, m, out=x)  # x - M gives +0 where x rounds to -0
+
+
+# float32 bit patterns of the fp16 storage model (magnitudes, sign cleared)
+SIGN_BIT = np.uint32(0x80000000)
+MAGNITUDE = np.uint32(0x7FFFFFFF)
+INF_BITS = np.uint32(0x7F800000)
+HALF_QUANTUM = np.uint32(0x1000)  # half of fp16's quantum on float32's mantissa (bit 12)
+KEEP_BITS = np.uint32(0xFFFFE000)  # the sign, exponent and 10 mantissa bits fp16 keeps
+OVERFLOW_BITS = np.uint32(0x477FF000)  # 65520: the smallest magnitude that rounds to inf
+MIN_NORMAL_BITS = np.uint32(0x38800000)  # 2**-14, fp16's smallest normal
+_SUBNORMAL_SCALE = 2.0**24  # fp16 subnormals are multiples of 2**-24
+
+
+def round_fp16_away(x: Any) -> np.ndarray:
+    """Round to the nearest fp16 value with ties away from zero, held in float32.
+
+    As :func:`round_fp16` but a value halfway between two fp16 values goes to the larger
+    magnitude (2049 -> 2050, 1024.5 -> 1025): the engine's reading (``anekit.hw.numerics``).
+    Overflow gives inf, subnormals are kept, NaN stays NaN.
+    """
+    y = np.array(x, dtype=np.float32, order="C")
+    u = y.view(np.uint32)
+    m = np.bitwise_and(u, MAGNITUDE)
+    nan = m > INF_BITS
+    small = m < MIN_NORMAL_BITS
+    r = np.bitwise_and(m + HALF_QUANTUM, KEEP_BITS)
+    r[m >= OVERFLOW_BITS] = INF_BITS
+    out = np.bitwise_or(r, np.bitwise_and(u, SIGN_BIT)).view(np.float32)
+    if small.any():
+        a = np.abs(y[small]).astype(np.float64)
+        out[small] = np.copysign(np.floor(a * _SUBNORMAL_SCALE + 0.5) / _SUBNORMAL_SCALE, y[small])
+    out[nan] = np.nan
+    return out.reshape(np.shape(x))

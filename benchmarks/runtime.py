@@ -3,10 +3,12 @@
 1. Per-call overhead of a 3-op program.
 2. fp16 rounding of float32 arrays: the PyTorch cast, the NumPy-only magic add, and
    NumPy's own ``astype(float16).astype(float32)``, on normal and subnormal-heavy data.
-3. A 12-layer transformer forward (dim 256) at seq 64, 256 and 1024: anekit with the
-   PyTorch cast, anekit NumPy-only (``fp16.use_torch(False)``, the path taken where PyTorch
-   is not installed), and the same math in PyTorch fp32. Target (issue 13): at most 1.5x
-   PyTorch's time at seq 64 and 256.
+3. A 12-layer transformer forward (dim 256) at seq 64, 256 and 1024: anekit under the
+   default numerics profile (m4: ties away, flush, saturation, issue 25) and under
+   "ideal" (IEEE fp16 storage), each with the PyTorch cast and NumPy-only
+   (``fp16.use_torch(False)``, the path taken where PyTorch is not installed), and the same
+   math in PyTorch fp32. Targets: at most 1.5x PyTorch's time at seq 64 and 256 (issue 13);
+   the default profile at most 1.3x "ideal" (issue 25).
 4. Peak memory of one forward at seq 1024, each side in a fresh process: the rise of the
    resident set (``VmHWM`` after resetting it, Linux) and, for anekit, tracemalloc's peak
    (NumPy reports its buffers to it). Target: within 1.5x PyTorch's.
@@ -154,12 +156,18 @@ def rounding(rounds: int) -> None:
 def forward(seq: int, rounds: int) -> None:
     shape = shape_at(seq)
     x = example_input(shape)
-    with anekit.compile(transformer(shape), backend="reference") as k:
+    program = transformer(shape)
+    with (
+        anekit.compile(program, backend="reference", numerics="m4") as k,
+        anekit.compile(program, backend="reference", numerics="ideal") as ideal,
+    ):
         fn = torch_forward(shape, transformer_weights(shape), x)
         results = interleave(
             {
-                "anekit (PyTorch cast)": anekit_call(k, x, True),
-                "anekit (NumPy only)": anekit_call(k, x, False),
+                "anekit m4 (PyTorch cast)": anekit_call(k, x, True),
+                "anekit m4 (NumPy only)": anekit_call(k, x, False),
+                "anekit ideal (PyTorch cast)": anekit_call(ideal, x, True),
+                "anekit ideal (NumPy only)": anekit_call(ideal, x, False),
                 "PyTorch fp32": fn,
             },
             rounds=rounds,
@@ -178,6 +186,12 @@ def forward(seq: int, rounds: int) -> None:
         target=target,
     ):
         print(line)
+    for path in ("PyTorch cast", "NumPy only"):
+        m4, ieee = results[f"anekit m4 ({path})"], results[f"anekit ideal ({path})"]
+        print(
+            f"  default profile (m4) / ideal, {path}: {m4.median / ieee.median:.2f}x (median), "
+            f"{m4.min / ieee.min:.2f}x (min); target <= 1.3x"
+        )
 
 
 def _rss_kib(field: str) -> int:

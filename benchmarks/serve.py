@@ -13,8 +13,10 @@
    takes a token of each running request in turn; no batching: the aggregate cannot
    grow beyond one client's rate on one BLAS thread).
 
-Run: ``python benchmarks/serve.py [--rounds R] [--tokens N]``. The machine's load
-(``uptime``) is printed beside the figures: other work on a shared machine moves them.
+Run: ``python benchmarks/serve.py [--rounds R] [--tokens N] [--json FILE]``. The machine's
+load (``uptime``) is printed beside the figures: other work on a shared machine moves them.
+``--json benchmarks/results/serve.json`` records the figures that docs/serve.md quotes
+(``make docs-check`` renders its table from that file).
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
 
     import httpx
@@ -152,7 +155,8 @@ def main() -> None:
         try:
             in_process(session, ids, 4), through_server(http, url, ids, 4)  # warm-up: compiles
             print(f"model: {m!r}; prompt {len(ids)} tokens, {args.tokens} new; BLAS 1 thread")
-            print(f"load before: {load()}")
+            before = load()
+            print(f"load before: {before}")
             ours, served = [], []
             for _ in range(args.rounds):
                 ours.append(in_process(session, ids, args.tokens))
@@ -163,12 +167,24 @@ def main() -> None:
                   f"{ttft_srv * 1e3:.1f} ms ({(ttft_srv / ttft_in - 1) * 100:+.1f}%)")  # fmt: skip
             print(f"decode tokens/s:     in-process {tps_in:.1f}, through the server "
                   f"{tps_srv:.1f} ({(tps_srv / tps_in - 1) * 100:+.1f}%)  (target: within 10%)")  # fmt: skip
+            record = {
+                "model": repr(m), "rounds": args.rounds, "prompt_tokens": len(ids),
+                "new_tokens": args.tokens, "load_before": before,
+                "ttft_ms": {"in_process": ttft_in * 1e3, "server": ttft_srv * 1e3},
+                "decode_tokens_per_s": {"in_process": tps_in, "server": tps_srv},
+                "aggregate_tokens_per_s": {},
+            }  # fmt: skip
             for clients in (1, 2, 4):
                 rounds = max(args.rounds // 2, 1)
                 rates = [aggregate(http, url, ids, args.tokens, clients) for _ in range(rounds)]
+                record["aggregate_tokens_per_s"][str(clients)] = statistics.median(rates)
                 print(f"aggregate tokens/s, {clients} concurrent client(s): "
                       f"{statistics.median(rates):.1f}")  # fmt: skip
-            print(f"load after: {load()}")
+            record["load_after"] = load()
+            print(f"load after: {record['load_after']}")
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(record, indent=1) + "\n")
         finally:
             http.close()
             process.terminate()

@@ -13,6 +13,9 @@
    (maderix/ANE, training/README.md: 106.7 static, 91.8 with ANE extras, 111 dynamic
    weights; those include the CPU work, the prediction does not).
 
+Data-parallel scaling (tokens/s at 1 and 2 ranks on MLX and Gloo, the all-reduce's share)
+is ``benchmarks/train_scaling.py``: it runs whole multi-process jobs, not steps in one process.
+
 Usage: ``python benchmarks/train.py [--threads N] [--rounds R] [--configs tiny,stories15m]``.
 """
 

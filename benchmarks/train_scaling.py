@@ -19,6 +19,7 @@ through each Mac's link, at the link rates in :data:`LINKS` (nominal, with their
 
 Usage: ``python benchmarks/train_scaling.py [--config stories15m] [--rounds 3] [--steps 6]``,
 ``python benchmarks/train_scaling.py --predict [--config stories110m] [--chip m4]``.
+It also measures the all-reduce alone (a gradient-sized buffer between 2 local ranks).
 """
 
 from __future__ import annotations
@@ -107,6 +108,51 @@ def predict(config: str, chip: str, worlds: tuple[int, ...] = (1, 2, 4, 8)) -> N
         print(f"  {link}: " + "; ".join(row))
 
 
+# One rank of the all-reduce measurement: the communicator sums a gradient-sized buffer.
+ALLREDUCE_RANK = """
+import json, sys, time
+import numpy as np
+from anekit.train.distributed.engines import connect
+engine, elements, repeats, bucket = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+comm = connect(engine, 120.0, bucket)
+grads = np.ones(elements, np.float32)
+comm.all_reduce([grads])  # connections warmed up
+times = []
+for _ in range(repeats):
+    comm.barrier()
+    start = time.perf_counter()
+    comm.all_reduce([grads])
+    times.append(time.perf_counter() - start)
+if comm.rank == 0:
+    print(json.dumps(times))
+comm.close()
+"""
+
+
+def allreduce_seconds(engine: str, elements: int, repeats: int, bucket_mb: float) -> list[float]:
+    """Rank 0's times of a 2-rank all-reduce of ``elements`` float32 (barrier before each)."""
+    from anekit.train.distributed.launch import rank_environments
+
+    with tempfile.TemporaryDirectory(prefix="anekit-allreduce-") as tmp:
+        envs = rank_environments(engine, 2, Path(tmp))
+        args = [engine, str(elements), str(repeats), str(int(bucket_mb * 2**20))]
+        procs = [
+            subprocess.Popen([sys.executable, "-c", ALLREDUCE_RANK, *args], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for env in envs
+        ]  # fmt: skip
+        try:
+            outs = [p.communicate(timeout=600) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        if any(p.returncode for p in procs):
+            raise SystemExit(f"{engine} all-reduce failed: {[o[1][-300:] for o in outs]}")
+        return json.loads(outs[0][0].strip().splitlines()[-1])
+
+
 def median(records: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in records)
 
@@ -138,6 +184,14 @@ def main() -> None:
             for engine, world in order:
                 runs[engine, world] += one_run(engine, world, args, data, workdir)
         print(f"load after: {os.getloadavg()[0]:.2f}")
+    from anekit.train.config import get_config
+
+    elements = get_config(args.config).model.n_params()
+    for engine in engines:
+        times = allreduce_seconds(engine, elements, 5 * args.rounds, args.bucket_mb)
+        print(f"{engine}: all-reduce alone of {4 * elements / 1e6:.0f} MB on 2 local ranks: "
+              f"median {statistics.median(times) * 1e3:.0f} ms, min {min(times) * 1e3:.0f} ms "
+              f"({len(times)} repeats)")  # fmt: skip
     print(f"{args.config}, one BLAS thread per rank, {args.rounds} rounds x "
           f"{args.steps - args.warmup} steps kept per configuration, medians")  # fmt: skip
     for engine in engines:

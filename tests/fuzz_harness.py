@@ -213,6 +213,42 @@ def llama2c_seed() -> bytes:
     return header + np.linspace(-1, 1, count, dtype=np.float32).tobytes()
 
 
+def gguf_seed(directory: Path) -> bytes:
+    """A small llama GGUF file (one layer, F32 and F16 tensors, a SentencePiece vocabulary)."""
+    import gguf
+
+    from tests.gguf_models import spm_vocab
+
+    tokens, scores, types = spm_vocab()
+    dim, ff, vocab = 16, 32, len(tokens)
+    path = directory / "seed.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for add, value in ((w.add_context_length, 64), (w.add_embedding_length, dim),
+                       (w.add_block_count, 1), (w.add_feed_forward_length, ff),
+                       (w.add_head_count, 2), (w.add_head_count_kv, 1),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_vocab_size, vocab)):  # fmt: skip
+        add(value)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (vocab, dim), "output_norm.weight": (dim,),
+              "blk.0.attn_norm.weight": (dim,), "blk.0.attn_q.weight": (dim, dim),
+              "blk.0.attn_k.weight": (dim // 2, dim), "blk.0.attn_v.weight": (dim // 2, dim),
+              "blk.0.attn_output.weight": (dim, dim), "blk.0.ffn_norm.weight": (dim,),
+              "blk.0.ffn_gate.weight": (ff, dim), "blk.0.ffn_up.weight": (ff, dim),
+              "blk.0.ffn_down.weight": (dim, ff)}  # fmt: skip
+    for name, shape in shapes.items():
+        dtype = np.float32 if len(shape) == 1 else np.float16
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(dtype))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path.read_bytes()
+
+
 def header_mutations(seed: bytes, header: int) -> st.SearchStrategy[bytes]:
     """``seed`` with its first ``header`` bytes edited (int32 fields set to hostile values)."""
     fields = st.sampled_from([0, 1, -1, 2, 3, 2**31 - 1, -(2**31), 2**16, 2**20, 7, 4096])
@@ -317,6 +353,21 @@ def targets(work: Path) -> dict[str, tuple[st.SearchStrategy, Callable[[object],
         tok = Llama2cTokenizer.from_bytes(data, "fuzz tokenizer.bin")
         tok.decode(tok.encode("Once upon a time, ünïcode"))
 
+    gguf_file = work / "fuzz.gguf"
+
+    def gguf_model(data: bytes) -> None:
+        from anekit.llm import gguf
+
+        gguf_file.write_bytes(data)
+        config, source, tok = gguf.read(gguf_file)
+        shape = (config.vocab_size, config.dim)
+        if source.shape("model.embed_tokens.weight") == shape:
+            source.read_into(
+                "model.embed_tokens.weight", shape, np.empty(shape, np.float16).ravel()
+            )
+        if tok is not None:
+            tok.decode(tok.encode("Once upon a time"))
+
     checkpoint = work / "stories.bin"
 
     def llama2c(data: bytes) -> None:
@@ -343,6 +394,7 @@ def targets(work: Path) -> dict[str, tuple[st.SearchStrategy, Callable[[object],
         "config.json": (state_mutations(LLAMA_CONFIG), config),
         "tokenizer.bin": (byte_mutations(tokenizer_seed()), tokenizer),
         "llama2c": (header_mutations(llama2c_seed(), 28), llama2c),
+        "gguf": (byte_mutations(gguf_seed(work)), gguf_model),
         "pt2": (pt2_mutations(pt2_seeds), pt2),
         "hwx": (byte_mutations(hwx_seed()), hwx),
         "flatbuffer": (byte_mutations(flatbuffer_seed()), flatbuffer),

@@ -116,3 +116,34 @@ def test_a_request_the_framework_refuses_to_validate_is_an_error_before_evaluati
         with pytest.raises(EvaluationError, match="validate"):
             k(x=X)
     assert fake.calls_to("evaluateWithQoS:options:request:error:") == []
+
+
+def test_objc_msgsend_gets_the_pointer_behind_bridged_strings_and_numbers() -> None:
+    """PyObjC bridges NSString/NSNumber results to str/int subclasses that ``pyobjc_id``
+    refuses (a TypeError, the mutable-weights probe's "name" variant): the proxy is used."""
+    import types
+
+    from anekit.backends.ane.framework import _pointer
+
+    class Proxy:
+        def __init__(self, address: int) -> None:
+            self.address = address
+
+    def pyobjc_id(obj: object) -> int:
+        if not isinstance(obj, Proxy):
+            raise TypeError(f"Expecting an Objective-C object, got {type(obj).__name__}")
+        return obj.address
+
+    class Bridged(str):  # as objc.pyobjc_unicode
+        def nsstring(self) -> Proxy:
+            return Proxy(0x1000)
+
+    class Number(int):  # as a bridged NSNumber
+        __pyobjc_object__ = Proxy(0x2000)
+
+    objc = types.SimpleNamespace(pyobjc_id=pyobjc_id)
+    assert _pointer(objc, Bridged("main")) == 0x1000
+    assert _pointer(objc, Number(0)) == 0x2000
+    assert _pointer(objc, Proxy(0x3000)) == 0x3000
+    with pytest.raises(TypeError):
+        pyobjc_id(Bridged("main"))  # what the probe did before

@@ -12,6 +12,8 @@ from anekit.errors import AnekitError, BackendUnavailable
 from tests.examples import SECTION_3_EXAMPLE
 from tests.test_mil_text import add_weight_program
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 
 def fp16(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float16).astype(np.float64)

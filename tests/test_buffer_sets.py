@@ -17,6 +17,8 @@ from anekit import fp16, mil
 from anekit.backends.base import Buffer, BufferSet
 from anekit.errors import UsageError
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 RNG = np.random.default_rng(5)
 SHAPE = (1, 4, 1, 8)
 

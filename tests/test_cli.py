@@ -121,7 +121,7 @@ def test_a_read_refused_by_the_os_is_one_line_naming_it(
 
 
 # what each command requires, so that the unknown flag is the only thing wrong
-REQUIRED = {name: ["x.mil"] for name in ("fmt", "run", "check", "estimate")} | {
+REQUIRED = {name: ["x.mil"] for name in ("fmt", "run", "diff", "check", "estimate")} | {
     "generate": ["--ckpt", "x"],
     "chat": ["--ckpt", "x"],
     "serve": ["--ckpt", "x"],

@@ -149,3 +149,16 @@ def test_one_huge_channel_cannot_blind_the_error_gate() -> None:
     gated = compress_with_report(program, "int8", chip="m4", granularity="per_tensor",
                                  max_error=0.05)  # fmt: skip
     assert gated.report.fallbacks == (("w", "int8", "fp16"),)
+
+
+def test_a_sliding_window_cache_beyond_memory_is_refused_before_allocating() -> None:
+    import dataclasses
+
+    from anekit.config import physical_memory
+
+    windowed = dataclasses.replace(CONFIG, sliding_window=8)  # may pass max_position
+    positions = physical_memory() // (2 * windowed.n_layers * windowed.kv_dim * 2) + 1
+    with pytest.raises(UsageError, match=f"max_seq {positions} needs a KV cache of at least"):
+        Model(windowed, ArraySource(_arrays(), "test"), backend="reference", max_seq=positions)
+    with Model(windowed, ArraySource(_arrays(), "test"), backend="reference", max_seq=80) as m:
+        assert m.max_seq == 80  # past the 64-position context: the window allows it

@@ -144,13 +144,29 @@ def test_a_parse_leaves_the_collector_as_it_found_it(enabled) -> None:
     was = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
-        mil.parse(SMALL)
+        mil.parse(SMALL, pause_gc=True)
         assert gc.isenabled() is enabled
         with pytest.raises(MilSyntaxError):
-            mil.parse(SMALL.replace("add(", "add(("))
+            mil.parse(SMALL.replace("add(", "add(("), pause_gc=True)
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_the_collector_is_paused_only_when_the_caller_asks(monkeypatch) -> None:
+    seen: list[bool] = []
+    real = parser._Parser.program
+
+    def program(self):  # noqa: ANN001, ANN202
+        seen.append(gc.isenabled())
+        return real(self)
+
+    monkeypatch.setattr(parser._Parser, "program", program)
+    assert gc.isenabled()
+    mil.parse(SMALL)
+    mil.parse(SMALL, pause_gc=True)
+    assert seen == [True, False]  # running by default, paused on request
+    assert gc.isenabled()
 
 
 def test_nested_and_concurrent_pauses_resume_only_when_the_last_ends() -> None:

@@ -15,6 +15,8 @@ from anekit.errors import MilTypeError
 from anekit.mil.ops import registry
 from tests.optest import run_reference
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 BRIEF_OPS = """relu relu6 leaky_relu elu tanh sigmoid sigmoid_hard silu gelu softplus softsign exp
 exp2 log sqrt rsqrt abs sign ceil floor round sin cos tan atan asin acos sinh cosh atanh erf
 inverse square clip threshold scaled_tanh linear_activation prelu add sub mul real_div pow

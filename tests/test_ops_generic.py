@@ -18,6 +18,8 @@ from anekit.mil.ops import registry
 from tests.opcases import Case, all_cases
 from tests.optest import run_reference
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 CASES = all_cases()
 
 

@@ -13,6 +13,8 @@ from tests.opcases.attention import torch_sdpa
 from tests.opcases.linear import fixed_weight, torch_conv
 from tests.optest import raises, run_reference
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 
 def conv_input(b: mil.Builder, shape=(1, 4, 5, 5)):
     return b.input("x", shape, "fp16")

@@ -9,6 +9,8 @@ from anekit import mil
 from anekit.errors import MilTypeError
 from tests.optest import raises, run_reference
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 
 def pooled(op: str, xs: np.ndarray, **params) -> np.ndarray:
     """Run one pooling or upsampling op on the reference backend."""

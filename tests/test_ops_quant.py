@@ -16,6 +16,8 @@ from anekit.mil.ops import registry
 from anekit.mil.types import DType
 from tests.optest import run_reference
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 
 def _run_one(op: str, x: np.ndarray, x_dtype: str, opset: str = "ios18", /, **params) -> np.ndarray:
     b = mil.Builder(opset)

@@ -13,6 +13,8 @@ from anekit import mil
 from anekit.errors import MilTypeError
 from tests.optest import run_reference, type_error
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 FP16_MAX = float(np.finfo(np.float16).max)  # 65504
 
 

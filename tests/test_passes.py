@@ -13,6 +13,8 @@ from anekit.errors import MilTypeError
 from anekit.mil.rewrite import rename_io, substitute
 from anekit.passes import InputPacking, device, fold_constants, order_by_size, pack_inputs
 
+pytestmark = pytest.mark.usefixtures("ieee_numerics")  # IEEE fp16 semantics
+
 RNG = np.random.default_rng(5)
 
 

@@ -69,7 +69,8 @@ def test_chaining_builds_buffers_sets_and_requests_then_prepares_and_runs(ctx, f
     # scalars as ints, the statistics surface as the IOSurface itself
     chain = fake.calls_to(CHAIN)[0].args
     assert isinstance(chain[0], NSArray) and isinstance(chain[1], NSArray)
-    assert chain[2] == NSNumber(-1) and chain[7:] == (0, 0)
+    assert chain[2] == chain[3] == NSArray([NSNumber(-1)])  # loopback ids: arrays, as Espresso's
+    assert chain[4] == NSNumber(0) and chain[7:] == (0, 0)
     buffer = fake.calls_to("bufferWithIOSurfaceObject:symbolIndex:source:")[0].args
     assert buffer[0].label == "io" and isinstance(buffer[1], NSNumber) and buffer[2] == 0
     prepare = fake.calls_to(dispatch.PREPARE)[0].args
@@ -217,6 +218,18 @@ def test_virtual_client_is_created_described_and_used(ctx, fake) -> None:
     assert seen["client_isVirtualClient"]["value"] is False
     call = fake.calls_to("evaluateWithModel:options:request:qos:error:")[0]
     assert call.receiver == "vclient" and call.args[0].label == "ane_model"
+    clean(fake)
+
+
+def test_virtual_client_getters_the_runtime_does_not_list_are_not_sent(ctx, fake) -> None:
+    del fake.selectors[("client", "virtualClient")]
+    del fake.selectors[("vclient", "hostCapabilityMask")]
+    clients.virtual_client(ctx)
+    seen = ctx.observed
+    assert seen["_ANEClient_getters_absent"] == ["virtualClient"]
+    assert seen["_ANEVirtualClient_getters_absent"] == ["hostCapabilityMask"]
+    assert "client_virtualClient" not in seen and "hostCapabilityMask" not in seen
+    assert seen["usable"] is True
     clean(fake)
 
 

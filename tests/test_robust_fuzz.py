@@ -19,7 +19,7 @@ pytest.importorskip("safetensors")
 pytest.importorskip("flatbuffers")
 
 HARNESS = Path(__file__).parent / "fuzz_harness.py"
-TARGETS = ("hwx", "flatbuffer", "weights", "state.json", "safetensors", "pt2", "config.json",
+TARGETS = ("hwx", "flatbuffer", "weights", "state.json", "safetensors", "pt2", "config.json", "gguf",
            "tokenizer.bin", "llama2c")  # fmt: skip
 SECONDS = float(os.environ.get("ANEKIT_FUZZ_SECONDS", "1"))
 

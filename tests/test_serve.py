@@ -282,6 +282,7 @@ def test_the_server_is_healthy_after_all(server, client):
     assert status["status"] == "ok" and status["backend"] == "reference"
     assert status["fallback"] is False and status["programs"]
     assert all(p["backend"] == "reference" for p in status["programs"])
+    assert all(p["placement"]["engine"] == "CPU" for p in status["programs"])  # Kernel.placement
     assert status["engine"]["requests"].get("failed", 0) == 0
     assert chat(client, max_tokens=3).usage.completion_tokens <= 3
     log = server.stderr()

@@ -177,11 +177,13 @@ def test_four_ranks_repeat_one_process_with_four_times_the_accumulation(tmp_path
     np.testing.assert_allclose(losses(log), single_process(grad_accum=4), rtol=1e-4)
 
 
-@needs("mlx")
-def test_ctrl_c_on_the_launcher_stops_every_rank_and_resumes_exactly(runs, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [pytest.param(e, marks=needs(e)) for e in ("mlx", "torch")])
+def test_ctrl_c_on_the_launcher_stops_every_rank_and_resumes_exactly(
+    runs, engine: str, tmp_path: Path
+) -> None:
     at = random.randint(1, STEPS - 3)
     log, out = tmp_path / "log.jsonl", tmp_path / "o"
-    run = ["--distributed", "mlx", "--nproc", "2", *ARGS, "--out", str(out), "--log", str(log)]
+    run = ["--distributed", engine, "--nproc", "2", *ARGS, "--out", str(out), "--log", str(log)]
     proc = start(*run)
     wait_for_steps(log, at, proc)
     step_seconds = json.loads(log.read_text().splitlines()[-1])["ms"] / 1e3
@@ -195,26 +197,27 @@ def test_ctrl_c_on_the_launcher_stops_every_rank_and_resumes_exactly(runs, tmp_p
     assert (out / "LATEST").read_text().strip() == f"ckpt-{done:06d}", err
     code, err = finish(start(*run, "--resume"))
     assert code == 0, err
-    assert losses(log) == losses(runs["mlx"].with_suffix(".jsonl")), f"SIGINT after step {at}"
+    assert losses(log) == losses(runs[engine].with_suffix(".jsonl")), f"SIGINT after step {at}"
 
 
-@needs("torch")
-def test_sigkill_of_the_whole_job_then_resume_repeats_the_run(runs, tmp_path: Path) -> None:
-    """Ranks started as torchrun would, each in its own directory: only rank 0's gets --out."""
+@pytest.mark.parametrize("engine", [pytest.param(e, marks=needs(e)) for e in ("mlx", "torch")])
+def test_sigkill_of_the_whole_job_then_resume_repeats_the_run(
+    runs, engine: str, tmp_path: Path
+) -> None:
+    """Ranks started with the engine's launcher variables, each in its own directory."""
+    from anekit.config import ENV_SUPERVISOR
+    from anekit.train.distributed.launch import rank_environments
+
     dirs = [tmp_path / "rank0", tmp_path / "rank1"]
     for d in dirs:
         d.mkdir()
-    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
-    run = ["--distributed", "torch", *ARGS, "--out", "o", "--log", "log.jsonl", "--save-every", "3"]
+    run = ["--distributed", engine, *ARGS, "--out", "o", "--log", "log.jsonl", "--save-every", "3"]
 
     def job(*extra: str) -> list[subprocess.Popen]:
-        from anekit.train.distributed.launch import free_ports
-
-        port = {"MASTER_PORT": str(free_ports(1)[0])}
-        return [
-            start(*run, *extra, cwd=d, env={**env, **port, "RANK": str(r)})
-            for r, d in enumerate(dirs)
-        ]
+        envs = rank_environments(engine, 2, tmp_path)  # fresh ports, as mlx.launch or torchrun
+        for env in envs:
+            del env[ENV_SUPERVISOR]  # an external launcher's ranks
+        return [start(*run, *extra, cwd=d, env=env) for d, env in zip(dirs, envs)]
 
     procs = job()
     try:
@@ -232,7 +235,7 @@ def test_sigkill_of_the_whole_job_then_resume_repeats_the_run(runs, tmp_path: Pa
     for p in resumed:
         code, err = finish(p)
         assert code == 0, err
-    assert losses(log) == losses(runs["torch"].with_suffix(".jsonl"))
+    assert losses(log) == losses(runs[engine].with_suffix(".jsonl"))
 
 
 @pytest.mark.parametrize("engine", [pytest.param(e, marks=needs(e)) for e in ("mlx", "torch")])
@@ -240,7 +243,8 @@ def test_a_killed_rank_makes_the_others_stop_with_its_name(engine: str, tmp_path
     timeout = 3
     log = tmp_path / "log.jsonl"
     proc = start("--distributed", engine, "--nproc", "2", *ARGS, "--out", str(tmp_path / "o"),
-                 "--log", str(log), "--dist-timeout", str(timeout))  # fmt: skip
+                 "--log", str(log), "--dist-timeout", str(timeout),
+                 env={"TMPDIR": str(tmp_path)})  # fmt: skip
     wait_for_steps(log, 1, proc)
     ranks = children(proc.pid)
     assert len(ranks) == 2
@@ -252,6 +256,8 @@ def test_a_killed_rank_makes_the_others_stop_with_its_name(engine: str, tmp_path
     assert "rank 1 failed first: it was killed by SIGKILL; then rank 0 exited with code 2" in err
     assert "anekit train: error: rank 0:" in err and "rank 1 died" in err
     assert took < timeout + 5, f"{took:.1f} s"  # rank 0 stopped on its own, within its timeout
+    (kept,) = tmp_path.glob("anekit-ranks-*")  # each rank's stderr, named in the message
+    assert str(kept) in err and "rank 1 died" in (kept / "rank0.stderr").read_text()
 
 
 def test_resuming_with_another_global_batch_is_refused(tmp_path: Path, capsys) -> None:
@@ -295,3 +301,25 @@ def test_nproc_needs_an_engine_and_no_launcher_is_a_clear_error(capsys, monkeypa
         monkeypatch.delenv(name, raising=False)
     assert main(["train", "--distributed", "torch", *ARGS]) == 2
     assert "start the ranks with torchrun" in capsys.readouterr().err
+
+
+@needs("torch")
+def test_a_checkpoint_rank_0_cannot_load_stops_every_rank_at_once(tmp_path: Path) -> None:
+    from anekit.cli import main
+
+    out = tmp_path / "o"
+    assert main(["train", *ARGS[:-2], "--steps", "1", "--grad-accum", "2", "--out", str(out)]) == 0
+    weights = out / "ckpt-000001" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # the SHA-256 in state.json no longer matches
+    weights.write_bytes(bytes(data))
+    run = ["--distributed", "torch", "--nproc", "2", *ARGS, "--grad-accum", "1", "--resume"]
+    start_time = time.monotonic()
+    code, err = finish(start(*run, "--out", str(out), "--dist-timeout", "600",
+                             env={"TMPDIR": str(tmp_path)}))  # fmt: skip
+    assert code == 2, err
+    # rank 0's own error, and rank 1 naming it (which of the two exits first is a race)
+    assert "anekit train: error:" in err and "sha" in err.lower()
+    assert "[rank 1] anekit train: error: rank 0 refused the run" in err
+    assert "failed first: it exited with code 2" in err
+    assert time.monotonic() - start_time < 120  # not the 600 s timeout

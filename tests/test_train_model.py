@@ -59,7 +59,7 @@ def test_every_gradient_of_a_tiny_step_matches_torch(loss_scale: float) -> None:
     params = trained_a_little(cfg)
     tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, size=(2, cfg.seq_len + 1))
     grads = params.zeros_like()
-    with Model(cfg, batch=2, backend="reference") as model:
+    with Model(cfg, batch=2, backend="reference", numerics="ideal") as model:
         model.load(params)
         loss = model.loss_and_grads(params, grads, tokens, grad_scale=loss_scale)
     grads.flat /= loss_scale

@@ -259,9 +259,21 @@ def test_bombs_are_refused_quickly_under_an_address_space_limit(saved, tmp_path:
     shutil.copytree(root / "plain", big)
     with open(big / "tokenizer.json", "wb") as f:
         f.truncate(1 << 40)  # sparse: a terabyte that takes no disk
+    sparse = tmp_path / "sparse.bin"
+    with open(sparse, "wb") as f:
+        f.truncate(8 << 30)  # 8 GiB of nothing: mapping it needs more than the limit allows
+    mil_model = tmp_path / "mil"
+    from tests.clitools import weighted_program
+
+    weighted_program().save(mil_model)
+    (weight,) = (mil_model / "weights").iterdir()
+    with open(weight, "r+b") as f:
+        f.truncate(8 << 30)
     npz = tmp_path / "calibration.npz"
     _declaring_npz(npz, (1 << 36,))  # 64 Gi float32 elements declared in a ~100-byte member
     bombs = {
+        "sparse llama2c": f"from anekit import llm; llm.load({str(sparse)!r})",
+        "sparse MIL weights": f"from anekit import mil; mil.load({str(mil_model)!r})",
         "npz header": f"from anekit.cli.compress import _sample; _sample({str(npz)!r})",
         "classes --diff /dev/zero": "from anekit.doctor.classes import read_listing; "
         "read_listing('/dev/zero')",
@@ -316,3 +328,31 @@ def test_calibration_files_are_bounded_and_typed(tmp_path: Path) -> None:
             path.write_bytes(data)
         with pytest.raises(UsageError, match=message):
             read_npz(path, limit=100_000, what="x")
+
+
+def test_a_missing_buffer_name_is_our_error_and_still_a_key_error() -> None:
+    import anekit
+    from anekit import mil
+    from anekit.errors import AnekitError
+
+    b = mil.Builder()
+    b.output(b.relu(x=b.input("x", (1, 4), "fp16")), "y")
+    with anekit.compile(b.build(), backend="reference") as kernel:
+        sets = kernel.buffers()
+        for lookup in (lambda: sets.input("z"), lambda: sets.output("z"), lambda: kernel.spec("z")):
+            with pytest.raises(KeyError) as caught:
+                lookup()
+            assert isinstance(caught.value, AnekitError)
+            assert "'z'; " in str(caught.value) and not str(caught.value).startswith('"')
+
+
+def test_a_tokenizer_smaller_than_the_model_refuses_ids_it_lacks(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    from anekit.llm.tokenizer import HFTokenizer
+    from tests.llm_models import save_tokenizer
+
+    save_tokenizer(tmp_path, vocab_size=60)
+    tok = HFTokenizer(tmp_path / "tokenizer.json")
+    assert tok.decode(tok.encode("the robot")) == "the robot"
+    with pytest.raises(ModelError, match=r"token ids \[95\] are beyond the tokenizer's"):
+        tok.decode([5, 95])  # a padded vocabulary's id: dropped silently before

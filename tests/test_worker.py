@@ -152,7 +152,8 @@ def test_worker_crash_mid_run_is_an_evaluation_error_and_the_next_call_recovers(
 
 def test_errors_in_the_worker_come_back_typed() -> None:
     with pytest.raises(
-        TypeError, match="reference backend options are: storage, memory_budget; found \\[.qos.\\]"
+        TypeError,
+        match="reference backend options are: storage, memory_budget, numerics; found \\[.qos.\\]",
     ):
         anekit.compile(scaled(2.0), backend="reference", isolate=True, qos=21)
 

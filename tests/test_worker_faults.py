@@ -212,7 +212,7 @@ def test_backend_options_such_as_dialect_reach_the_backend_in_the_worker() -> No
     # the reference backend takes no dialect: its own TypeError comes back, as a TypeError
     with pytest.raises(
         TypeError,
-        match=r"reference backend options are: storage, memory_budget; found \['dialect'\]",
+        match=r"reference backend options are: storage, memory_budget, numerics; found \['dialect'\]",
     ):
         anekit.compile(scaled(2.0), backend="reference", isolate=True, dialect="legacy")
 

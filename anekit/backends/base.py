@@ -15,7 +15,7 @@ import numpy as np
 
 from anekit import fp16
 from anekit.backends.placement import Placement
-from anekit.errors import AnekitError, KernelClosed, UsageError
+from anekit.errors import AnekitError, KernelClosed, UnknownName, UsageError
 from anekit.mil.program import Program, Value
 from anekit.mil.types import DType
 
@@ -173,7 +173,7 @@ class BufferSet:
         buf = table.get(name)
         if buf is None:
             kind = "output" if output else "input"
-            raise KeyError(f"no {kind} {name!r}; {kind}s: {sorted(table)}")
+            raise UnknownName(f"no {kind} {name!r}; {kind}s: {sorted(table)}")
         return buf
 
     def input(self, name: str) -> np.ndarray:
@@ -275,6 +275,19 @@ class Kernel(ABC):
 
     def last_stats(self) -> dict[str, float] | None:
         """Hardware timing of the last evaluation where the backend can measure it, else None."""
+        return None
+
+    @property
+    def numerics(self) -> str | None:
+        """The numerics profile fp16 results are stored by (None: the device's own arithmetic)."""
+        return None
+
+    @property
+    def events(self) -> Any:
+        """The last evaluation's cliff events (the reference backend's ``CliffEvents``).
+
+        None where the backend cannot tell: the engine never reports them.
+        """
         return None
 
     @property
@@ -404,13 +417,13 @@ class Kernel(ABC):
         }
 
     def spec(self, name: str, *, output: bool = False) -> TensorSpec:
-        """The spec of an input (or output) by name; KeyError lists the names there are."""
+        """The spec of an input (or output) by name; UnknownName (a KeyError) lists the names."""
         specs = self._output_specs if output else self._input_specs
         try:
             return specs[name]
         except KeyError:
             kind = "output" if output else "input"
-            raise KeyError(f"no {kind} {name!r}; {kind}s: {sorted(specs)}") from None
+            raise UnknownName(f"no {kind} {name!r}; {kind}s: {sorted(specs)}") from None
 
     def close(self) -> None:
         """Release the kernel once the calls in flight are done; calling it again does nothing.

@@ -17,6 +17,7 @@ from anekit.bench import programs, published
 from anekit.bench.suites import conv_chain
 from anekit.hw.chips import get_chip
 from anekit.hw.cost import ProgramWork, analyze, estimate_work
+from anekit.hw.kinds import CostKind
 
 # The deepest chain the published W8A8 table measured (ANE_NOTES section 7).
 CHAIN = {"channels": 512, "height": 64, "width": 64, "depth": 128, "io_dtype": "fp16"}
@@ -35,7 +36,7 @@ def rated_finding(chip: str) -> dict[str, Any]:
         description = conv_chain(**CHAIN, w8a8=w8a8)
         work = _work(json.dumps(description, sort_keys=True))
         # the convs' multiply-adds, as the published TOPS count them (not the casts between)
-        flops = sum(op.flops for op in work.ops if op.kind == "mac")
+        flops = sum(op.flops for op in work.ops if op.kind is CostKind.MAC)
         predicted[label] = flops / estimate_work(work, profile).seconds / 1e12
         hits = published.lookup(profile.name, description)
         measured[label] = flops / hits[0]["seconds"] / 1e12 if hits else None

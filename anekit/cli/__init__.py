@@ -27,6 +27,7 @@ from anekit.errors import AnekitError, os_reason
 COMMANDS: dict[str, str] = {
     "fmt": "parse MIL text and print it normalised",
     "run": "run a MIL program on a backend and summarise its outputs",
+    "diff": "run a MIL program under two numerics profiles; name the first op that differs",
     "check": "check a MIL program against a chip's known ANE constraints",
     "estimate": "predict a MIL program's run time on a chip, op by op",
     "convert": "convert a PyTorch ExportedProgram (.pt2) or an ONNX model to ANE-ready MIL",

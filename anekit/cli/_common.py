@@ -193,7 +193,8 @@ def load_program(path: str, weights: str | None = None, *, shapes_only: bool = F
     """The program at ``path`` (a model directory, a ``.mil`` file or ``-``); see ``mil.load_path``."""
     from anekit.mil.loading import load_path
 
-    return load_path(path, weights, shapes_only=shapes_only)
+    # the command owns its process: pausing the collector during the parse is ours to do
+    return load_path(path, weights, shapes_only=shapes_only, pause_gc=True)
 
 
 def progress_bar(total: int, *, unit: str, initial: int = 0) -> Any:

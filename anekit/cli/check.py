@@ -17,6 +17,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from anekit.hw.compat import check
+    from anekit.hw.kinds import Severity
 
     chip = resolve_chip(args.chip)
     program = load_program(args.path, shapes_only=True)  # shapes and dtypes, not weights
@@ -26,10 +27,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         for d in diagnostics:
             print(d.format(args.path))
-        counts = {
-            s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")
-        }
+        counts = {s: sum(d.severity == s for d in diagnostics) for s in Severity}
         print(
             f"{chip.name}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
         )
-    return 1 if any(d.severity == "error" for d in diagnostics) else 0
+    return 1 if any(d.severity is Severity.ERROR for d in diagnostics) else 0

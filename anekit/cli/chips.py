@@ -27,11 +27,34 @@ COLUMNS = (
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="every fact with its source, as JSON")
+    parser.add_argument(
+        "--numerics", action="store_true",
+        help="the numerics profile of each chip family: every row, observed or assumed, its source",
+    )  # fmt: skip
+
+
+def numerics(as_json: bool) -> int:
+    """Print the numerics families (docs/numerics.md): a table, or every row as JSON."""
+    from anekit.hw.numerics import families
+
+    profiles = families()
+    if as_json:
+        print(json.dumps({name: p.as_dict() for name, p in profiles.items()}, indent=1))
+        return 0
+    for name, profile in profiles.items():
+        print(f"{name}:")
+        for row in profile.rows.values():
+            value = "table" if isinstance(row.value, dict) else row.value
+            print(f"  {row.catalogue:<4} {row.field:<18} {value!s:<8} {row.status:<9} {row.note}")
+    print("\nSources: anekit chips --numerics --json; the catalogue: docs/numerics.md.")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     from anekit.hw.chips import chips, default_chip, get_chip
 
+    if args.numerics:
+        return numerics(args.json)
     chosen, how = default_chip()
     if args.json:
         out = {

@@ -89,8 +89,9 @@ def _input_shapes(items: list[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def _converter(path: str, input_shapes: dict[str, list[int]]) -> Any:
-    """The front end's ``convert_file`` for the file's kind (by suffix: .onnx, else .pt2)."""
+def _converter(path: str, input_shapes: dict[str, list[int]], verbose: bool) -> Any:
+    """The front end's ``convert_file`` for the file's kind (by suffix: .onnx, else .pt2),
+    with the options only that front end takes (ONNX: input shapes; torch: verbose)."""
     try:
         if path.lower().endswith(".onnx"):
             from anekit.frontends.onnx import convert_file
@@ -101,7 +102,7 @@ def _converter(path: str, input_shapes: dict[str, list[int]]) -> Any:
         from anekit.frontends.torch import convert_file
     except ImportError as e:  # torch and onnx are optional extras; the message says how
         raise UsageError(str(e)) from None
-    return convert_file
+    return functools.partial(convert_file, verbose=verbose)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError("is a file; expected a directory for --out", path=str(out))
-    convert_file = _converter(args.path, _input_shapes(args.input_shape))
+    convert_file = _converter(args.path, _input_shapes(args.input_shape), args.verbose)
     if args.max_error is not None and args.compress is None:
         raise UsageError("--max-error applies to --compress")
     chip = resolve_chip(args.chip)
@@ -119,11 +120,11 @@ def run(args: argparse.Namespace) -> int:
         result = convert_file(
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
             passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
-            verbose=args.verbose,
         )  # fmt: skip
     from anekit.frontends.fidelity import TOLERANCE
+    from anekit.hw.kinds import Severity
 
-    errors = [d for d in result.diagnostics if d.severity == "error"]
+    errors = [d for d in result.diagnostics if d.severity is Severity.ERROR]
     fidelity_ok = result.fidelity is None or result.fidelity.worst.rel_error <= TOLERANCE
     if args.json:
         print(json.dumps(_as_json(result, chip.name), indent=1))
@@ -225,6 +226,7 @@ def _as_json(result: Any, chip: str) -> dict:
 
 def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
     from anekit.cli.estimate import estimate_table
+    from anekit.hw.kinds import Severity
 
     print(
         f"wrote {result.out_dir / 'model.mil'} and {result.out_dir / 'weights'}/ "
@@ -242,10 +244,7 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         model = str(result.out_dir / "model.mil")
         for d in result.diagnostics:
             print(d.format(model))
-        counts = {
-            s: sum(d.severity == s for d in result.diagnostics)
-            for s in ("error", "warning", "info")
-        }
+        counts = {s: sum(d.severity == s for d in result.diagnostics) for s in Severity}
         print(
             f"{chip}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
         )

@@ -107,11 +107,12 @@ def run(args: argparse.Namespace) -> int:
 def _rejections(program, chip: str) -> list[dict]:
     """The checker's errors for the program on ``chip`` (an estimate is only as good as these)."""
     from anekit.hw.compat import check
+    from anekit.hw.kinds import Severity
 
     return [
         {"rule": d.rule, "line": d.line, "message": d.message}
         for d in check(program, chip)
-        if d.severity == "error"
+        if d.severity is Severity.ERROR
     ]
 
 

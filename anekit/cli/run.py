@@ -52,6 +52,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_backend(parser)
     parser.add_argument(
+        "--numerics",
+        help="the reference backend's numerics profile: ideal, a chip (m1, m4, ...), a family "
+        "or a profile file (default: $ANEKIT_NUMERICS, else the default chip's)",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -203,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:  # wrong shape, or a dtype that would lose data
         raise UsageError(str(e)) from e
     start = time.perf_counter()
-    with compile(program, backend=args.backend) as kernel:
+    options = {} if args.numerics is None else {"numerics": args.numerics}
+    with compile(program, backend=args.backend, **options) as kernel:
         compile_s = time.perf_counter() - start
         backend, placement = kernel.backend, kernel.placement
         times = []
@@ -215,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
                 t0 = time.perf_counter()
                 outputs = kernel(**inputs)
                 times.append(time.perf_counter() - t0)
+        cliffs = kernel.events  # what the golden model saturated, flushed, replaced
     measured = Timing(tuple(times), 1)
     if args.out:
         write_npz(Path(args.out), outputs)
@@ -231,19 +238,19 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.json:
         record = {"backend": backend, "placement": placement.as_dict(), "outputs": rows, **timing}
+        record["cliff_events"] = None if cliffs is None else cliffs.as_dict()
         json.dump(record, sys.stdout, indent=2)
         print()
         return 0
     print(
         f"backend {backend}: run {timing['run_ms']:.3f} ms (median of {len(times)} after the "
-        f"first call; min {timing['run_min_ms']:.3f} ms, spread {measured.spread:.2f}x); "
-        f"{describe(pinning)}"
-    )
-    print(
-        f"  once: compile {timing['compile_ms']:.2f} ms (with the backend's imports), first "
-        f"call {timing['first_call_ms']:.3f} ms"
+        f"first call; min {timing['run_min_ms']:.3f} ms, spread {measured.spread:.2f}x); once: "
+        f"compile {timing['compile_ms']:.2f} ms (with the backend's imports), first call "
+        f"{timing['first_call_ms']:.3f} ms; {describe(pinning)}"
     )
     print("\n".join(placement.lines()))
+    if cliffs:
+        print(f"  cliff events: {cliffs.summary()}")
     if measured.noisy:
         print(
             f"  NOISY: the slow runs took {measured.spread:.1f}x the fastest: the machine "

@@ -199,21 +199,27 @@ def _connect(args: argparse.Namespace) -> Communicator:
 
 def _agreed_settings(comm: Communicator, prepare: Callable[[], TrainConfig]) -> TrainConfig:
     """Rank 0's run settings (or its error), on every rank: only rank 0 reads --out."""
-    from anekit.errors import AnekitError, DistributedError
     from anekit.train.config import TrainConfig
+
+    return TrainConfig.from_dict(_on_rank_0(comm, lambda: prepare().to_dict()))
+
+
+def _on_rank_0(comm: Communicator, action: Callable[[], Any]) -> Any:
+    """``action()``'s JSON result on every rank, run by rank 0; its error stops every rank at once."""
+    from anekit.errors import AnekitError, DistributedError
 
     if comm.rank == 0:
         try:
-            cfg = prepare()
+            result = action()
         except AnekitError as e:
             comm.broadcast_json({"error": str(e)})
             raise
-        comm.broadcast_json({"train": cfg.to_dict()})
-        return cfg
-    settings = comm.broadcast_json(None)
-    if "error" in settings:
-        raise DistributedError(f"rank 0 refused the run: {settings['error']}", rank=0)
-    return TrainConfig.from_dict(settings["train"])
+        comm.broadcast_json({"result": result})
+        return result
+    reply = comm.broadcast_json(None)
+    if "error" in reply:
+        raise DistributedError(f"rank 0 refused the run: {reply['error']}", rank=0)
+    return reply["result"]
 
 
 def _prepare(args: argparse.Namespace, default: TrainConfig, out: Path, world: int) -> TrainConfig:
@@ -313,13 +319,8 @@ def _train(
     try:
         run = json.dumps([model_cfg.to_dict(), data_fingerprint(tokens)]).encode()
         comm.check_equal(run, "the model config and training data")
-        if args.resume and comm.rank == 0:
-            state = trainer.restore(out)
-            print(f"resumed from {state['directory']} at step {trainer.step}")
-            if trainer.step >= train_cfg.steps:
-                print(
-                    f"nothing to train: the run already has {trainer.step} of {train_cfg.steps} steps"
-                )
+        if args.resume:
+            _on_rank_0(comm, lambda: _restore(trainer, out))
         trainer.share_state()
         _print_header(trainer, chip)
         history = _loop(trainer, out, args)
@@ -335,6 +336,14 @@ def _train(
     finally:
         trainer.close()
     return 0
+
+
+def _restore(trainer, out: Path) -> None:
+    """Load the latest checkpoint in ``out`` into ``trainer`` and say so."""
+    state = trainer.restore(out)
+    print(f"resumed from {state['directory']} at step {trainer.step}")
+    if trainer.step >= trainer.cfg.steps:
+        print(f"nothing to train: the run already has {trainer.step} of {trainer.cfg.steps} steps")
 
 
 def _print_header(trainer, chip: Chip) -> None:

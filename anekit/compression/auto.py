@@ -26,6 +26,7 @@ from anekit.errors import UsageError
 from anekit.hw.chips import Chip
 from anekit.hw.compression import streams
 from anekit.hw.cost import POINTWISE_TRAITS, OpWork, analyze, op_estimate
+from anekit.hw.kinds import CostKind
 from anekit.mil.graph import FunctionGraph
 from anekit.mil.ops.traits import MAC
 from anekit.mil.program import Operation, Program
@@ -49,7 +50,7 @@ def compressed_work(
     return dataclasses.replace(
         work,
         compressed=(*work.compressed, (scheme.encoding(granularity), float(saved))),
-        int8=work.int8 or (scheme.activations and work.kind == "mac"),
+        int8=work.int8 or (scheme.activations and work.kind is CostKind.MAC),
     )
 
 

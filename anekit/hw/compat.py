@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from anekit.hw.chips import Chip, resolve
+from anekit.hw.kinds import Severity
 from anekit.hw.rules import RULES, Context
 from anekit.mil.program import Program
 
-SEVERITIES = ("error", "warning", "info")
+SEVERITIES = tuple(Severity)  # most serious first: the order diagnostics sort in
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +22,8 @@ class Diagnostic:
     """One finding of the checker.
 
     Attributes:
-        severity: "error" (will not compile or gives wrong results), "warning" (risky,
-            slow, or the evidence conflicts), "info" (worth knowing).
+        severity: :class:`~anekit.hw.kinds.Severity`: error (will not compile or gives wrong
+            results), warning (risky, slow, or the evidence conflicts), info (worth knowing).
         rule: the rule id (``anekit.hw.rules``).
         op: the MIL op type involved, or None for program-level findings.
         line: 1-based MIL line, or None (built programs have no lines).
@@ -31,7 +32,7 @@ class Diagnostic:
         name: the op or value the finding is about.
     """
 
-    severity: str
+    severity: Severity
     rule: str
     op: str | None
     line: int | None

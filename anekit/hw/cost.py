@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from anekit.errors import MilTypeError
 from anekit.hw.chips import Chip, CostParams, resolve
 from anekit.hw.compression import streams
+from anekit.hw.kinds import CostKind
 from anekit.mil.graph import FunctionGraph, stored_form
 from anekit.mil.ops.registry import Encoding
 from anekit.mil.ops.traits import (
@@ -76,8 +77,7 @@ class OpWork:
         op: MIL op type.
         name: the op's name (its first output).
         line: 1-based MIL text line, or None for built programs.
-        kind: "mac" (conv/matmul/attention), "vector" (other compute), "fused" (a pointwise
-            op folded into a neighbouring conv/matmul) or "free" (consts, edge casts).
+        kind: where the work runs (:class:`~anekit.hw.kinds.CostKind`).
         flops: operations (multiply-add counts 2).
         bytes: bytes of every operand and result as laid out on the engine (what it reads
             and writes, and its working set for the SRAM-cliff test).
@@ -94,7 +94,7 @@ class OpWork:
     op: str
     name: str
     line: int | None
-    kind: str
+    kind: CostKind
     flops: float = 0.0
     bytes: float = 0.0
     weight_bytes: float = 0.0
@@ -186,7 +186,7 @@ class _Analysis(FunctionGraph):
 
     def __init__(self, fn: Function) -> None:
         super().__init__(fn)
-        self.kinds: dict[int, str] = {}
+        self.kinds: dict[int, CostKind] = {}
         for op in fn.ops:
             self.kinds[id(op)] = self._kind(op)
 
@@ -203,7 +203,7 @@ class _Analysis(FunctionGraph):
 
     def _op_work(self, op: Operation) -> OpWork:
         kind = self.kinds[id(op)]
-        if kind == "free":
+        if kind is CostKind.FREE:
             return OpWork(op.op_type, op.name, op.line, kind)
         acts = [v for v in _tensor_inputs(op) if not self.is_const(v)]
         weights = [v for v in _tensor_inputs(op) if self.is_const(v)]
@@ -227,26 +227,29 @@ class _Analysis(FunctionGraph):
             bytes=act_bytes + out_bytes + weight_bytes,
             weight_bytes=weight_bytes,
             spill_candidates=spills,
-            int8=kind == "mac" and any(_int8_activation(v) for v in acts),
+            int8=kind is CostKind.MAC and any(_int8_activation(v) for v in acts),
             largest_operand=max(operands, default=0),
             compressed=tuple(compressed),
         )
 
-    def _kind(self, op: Operation) -> str:
+    def _kind(self, op: Operation) -> CostKind:
         traits = op.opdef.traits
         if traits & COMPILE_TIME or (CAST in traits and self.at_boundary(op)):
-            return "free"  # constants, and edge casts (they run on the host: ANE_NOTES 2.4)
+            return CostKind.FREE  # constants, and edge casts (they run on the host: ANE_NOTES 2.4)
         if traits & MAC:
-            return "mac"
+            return CostKind.MAC
         if traits & POINTWISE_TRAITS and self._next_to_mac(op):
-            return "fused"
-        return "vector"
+            return CostKind.FUSED
+        return CostKind.VECTOR
 
     def _next_to_mac(self, op: Operation) -> bool:
         """A pointwise op fed by a conv/matmul (or a fused op), or feeding only them, is fused."""
         for v in op.input_values():
             producer = v.producer
-            if producer is not None and self.kinds.get(id(producer)) in ("mac", "fused"):
+            if producer is not None and self.kinds.get(id(producer)) in (
+                CostKind.MAC,
+                CostKind.FUSED,
+            ):
                 return True
         users = [u for v in op.outputs for u in self.consumers(v)]
         return bool(users) and all(u.opdef.traits & MAC for u in users)
@@ -256,7 +259,7 @@ class _Analysis(FunctionGraph):
         if self.is_boundary(v):
             return False
         users = self.consumers(v)
-        return any(self.kinds[id(u)] not in ("fused", "free") for u in users)
+        return any(self.kinds[id(u)] not in (CostKind.FUSED, CostKind.FREE) for u in users)
 
 
 def _tensor_inputs(op: Operation) -> list[Value]:
@@ -306,10 +309,12 @@ def estimate_work(work: ProgramWork, chip: Chip) -> Estimate:
                 "(host cast)", "fp32<->fp16 I/O conversion", None, 0.0, 0.0, cast_s, "overhead"
             )
         )
-    rows.extend(_op_row(op, chip) for op in work.ops if op.kind != "free")
+    rows.extend(_op_row(op, chip) for op in work.ops if op.kind is not CostKind.FREE)
     seconds = sum(r.seconds for r in rows)
-    flops = sum(op.flops for op in work.ops if op.kind != "free")
-    moved = work.io_bytes + sum(op.bytes for op in work.ops if op.kind in ("mac", "vector"))
+    flops = sum(op.flops for op in work.ops if op.kind is not CostKind.FREE)
+    moved = work.io_bytes + sum(
+        op.bytes for op in work.ops if op.kind in (CostKind.MAC, CostKind.VECTOR)
+    )
     return Estimate(chip.name, seconds, flops, moved, tuple(rows), *likely_range(seconds, chip))
 
 
@@ -338,15 +343,15 @@ def op_estimate(op: OpWork, chip: Chip) -> OpEstimate:
 
 def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
     p = chip.cost
-    if op.kind == "free":
+    if op.kind is CostKind.FREE:
         return OpEstimate(op.op, op.name, op.line, op.flops, 0.0, 0.0, "compute")
     spill = sum(b for b in op.spill_candidates if b > p.onchip_tensor_bytes)
     spill_s = 2.0 * spill / p.io_bw  # written out, read back
-    if op.kind == "fused":
+    if op.kind is CostKind.FUSED:
         return OpEstimate(
             op.op, op.name, op.line, op.flops, spill, spill_s, "memory" if spill else "compute"
         )
-    if op.kind == "mac":
+    if op.kind is CostKind.MAC:
         rate = p.peak_flops * (p.int8_speedup if op.int8 else 1.0)
         spilled = spill_fraction(*_sram_load(op, p))
         compute_s = op.flops / rate + spilled * op.flops / p.spill_flops

@@ -12,8 +12,10 @@ Only NumPy is needed to import this package; ``tokenizers`` is imported when a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from anekit.errors import ModelError, UsageError
 from anekit.llm.config import ARCHITECTURES, LlmConfig, read_config
@@ -62,6 +64,8 @@ def load(
     hold: str | None = None,
     compress: str | None = None,
     calibration: Sequence[int] | None = None,
+    numerics: str | None = None,
+    residual_scale: float | str = "auto",
 ) -> Model:
     """Load a model: a Hugging Face directory, a GGUF file, or a llama2.c ``.bin`` checkpoint.
 
@@ -83,8 +87,16 @@ def load(
             "fp16": compiled in, uncompressed): the layers run as segment programs with
             their weights compiled in (``anekit.llm.compressed``). Default: None, the
             dynamic-weight kernels.
-        calibration: token ids whose activations calibrate W8A8's int8 steps (default:
-            seeded random tokens).
+        calibration: token ids whose activations calibrate W8A8's int8 steps and the
+            residual scale (default: seeded random tokens).
+        numerics: the reference backend's numerics profile ("ideal", a chip, a profile
+            file; default: the default chip's, ``anekit.hw.numerics``).
+        residual_scale: alpha, the power of two the residual stream is held at
+            (``anekit.llm.residual``); "auto" (default) measures the stream on
+            ``calibration`` tokens first and picks the largest alpha that keeps it inside
+            fp16 and the matmul range (1.0 for most models). ``m.config.residual_scale``
+            says what was chosen, ``m.residual_calibration`` what was measured. A directory
+            written by ``anekit convert --llm`` is not calibrated (alpha 1 unless given).
     """
     from anekit.llm.model import DEFAULT_CHUNK
 
@@ -97,19 +109,18 @@ def load(
         "hold": hold,
         "compress": compress,
         "calibration": calibration,
+        "numerics": numerics,
     }
     if p.is_file() and p.suffix == ".bin":
         from anekit.llm import llama2c
 
-        config, source, tok = llama2c.read(p, tokenizer)
-        return Model(config, source, tokenizer=tok, **options)
+        return _scaled_model(lambda: llama2c.read(p, tokenizer), residual_scale, options)
     if p.is_file() and p.suffix == ".gguf":
-        return _load_gguf(p, options)
+        return _load_gguf(p, residual_scale, options)
     if p.is_dir() and ((p / "state.json").is_file() or (p / "LATEST").is_file()):
         from anekit.llm.training import read_training_checkpoint
 
-        config, source, tok = read_training_checkpoint(p)
-        return Model(config, source, tokenizer=tok, **options)
+        return _scaled_model(lambda: read_training_checkpoint(p), residual_scale, options)
     if not p.is_dir():
         raise ModelError(
             "expected a Hugging Face model directory, a .gguf file or a llama2.c .bin file",
@@ -121,8 +132,49 @@ def load(
 
     config = read_config(p)
     if is_saved(p):  # written by `anekit convert --llm`: its compression is stored
-        return _load_saved(p, config, options)
-    return Model(config, WeightStore(p), tokenizer=load_tokenizer(p), **options)
+        alpha = 1.0 if residual_scale == "auto" else _alpha(residual_scale)
+        return _load_saved(p, replace(config, residual_scale=alpha), options)
+    opened = lambda: (read_config(p), WeightStore(p), load_tokenizer(p))  # noqa: E731
+    return _scaled_model(opened, residual_scale, options)
+
+
+def _alpha(residual_scale: Any) -> float:
+    if isinstance(residual_scale, bool) or not isinstance(residual_scale, (int, float)):
+        raise UsageError(f"residual_scale: expected 'auto' or a number, found {residual_scale!r}")
+    return float(residual_scale)
+
+
+def _scaled_config(
+    open_model: Callable[[], tuple[LlmConfig, Any, Any]], residual_scale: Any, options: dict
+) -> tuple[tuple[LlmConfig, Any, Any], Any]:
+    """The opened model with its residual scale: given, or calibrated ("auto", ``llm.residual``).
+
+    A calibration reads the tensors once itself, so the model is opened afresh after it
+    (a source may release what it has read). Returns ``(config, source, tokenizer)`` and
+    what the calibration measured (None when alpha was given).
+    """
+    from anekit.llm.residual import calibrate
+
+    measured = None
+    if residual_scale == "auto":
+        config, source, _ = open_model()
+        try:
+            measured = calibrate(config, source, options["calibration"], chip=options["chip"])
+        finally:
+            getattr(source, "close", lambda: None)()
+        residual_scale = measured.alpha
+    alpha = _alpha(residual_scale)
+    config, source, tokenizer = open_model()
+    return (replace(config, residual_scale=alpha), source, tokenizer), measured
+
+
+def _scaled_model(
+    open_model: Callable[[], tuple[LlmConfig, Any, Any]], residual_scale: Any, options: dict
+) -> Model:
+    (config, source, tokenizer), measured = _scaled_config(open_model, residual_scale, options)
+    model = Model(config, source, tokenizer=tokenizer, **options)
+    model.residual_calibration = measured
+    return model
 
 
 def _load_saved(path: Path, config: LlmConfig, options: dict) -> Model:
@@ -145,15 +197,18 @@ def _load_saved(path: Path, config: LlmConfig, options: dict) -> Model:
     return Model(config, WeightStore(path), tokenizer=tok, compression_states=states, **options)
 
 
-def _load_gguf(path: Path, options: dict) -> Model:
+def _load_gguf(path: Path, residual_scale: Any, options: dict) -> Model:
     """A GGUF file's model; its load report adds what ``compress=`` did to the weights."""
     from anekit.llm import gguf
 
-    config, source, tok = gguf.read(path)
+    (config, source, tok), measured = _scaled_config(
+        lambda: gguf.read(path), residual_scale, options
+    )
     try:
         model = Model(config, source, tokenizer=tok, **options)
     finally:
         source.close()
+    model.residual_calibration = measured
     model.load_report = source.report_lines()
     if options["compress"] not in (None, "fp16"):
         model.load_report.append(

@@ -114,6 +114,10 @@ class LlmConfig(DecoderShape):
         dtype: the stored weight dtype the config declares ("bfloat16", "float16", "float32").
         bos_token_id, eos_token_ids: special tokens (eos may be several).
         style: "rope_parameters" (newer) or "rope_theta" (older) config style.
+        residual_scale: alpha, the factor the residual stream is held at (a power of two
+            <= 1; ``anekit.llm.residual``): the embeddings and every projection writing into
+            the stream are scaled by it, and the norms reading it take ``norm_eps * alpha**2``,
+            so the logits are unchanged while the stream stays inside fp16 (N1).
     """
 
     architecture: str
@@ -130,6 +134,7 @@ class LlmConfig(DecoderShape):
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     style: str = "rope_parameters"
+    residual_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not (0 < self.norm_eps < 1):  # also refuses NaN; in the config file's own name
@@ -139,6 +144,14 @@ class LlmConfig(DecoderShape):
             raise ModelError(
                 f"config sliding_window must be at least 1, found {self.sliding_window}"
             )
+        alpha = self.residual_scale
+        if not 0 < alpha <= 1 or math.frexp(alpha)[0] != 0.5:
+            raise ModelError(f"residual_scale must be a power of two in (0, 1], found {alpha}")
+
+    @property
+    def residual_eps(self) -> float:
+        """The epsilon of the norms that read the (scaled) residual stream."""
+        return self.norm_eps * self.residual_scale**2
 
     @property
     def owner(self) -> str:

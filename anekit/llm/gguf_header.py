@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import ModelError
-from anekit.files import open_regular
+from anekit.files import map_readonly, open_regular
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -255,12 +255,10 @@ def _check_overlaps(tensors: dict[str, TensorInfo], source: str) -> None:
 
 def open_gguf(path: str | os.PathLike[str]) -> tuple[Any, GgufHeader]:
     """Map a GGUF file read-only and parse its header: ``(mapping, header)``."""
-    import mmap
-
     with open_regular(path, limit=MAX_FILE_BYTES, what="a GGUF file", error=ModelError) as f:
         if os.fstat(f.fileno()).st_size == 0:
             raise ModelError("empty file; expected a GGUF file", path=str(path))
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        mapped = map_readonly(f, what="a GGUF file", path=path, error=ModelError)
     try:
         return mapped, parse_header(mapped, str(Path(path)))
     except BaseException:

@@ -60,7 +60,8 @@ class SentencePieceTokenizer:
         self.types = list(types)
         self.byte_ids = {
             int(p[3:5], 16): i for i, p in enumerate(self.pieces)
-            if types[i] == BYTE and len(p) == 6 and p.startswith("<0x")
+            if types[i] == BYTE and len(p) == 6 and p.startswith("<0x") and p.endswith(">")
+            and all(c in "0123456789abcdefABCDEF" for c in p[3:5])  # "<0x3i>" is no byte
         }  # fmt: skip
         self.bos = metadata.get("tokenizer.ggml.bos_token_id")
         self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", True))

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anekit.hw.numerics import MASK_MIN
 from anekit.llm.config import LlmConfig
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program, Value
@@ -162,13 +163,15 @@ def _block(
     s = cfg.kernel_shape(key.tokens)  # one sequence per call; the tables are inputs
     tables = A.AttentionTables(i["mask"], i["cos"], i["sin"])
     cache = A.KVCache(i["k_cache"], i["v_cache"])
-    parts = A.attention(b, s, i["x"], i, tables, layout=A.HF, cache=cache, k_multiple=k_multiple)
+    parts = A.attention(b, s, i["x"], i, tables, layout=A.HF, cache=cache, k_multiple=k_multiple,
+                        residual_scale=cfg.residual_scale, prescaled_norm=True)  # fmt: skip
     h = b.add(x=i["x"], y=parts["o"], name="h")
-    xn, _ = L.rmsnorm(b, h, i["ffn_norm"], cfg.norm_eps, "ffn_xn")
+    xn = L.prescaled_rmsnorm(b, h, i["ffn_norm"], cfg.residual_eps, "ffn_xn")
     f = cfg.hidden_dim
     h13 = L.project(b, i["w13"], xn, "h13", transpose_w=False)
     u = L.swiglu(b, L.channels(b, h13, 0, f, "gate"), L.channels(b, h13, f, f, "up"))
-    ffn = L.project(b, i["w2"], u, "ffn", transpose_w=False)
+    ffn = L.project(b, i["w2"], L.to_residual(b, u, cfg.residual_scale, "u"), "ffn",
+                    transpose_w=False)  # fmt: skip
     return b.add(x=h, y=ffn, name=out), parts["k_new"], parts["v_new"]
 
 
@@ -210,7 +213,7 @@ def head_constants_program(
 
 
 def _head(b: Builder, cfg: LlmConfig, x: Value, norm: Value, ws: Sequence[Value]) -> Program:
-    xn, _ = L.rmsnorm(b, x, norm, cfg.norm_eps, "xn")
+    xn = L.prescaled_rmsnorm(b, x, norm, cfg.residual_eps, "xn")
     for j, w in enumerate(ws):
         b.output(L.project(b, w, xn, f"logits{j}", transpose_w=False))
     return b.build()
@@ -244,5 +247,5 @@ def attention_mask(cfg: LlmConfig, key: BlockKey, start: int, valid: int) -> np.
     seen |= ~in_cache & (k_pos == q_pos)  # padding rows see themselves
     if cfg.sliding_window is not None:
         seen &= q_pos - k_pos < cfg.sliding_window
-    mask = np.where(seen, 0.0, L.MASK_VALUE).astype(np.float32)
+    mask = np.where(seen, 0.0, MASK_MIN).astype(np.float32)
     return np.tile(mask, (cfg.group, 1))[None, None]

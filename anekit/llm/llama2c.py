@@ -20,15 +20,14 @@ and so the model, unchanged.
 from __future__ import annotations
 
 import math
-import mmap
 import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from anekit.errors import ModelError, os_reason
-from anekit.files import open_regular
+from anekit.errors import ModelError
+from anekit.files import map_readonly, open_regular
 from anekit.llm.config import LlmConfig
 from anekit.llm.weights import convert_into, release_pages
 
@@ -69,12 +68,8 @@ class Llama2cCheckpoint:
         self.path = Path(path)
         what = "a llama2.c checkpoint"
         with open_regular(self.path, limit=MAX_CHECKPOINT_BYTES, what=what, error=ModelError) as f:
-            try:
-                head = f.read(V1_HEADER)
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError) as e:  # ValueError: mmap of an empty file
-                reason = os_reason(e) if isinstance(e, OSError) else "the file is empty"
-                raise ModelError(f"cannot read: {reason}", path=str(self.path)) from None
+            head = f.read(V1_HEADER)
+            self._map = map_readonly(f, what=what, path=self.path, error=ModelError)
         if len(head) < 28:
             raise ModelError(
                 f"{len(head)} bytes is too short for a llama2.c checkpoint", path=str(self.path)

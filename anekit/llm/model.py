@@ -17,6 +17,7 @@ import numpy as np
 
 from anekit import backends
 from anekit.backends.placement import Placement
+from anekit.config import physical_memory
 from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
@@ -72,6 +73,8 @@ class Model:
         compress: str | None = None,
         calibration: Sequence[int] | None = None,
         compression_states: dict[str, Any] | None = None,
+        numerics: str | None = None,
+        compile_options: dict[str, Any] | None = None,
     ) -> None:
         from anekit.hw.chips import resolve
 
@@ -93,7 +96,10 @@ class Model:
         if max_seq is None:  # 0 is not "the default": it is refused below
             max_seq = min(config.max_position, DEFAULT_MAX_SEQ)
         max_seq = self._checked_max_seq(max_seq)
+        extra = {**({} if numerics is None else {"numerics": numerics}), **(compile_options or {})}
+        self.residual_calibration: Any = None  # what llm.load measured to choose alpha
         options = {"backend": self.backend, "chip": self.chip, "dtype": HOLD[hold]}
+        options["compile_options"] = extra  # numerics= (a reference profile), storage=...
         options.update(max_seq=max_seq, chunk=min(chunk, max_seq))
         self.runner: Runner
         if self.compress is None:
@@ -135,6 +141,15 @@ class Model:
         if max_seq > c.max_position and c.sliding_window is None:
             raise UsageError(
                 f"max_seq {max_seq} exceeds the model's context of {c.max_position} positions"
+            )
+        # the keys and values of every layer, at 2 bytes a value at least: refused before any
+        # buffer is made (a sliding window lets max_seq pass the context, not the memory)
+        cache = 2 * c.n_layers * max_seq * c.kv_dim * 2
+        if cache > physical_memory():
+            raise UsageError(
+                f"max_seq {max_seq} needs a KV cache of at least {cache} bytes (keys and values "
+                f"of {c.n_layers} layers x {c.kv_dim} channels), more than this machine's "
+                f"{physical_memory()} bytes of memory"
             )
         return max_seq
 

@@ -138,8 +138,10 @@ class Runner(ABC):
         dtype: type,
         max_seq: int,
         chunk: int,
+        compile_options: dict[str, Any] | None = None,
     ) -> None:
         self.config, self.backend, self.chip = config, backend, chip
+        self._compile_options = compile_options or {}  # numerics=, storage= (the reference)
         profile = get_chip(chip)
         self.pieces = K.head_pieces(config.vocab_size, profile.max_dim_channel)
         self._k_multiple = profile.matmul_k_multiple  # programs made for the chip
@@ -193,7 +195,9 @@ class Runner(ABC):
             for name, value in tables.items():
                 if bs is first or name not in bs.shared:
                     bs.write(name, value)
-        fp16.cast_into(first.input("x"), self._embedding(padded).T[None, None])
+        rows = self._embedding(padded).T[None, None]
+        alpha = self.config.residual_scale  # the stream is held at alpha * x (llm.residual)
+        fp16.cast_into(first.input("x"), rows if alpha == 1.0 else rows * np.float32(alpha))
         for u, (bs, (_, layers)) in enumerate(zip(sets, runs)):
             if u:
                 np.copyto(bs.input("x"), sets[u - 1].output("y"))
@@ -276,6 +280,7 @@ class Runner(ABC):
         if kernel is None:
             begin = time.perf_counter()
             options = backends.capabilities(self.backend).shared_buffer_options  # sets bind
+            options = {**options, **self._compile_options}
             program = self._program(key)
             kernel = self._kernels[key] = backends.compile(program, self.backend, **options)
             self.compile_s += time.perf_counter() - begin

@@ -60,7 +60,17 @@ class HFTokenizer:
         return self._tok.token_to_id(token)
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=True)
+        """The text of ``ids``; ModelError for an id the tokenizer lacks (the library would
+        drop it silently: a model's vocabulary is often padded past its tokenizer's)."""
+        ids = list(ids)
+        beyond = [t for t in ids if not 0 <= t < self.vocab_size]
+        if beyond:
+            raise ModelError(
+                f"token ids {beyond[:5]} are beyond the tokenizer's {self.vocab_size} tokens "
+                "(the model's vocabulary is larger): they have no text",
+                path=str(self.path),
+            )
+        return self._tok.decode(ids, skip_special_tokens=True)
 
 
 def load_tokenizer(directory: str | Path) -> HFTokenizer | None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import ModelError, os_reason
-from anekit.files import model_file, open_regular, parse_json, read_json
+from anekit.files import map_readonly, model_file, open_regular, parse_json, read_json
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -53,11 +53,13 @@ class SafetensorsFile:
                         f"{MAX_HEADER_BYTES}-byte limit; expected {what}"
                     )
                 text = f.read(n)
-                self._map = (
-                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size > 8 + n else None
-                )
-            except OSError as e:  # ENOMEM: a mapping larger than the address-space limit
+            except OSError as e:
                 raise self._error(f"cannot read: {os_reason(e)}") from None
+            self._map = (
+                map_readonly(f, what=what, path=self.path, error=ModelError)
+                if size > 8 + n
+                else None
+            )
         header = parse_json(
             text, what=f"{what}'s JSON header", path=str(self.path), error=ModelError
         )

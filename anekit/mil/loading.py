@@ -39,7 +39,11 @@ _BOM = b"\xef\xbb\xbf"  # editors on Windows start UTF-8 files with a byte-order
 
 
 def load_path(
-    path: str | Path, weights: str | Path | None = None, *, shapes_only: bool = False
+    path: str | Path,
+    weights: str | Path | None = None,
+    *,
+    shapes_only: bool = False,
+    pause_gc: bool = False,
 ) -> Program:
     """Load a program from a model directory (``model.mil`` + ``weights/``), a ``.mil`` file or ``-``.
 
@@ -51,6 +55,7 @@ def load_path(
         shapes_only (bool): read no weight file; every weight is zeros of its declared
             shape (see ``WeightSource``). For tools that need shapes, not values: the
             program is ``weightless``, and compiling or saving it is a UsageError.
+        pause_gc (bool): pause the garbage collector during the parse (``mil.parse``).
 
     Raises:
         UsageError: the path (or ``weights``) is missing, of the wrong kind or unreadable.
@@ -59,7 +64,7 @@ def load_path(
     data, mil_path = read_source(path, weights)
     if weights is None and str(path) != STDIN and Path(path).is_dir():
         weights = Path(path) / WEIGHTS_DIR
-    return load_bytes(data, mil_path, weights, shapes_only=shapes_only)
+    return load_bytes(data, mil_path, weights, shapes_only=shapes_only, pause_gc=pause_gc)
 
 
 def read_source(path: str | Path, weights: str | Path | None = None) -> tuple[bytes, str]:
@@ -109,7 +114,12 @@ def read_stdin() -> bytes:
 
 
 def load_bytes(
-    data: bytes, file: str | Path, weights: str | Path | None = None, *, shapes_only: bool = False
+    data: bytes,
+    file: str | Path,
+    weights: str | Path | None = None,
+    *,
+    shapes_only: bool = False,
+    pause_gc: bool = False,
 ) -> Program:
     """Parse the bytes of the MIL file ``file``; weights as for a file in :func:`load_path`.
 
@@ -120,7 +130,7 @@ def load_bytes(
         beside = Path(file).parent / WEIGHTS_DIR
         weights = beside if beside.is_dir() else Path(file).parent
     source = WeightSource(None if weights is None else Path(weights), shapes_only=shapes_only)
-    return parse(decode_mil(data, name), source, file=name)
+    return parse(decode_mil(data, name), source, file=name, pause_gc=pause_gc)
 
 
 def load(directory: str | Path) -> Program:

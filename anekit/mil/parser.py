@@ -49,6 +49,7 @@ def parse(
     weights: dict[str, bytes] | str | Path | WeightSource | None = None,
     *,
     file: str | None = None,
+    pause_gc: bool = False,
 ) -> Program:
     """Parse MIL text into a verified Program.
 
@@ -58,8 +59,13 @@ def parse(
             or the directory holding ``weights/`` (a model directory) or the files, or a
             ``WeightSource`` (``shapes_only=True`` reads none).
         file (str): a name for error messages.
+        pause_gc (bool): suspend the process's cyclic garbage collector during the parse
+            (:func:`gc_paused`). It touches the whole process, so only a caller that owns
+            it asks (the command line does). Default: False.
     """
     source = weights if isinstance(weights, WeightSource) else WeightSource(weights)
+    if not pause_gc:
+        return _Parser(text, source, file).program()
     with gc_paused():
         return _Parser(text, source, file).program()
 

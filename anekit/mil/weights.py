@@ -13,7 +13,7 @@ import numpy as np
 
 from anekit.config import read_limit
 from anekit.errors import WeightFileError
-from anekit.files import model_file, open_regular
+from anekit.files import map_readonly, model_file, open_regular
 from anekit.mil import blob
 from anekit.mil.types import TensorType
 from anekit.mil.values import WEIGHTS_PREFIX, Value
@@ -179,6 +179,6 @@ class WeightSource:
             target, limit=MAX_WEIGHT_FILE_BYTES, what="a weight file", error=error
         ) as f:
             size = os.fstat(f.fileno()).st_size
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            data = map_readonly(f, what="a weight file", path=path, error=error) if size else b""
         self._files[path] = data
         return data

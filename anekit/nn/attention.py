@@ -35,12 +35,14 @@ from anekit.nn.layers import (
     kv_columns,
     merge_query_rows,
     pad_axis,
+    prescaled_rmsnorm,
     project,
     query_rows,
     rmsnorm,
     rope,
     rope_tables,
     stacked_columns,
+    to_residual,
 )
 from anekit.nn.spec import BlockShape
 
@@ -84,6 +86,8 @@ def attention(
     cache: KVCache | None = None,
     prefix: str = "",
     k_multiple: int = 1,
+    residual_scale: float = 1.0,
+    prescaled_norm: bool = False,
 ) -> dict[str, Value]:
     """One attention block over the residual stream ``x [1, 1, D, N]``.
 
@@ -100,6 +104,10 @@ def attention(
         prefix (str): prepended to every value name (one per layer of a stack). Default: "".
         k_multiple (int): every contraction is zero-padded to a multiple of it, for chips with
             an inner-dimension rule (M1: 32); zeros leave the products unchanged. Default: 1.
+        residual_scale (float): alpha of a scaled stream (``anekit.llm.residual``): the norm
+            takes ``norm_eps * alpha**2`` and ``wo``'s input (and ``bo``) is scaled by alpha.
+        prescaled_norm (bool): read ``x`` with :func:`~anekit.nn.layers.prescaled_rmsnorm`
+            (safe at any fp16 magnitude; ``rstd`` is then None). Default: False.
 
     Returns:
         dict: ``o`` (before the residual add), ``xn``, ``rstd``, the head layouts ``q_rows``
@@ -107,7 +115,11 @@ def attention(
         ``wo``) and ``probs``; with a cache also ``k_new``, ``v_new [1, KV, T, hd]``.
     """
     gain = weights["gain"] if layout == PACKED else weights["attn_norm"]
-    xn, rstd = rmsnorm(b, x, gain, s.norm_eps, prefix + "xn")
+    eps = s.norm_eps * residual_scale**2
+    if prescaled_norm:
+        xn, rstd = prescaled_rmsnorm(b, x, gain, eps, prefix + "xn"), None
+    else:
+        xn, rstd = rmsnorm(b, x, gain, eps, prefix + "xn")
     q_rows, k_cols, v_cols = _QKV[layout](b, s, xn, weights, tables, prefix)
     parts = {"xn": xn, "rstd": rstd, "q_rows": q_rows, "k_cols": k_cols, "v_cols": v_cols}
     if cache is None:
@@ -119,9 +131,11 @@ def attention(
         parts["k_new"] = b.transpose(x=k_cols, perm=[0, 1, 3, 2], name=prefix + "k_new")
         parts["v_new"] = b.transpose(x=v_cols, perm=[0, 1, 3, 2], name=prefix + "v_new")
     a = merge_query_rows(b, a_rows, s, prefix + "a")
+    a = to_residual(b, a, residual_scale, prefix + "a")
     o = project(b, weights["wo"], a, prefix + "o", transpose_w=False)
     if "bo" in weights:
-        o = b.add(x=o, y=weights["bo"], name=prefix + "o_biased")
+        bo = to_residual(b, weights["bo"], residual_scale, prefix + "bo")
+        o = b.add(x=o, y=bo, name=prefix + "o_biased")
     return {**parts, "probs": probs, "a_rows": a_rows, "o": o}
 
 

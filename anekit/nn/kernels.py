@@ -43,6 +43,7 @@ import numpy as np
 from anekit.errors import UsageError
 from anekit.hw.chips import Chip, get_chip
 from anekit.hw.compat import check
+from anekit.hw.kinds import Severity
 from anekit.mil.builder import Builder
 from anekit.mil.program import Program
 from anekit.nn import attention as A
@@ -288,7 +289,7 @@ def block_kernels(
 
 def _refuse_if_rejected(kd: KernelDef, chip: Chip) -> None:
     """Raise UsageError if the checker finds errors in the kernel for ``chip``."""
-    found = [d for d in check(kd.program, chip) if d.severity == "error"]
+    found = [d for d in check(kd.program, chip) if d.severity is Severity.ERROR]
     if not found:
         return
     listed = "; ".join(f"[{d.rule}] {d.message}" for d in found[:3])

@@ -17,7 +17,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.hw import Chip
-from anekit.hw.rules.base import legacy_chip
+from anekit.hw.rules.base import in_dialect, legacy_chip, within_dialect
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.rewrite import Rebuild, rebuild
 from anekit.mil.types import DType
@@ -25,13 +25,12 @@ from anekit.mil.types import DType
 _TINY = np.float16(2.0**-24)  # the smallest positive fp16
 _FP16_MAX = 65504.0
 
-LEGACY_OPSETS = frozenset({"ios15", "ios16"})
-
 
 def legacy_dialect(program: Program, chip: Chip) -> Program:
     """The program on ios16 op definitions for M1/M2 (unchanged for other chips, or when an
     op cannot be expressed there)."""
-    if not legacy_chip(chip) or all(f.opset in LEGACY_OPSETS for f in program.functions.values()):
+    functions = program.functions.values()
+    if not legacy_chip(chip) or all(within_dialect(f.opset, chip) for f in functions):
         return program
     retargeted = Program(
         {name: replace(fn, opset="ios16") for name, fn in program.functions.items()},
@@ -68,5 +67,5 @@ def _fp16_parameters(rb: Rebuild, op: Operation) -> bool:
 
 def save_dialect(program: Program) -> str:
     """The text dialect a program saves in: legacy program(1.0) for ios15/ios16 functions."""
-    legacy = all(f.opset in LEGACY_OPSETS for f in program.functions.values())
+    legacy = all(in_dialect(f.opset, "legacy") for f in program.functions.values())
     return "legacy" if legacy else "ios18"

@@ -15,6 +15,7 @@ import numpy as np
 from anekit.errors import MilTypeError
 from anekit.hw import Chip
 from anekit.mil.ops import registry
+from anekit.mil.ops.registry import received
 from anekit.mil.ops.traits import COMPILE_TIME
 from anekit.mil.program import Function, Operation, Program
 from anekit.mil.rewrite import rebuilt
@@ -104,17 +105,9 @@ def _fold(op: Operation, max_bytes: int) -> list[tuple[Value, np.ndarray]] | Non
 def _reference_args(op: Operation) -> dict[str, Any]:
     """The keyword arguments of ``op``'s reference, as the reference backend passes them."""
     return {
-        name: tuple(_held(x) for x in v) if isinstance(v, tuple) else _held(v)
+        name: tuple(received(x.const) for x in v) if isinstance(v, tuple) else received(v.const)
         for name, v in op.arguments()
     }
-
-
-def _held(v: Value) -> Any:
-    """A constant as a reference receives it: fp16 held in float32, strings as str."""
-    if isinstance(v.const, str):
-        return v.const
-    array = np.asarray(v.const)
-    return array.astype(np.float32) if array.dtype == np.float16 else array
 
 
 def _stored(op: Operation, out: Value, result: Any) -> np.ndarray | None:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from anekit.hw import Chip
-from anekit.mil.ops.traits import BINARY, CONST, ELEMENTWISE, UNARY
+from anekit.mil.ops.traits import BINARY, CONST, ELEMENTWISE, REDUCTION, UNARY
 from anekit.mil.program import Operation, Program
 from anekit.mil.rewrite import Rebuild, rebuild
 from anekit.mil.values import Value
@@ -210,9 +210,9 @@ _RULES = {
 
 
 def _trait_rule(op: Operation) -> Any:
-    """Rules for whole families: reductions by their parameters, elementwise ops by trait."""
-    traits, params = op.opdef.traits, op.opdef.by_name
-    if "axes" in params and "keep_dims" in params:  # reduce_*: over C, keeping it: [1, 1, 1, N]
+    """Rules for whole families, by trait: reductions, elementwise ops."""
+    traits = op.opdef.traits
+    if REDUCTION in traits:  # reduce_*: over C, keeping it: [1, 1, 1, N]
         return _axis_param("axes", keep_dims=True)
     if ELEMENTWISE in traits and UNARY in traits:
         return _unary

@@ -5,23 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.hw import Chip
-from anekit.mil.ops.traits import CAST, CONST
+from anekit.hw.numerics import MASK_MIN
+from anekit.mil.ops.traits import CAST, CONST, MOVEMENT, PROBABILITIES
 from anekit.mil.program import Operation, Program
 from anekit.mil.rewrite import Rebuild, rebuild
 from anekit.mil.values import Value
 from anekit.passes.precision import FP16_MAX
 
-# Ops an additive mask may pass through on its way to a softmax (by parameter), the ops
-# that only move it, and the op it must reach. Anything else reading the constant means
-# it is no mask.
-_MASK_CARRIERS: dict[str, tuple[str, ...]] = {"add": ("x", "y"), "select": ("a", "b")}
-_MASK_MOVERS = frozenset(
-    {"reshape", "transpose", "expand_dims", "squeeze", "tile", "slice_by_size", "slice_by_index"}
-)
-_MASK_END = "softmax"
-# The one masked-out value of converted programs (Hugging Face's finfo(float32).min, -inf):
-# every pass that writes a mask reads it from here.
-MASKED = -FP16_MAX
+# A mask may pass through the operands of its OpDef.mask_operands (add's, select's), ops that
+# only move or cast it (as their x), and must end in a PROBABILITIES op (softmax). Anything
+# else reading the constant means it is no mask.
+_PASSES_X = frozenset({MOVEMENT, CAST})
+# The masked-out value of converted programs (Hugging Face's finfo(float32).min, -inf):
+# every pass that writes a mask reads it from here. It is the project's one mask constant,
+# inside N1's matmul range (anekit.hw.numerics.MASK_MIN; -65504 overflows with any score).
+MASKED = MASK_MIN
 
 
 def _feeds_softmax_only(rb: Rebuild, v: Value) -> bool:
@@ -30,14 +28,14 @@ def _feeds_softmax_only(rb: Rebuild, v: Value) -> bool:
     while stack:
         value = stack.pop()
         for op in rb.consumers(value):
-            if op.op_type == _MASK_END:
+            traits = op.opdef.traits
+            if PROBABILITIES in traits:
                 reached = True
                 continue
-            carrier = _MASK_CARRIERS.get(op.op_type)
             params = [k for k, x in op.inputs.items() if x is value]
-            if carrier is not None and all(k in carrier for k in params):
+            if op.opdef.mask_operands and all(k in op.opdef.mask_operands for k in params):
                 stack.extend(op.outputs)
-            elif (op.op_type in _MASK_MOVERS or CAST in op.opdef.traits) and params == ["x"]:
+            elif traits & _PASSES_X and params == ["x"]:
                 stack.extend(op.outputs)
             else:
                 return False
@@ -57,9 +55,9 @@ def _mask_rule(rb: Rebuild, op: Operation) -> bool:
 
 
 def finite_masks(program: Program, chip: Chip) -> Program:
-    """Additive masks that reach a softmax: -inf (or below fp16) becomes -65504.
+    """Additive masks that reach a softmax: -inf (or below fp16) becomes MASKED (-30000).
 
-    exp(-65504 - max) is 0 in fp32 and fp16 alike, so the softmax is unchanged; -inf
+    exp(-30000 - max) is 0 in fp32 and fp16 alike, so the softmax is unchanged; -inf
     itself would give NaN for a row with no allowed position and is not an fp16 a
     mask tensor should hold.
     """

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from anekit.backends.ane import framework as objc_framework
@@ -29,6 +30,7 @@ from anekit.probe.common import (
     dispatch,
     fill,
     framework,
+    has,
     inner_model,
     observe_classes,
     outputs_match,
@@ -55,7 +57,8 @@ def virtual_client(ctx: Context) -> None:
     fw = framework(ctx)
     observe_classes(ctx, fw, ("_ANEVirtualClient",))
     cl = client(fw)
-    for name in ("isVirtualClient", "virtualClient"):
+    # only the getters the runtime lists are sent: a guessed one would fail for the wrong reason
+    for name in _listed(ctx, fw, "_ANEClient", ("isVirtualClient", "virtualClient")):
         step(ctx, f"client_{name}", lambda name=name: _plain_call(cl, name))
     vc = step(ctx, "shared_connection", lambda: fw.cls("_ANEVirtualClient").sharedConnection())
     if vc is FAILED or vc is None:
@@ -64,7 +67,7 @@ def virtual_client(ctx: Context) -> None:
         ctx.observe("usable", False)
         return
     ctx.observe("description", describe(vc))
-    for name in VIRTUAL_PROPERTIES:
+    for name in _listed(ctx, fw, "_ANEVirtualClient", VIRTUAL_PROPERTIES):
         step(ctx, name, lambda name=name: _plain_call(vc, name))
     case = cases.affine((1, 64, 1, 64), "fp16")
     with compile_kernel(ctx, case.program) as k:
@@ -76,6 +79,13 @@ def virtual_client(ctx: Context) -> None:
                        parts.loaded.options, parts.request, parts.loaded.qos)  # fmt: skip
         numbers = ctx.observe("numbers", outputs_match(k, case))
     ctx.observe("usable", ran is not FAILED and numbers["match"])
+
+
+def _listed(ctx: Context, fw: Any, class_name: str, getters: Iterable[str]) -> list[str]:
+    """The ``getters`` instances of ``class_name`` answer; the others observed as absent."""
+    present = [name for name in getters if has(fw, class_name, "-", name)]
+    ctx.observe(f"{class_name}_getters_absent", [n for n in getters if n not in present])
+    return present
 
 
 def _plain_call(obj: Any, selector: str) -> Any:

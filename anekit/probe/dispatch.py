@@ -119,8 +119,10 @@ def _chain_request(ctx: Context, fw: Any, label: str, src: Surface, src_index: i
         return FAILED
     return step(ctx, f"{label}_chaining_request", _make, fw, "_ANEChainingRequest",
                 ("chainingRequestWithInputs:", "initWithInputs:"),
+                # the loopback symbol ids are NSArray<NSNumber> (Espresso; runtime headers), -1: none
                 {"inputs": [ends["input"]], "outputSets": [sets], "outputs": [sets],
-                 "lbInputSymbolId": -1, "lbOutputSymbolId": -1, "procedureIndex": 0,
+                 "lbInputSymbolId": [fw.number(-1)], "lbOutputSymbolId": [fw.number(-1)],
+                 "procedureIndex": 0,
                  "signalEvents": [], "transactionHandle": 0, "fwEnqueueDelay": 0,
                  "memoryPoolId": 0})  # fmt: skip
 

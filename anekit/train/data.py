@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from anekit.errors import UsageError
+from anekit.errors import UsageError, os_reason
 from anekit.files import open_regular, read_regular
 
 BOS = 1  # llama2.c / sentencepiece: 1 begins a sequence, 3 + b is raw byte b
@@ -281,7 +281,13 @@ def load_data(
 def _mapped(f: BinaryIO, size: int, dtype: np.dtype) -> np.ndarray:
     """The file's contents as a read-only array, mapped rather than read."""
     # np.memmap refuses an empty file; an empty array lets the caller report the length
-    return np.memmap(f, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
+    if not size:
+        return np.zeros(0, dtype=dtype)
+    try:
+        return np.memmap(f, dtype=dtype, mode="r")
+    except OSError as e:  # ENOMEM: more than the address-space limit (ulimit -v) allows
+        raise UsageError(f"cannot map the token file into memory: {os_reason(e)}",
+                         path=f.name) from None  # fmt: skip
 
 
 class Batches:

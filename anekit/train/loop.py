@@ -45,6 +45,7 @@ class StepResult:
     seconds: float
     tokens: int
     stop: bool = False  # Ctrl-C asked the run to stop after this step
+    comm_seconds: float = 0.0  # inside the gradient all-reduce (waiting for peers included)
 
     def record(self) -> dict[str, Any]:
         """One JSON log line."""
@@ -57,6 +58,7 @@ class StepResult:
             "skipped": self.skipped,
             "ms": round(self.seconds * 1e3, 3),
             "tokens_per_s": round(self.tokens / self.seconds, 1) if self.seconds > 0 else None,
+            "comm_ms": round(self.comm_seconds * 1e3, 3),
         }
 
 
@@ -72,6 +74,7 @@ class Trainer:
         tokenizer: Tokenizer | None = None,
         chip: str | None = None,
         comm: Communicator | None = None,
+        numerics: str | None = None,
     ) -> None:
         check_memory(model_cfg, train_cfg.batch_size)  # before the first allocation
         self.comm = comm or Communicator()
@@ -86,7 +89,7 @@ class Trainer:
         self.scaler = LossScaler(train_cfg.loss_scale, train_cfg.scale_growth_interval)
         self.data = Batches(tokens, model_cfg.seq_len, train_cfg.seed)
         self.step = 0
-        self.model = Model(model_cfg, train_cfg.batch_size, backend, chip=chip)
+        self.model = Model(model_cfg, train_cfg.batch_size, backend, chip=chip, numerics=numerics)
         self.model.load(self.params)
 
     @property
@@ -113,6 +116,7 @@ class Trainer:
         lr = learning_rate(self.step, cfg)
         scale = self.scaler.scale
         self.grads.flat[:] = 0.0
+        self.model.overflows = 0
         loss = 0.0
         for i in range(self.micro_batches):
             if i % comm.world_size != comm.rank:
@@ -128,11 +132,15 @@ class Trainer:
             )
             if not first:
                 self.grads.flat += target.flat
-        stats = np.array([loss, stop is not None and stop.requested], np.float32)
+        # under an engine profile an overflow comes out finite (N8): the cliff events tell it
+        stopping = stop is not None and stop.requested
+        stats = np.array([loss, stopping, self.model.overflows > 0], np.float32)
+        before = comm.seconds
         comm.all_reduce([self.grads.flat, stats], f"gradient all-reduce of step {self.step + 1}")
+        comm_seconds = comm.seconds - before
         stopping = bool(stats[1])
         self.grads.flat *= np.float32(1.0 / scale)
-        finite = bool(np.isfinite(self.grads.flat).all())
+        finite = bool(np.isfinite(self.grads.flat).all()) and not stats[2]
         applied = self.scaler.update(finite)
         norm = clip_grad_norm(self.grads, cfg.grad_clip) if finite else float("inf")
         if applied:
@@ -151,6 +159,7 @@ class Trainer:
             seconds=time.perf_counter() - start,
             tokens=self.tokens_per_step,
             stop=stopping,
+            comm_seconds=comm_seconds,
         )
 
     def _micro_grads(self) -> Params:

@@ -66,6 +66,7 @@ class Model:
         *,
         training: bool = True,
         chip: str | None = None,
+        numerics: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.chip = chip
@@ -75,14 +76,19 @@ class Model:
         self.defs = block_kernels(self.shape, names, chip=chip)
         start = time.perf_counter()
         self.kernels: dict[str, Kernel] = {}
+        options = {} if numerics is None else {"numerics": numerics}  # a reference option
         try:
             for name, kd in self.defs.items():
                 # the backend decides whether kernels need a worker (the ANE's compile budget)
-                self.kernels[name] = backends.compile(kd.program, backend=backend, isolate="auto")
+                self.kernels[name] = backends.compile(
+                    kd.program, backend=backend, isolate="auto", **options
+                )
         except BaseException:
             self.close()
             raise
         self.compile_seconds = time.perf_counter() - start
+        # values the golden model saturated or replaced since the trainer last reset it
+        self.overflows = 0
         self.backend = next(iter(self.kernels.values())).backend
         self._inputs = [
             {name: kd.input.empty() for name, kd in self.defs.items()} for _ in range(cfg.n_layers)
@@ -182,7 +188,12 @@ class Model:
         pk = self.defs[kernel].input
         for name, array in fields.items():
             pk.write(buf, name, array)
-        return self.kernels[kernel](x=buf)["y"]
+        k = self.kernels[kernel]
+        y = k(x=buf)["y"]
+        events = k.events  # the engine returns no NaN (N8): its overflows show only here
+        if events is not None:
+            self.overflows += events.saturated + events.replaced
+        return y
 
     def close(self) -> None:
         """Release every compiled kernel."""

@@ -16,6 +16,7 @@ from anekit.backends.ane import facts, host
 from anekit.errors import CompileError
 from anekit.hw.chips import Chip, resolve
 from anekit.hw.compat import check
+from anekit.hw.kinds import Severity
 from anekit.mil.program import Program
 from anekit.mil.text import DIALECTS
 
@@ -60,7 +61,7 @@ def choose(dialect: str | None, chip: Chip, macos: str | None) -> str:
 
 def refuse_incompatible(program: Program, chip: Chip) -> None:
     """Raise CompileError listing the checker's errors for ``chip``; warnings pass."""
-    errors = [d for d in check(program, chip=chip) if d.severity == "error"]
+    errors = [d for d in check(program, chip=chip) if d.severity is Severity.ERROR]
     if errors:
         listing = "; ".join(d.format() for d in errors)
         raise CompileError(

@@ -427,8 +427,8 @@ class Framework:
                          ctypes.POINTER(vp)]  # fmt: skip
         selector = _sel(b"mapMutableWeightsForModel:andProcedure:mappedWeightsBuffer:size:error:")
         pointer, size, error = vp(), ctypes.c_uint64(), vp()
-        ok = send(objc.pyobjc_id(client), selector, objc.pyobjc_id(model),
-                  objc.pyobjc_id(procedure), ctypes.byref(pointer), ctypes.byref(size),
+        ok = send(_pointer(objc, client), selector, _pointer(objc, model),
+                  _pointer(objc, procedure), ctypes.byref(pointer), ctypes.byref(size),
                   ctypes.byref(error))  # fmt: skip
         error_obj = objc.objc_object(c_void_p=error.value) if error.value else None
         if not ok or not pointer.value:
@@ -457,6 +457,18 @@ def _metal() -> Any:
             f"pyobjc-framework-Metal is not installed ({e}); {METAL_HINT}"
         ) from e
     return Metal
+
+
+def _pointer(objc: Any, obj: Any) -> int:
+    """The Objective-C pointer behind a PyObjC value for ``objc_msgSend``.
+
+    PyObjC bridges NSString and NSNumber results to Python ``str``/``int`` subclasses, which
+    ``objc.pyobjc_id`` refuses with a TypeError (the mutable-weights probe's "name" variant
+    did): the proxy is ``.nsstring()`` of a bridged string, ``__pyobjc_object__`` of a number.
+    """
+    if isinstance(obj, str) and hasattr(obj, "nsstring"):
+        obj = obj.nsstring()
+    return int(objc.pyobjc_id(getattr(obj, "__pyobjc_object__", obj)))
 
 
 def _sel(name: bytes) -> int:

@@ -22,7 +22,9 @@ from anekit.backends.reference.kernel import (
     ReferenceKernel,
     default_memory_budget,
 )
+from anekit.errors import UsageError
 from anekit.fp16 import round_fp16 as round_to_fp16
+from anekit.hw.numerics import NumericsProfile, numerics_profile
 from anekit.mil.program import Program
 
 # Capabilities (anekit.backends.capabilities): no compile budget; it computes in float32, so
@@ -49,7 +51,12 @@ def available() -> tuple[bool, str]:
 
 
 def compile(
-    program: Program, *, storage: str = "fp16", memory_budget: int | None = None, **options: Any
+    program: Program,
+    *,
+    storage: str = "fp16",
+    memory_budget: int | None = None,
+    numerics: str | NumericsProfile | None = None,
+    **options: Any,
 ) -> ReferenceKernel:
     """Prepare a program for execution.
 
@@ -60,10 +67,15 @@ def compile(
         memory_budget (int): bytes one evaluation may hold at its peak; a program that
             needs more (or one tensor larger) is a CompileError before anything is
             allocated. Default: half of physical memory (``default_memory_budget()``).
+        numerics (str | NumericsProfile): how fp16 results are stored (:mod:`anekit.hw.numerics`):
+            ``"ideal"`` (IEEE), a chip or family ("m4", "Apple M1 Max", "A16"), or a
+            profile file. Default: ``$ANEKIT_NUMERICS``, else the default chip's profile.
+            ``storage="fp32"`` implies ``"ideal"``.
     """
     if options:
         raise TypeError(
-            f"reference backend options are: storage, memory_budget; found {sorted(options)}"
+            "reference backend options are: storage, memory_budget, numerics; found "
+            f"{sorted(options)}"
         )
     if storage not in STORAGE_MODES:
         raise ValueError(f"storage must be one of {STORAGE_MODES}, found {storage!r}")
@@ -73,4 +85,10 @@ def compile(
         raise ValueError(
             f"memory_budget must be a positive number of bytes, found {memory_budget!r}"
         )
-    return ReferenceKernel(program, storage=storage, memory_budget=memory_budget)
+    profile = numerics_profile("ideal" if storage == "fp32" and numerics is None else numerics)
+    if storage == "fp32" and not profile.is_ideal:
+        raise UsageError(
+            f"storage='fp32' keeps fp16 values in fp32 and implies numerics='ideal'; found "
+            f"numerics={profile.name!r}"
+        )
+    return ReferenceKernel(program, storage=storage, memory_budget=memory_budget, profile=profile)

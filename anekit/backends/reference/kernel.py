@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from anekit import fp16
 from anekit.backends.base import Buffer, BufferSet, Kernel
+from anekit.backends.reference.device import CliffEvents, CliffRow, DeviceRounder, StepStore
 from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step, held_dtype
 from anekit.config import physical_memory
 from anekit.errors import AnekitError, EvaluationError
-from anekit.mil.program import Program
+from anekit.hw.numerics import NumericsProfile, ideal
+from anekit.mil.program import Operation, Program
 
 NAME = "reference"
 STORAGE_MODES = ("fp16", "fp32")
@@ -29,11 +31,14 @@ def default_memory_budget() -> int:
 class _State:
     """The memory of one evaluation in flight: arenas, the environment, bound steps, scratch."""
 
-    __slots__ = ("env", "program", "rounder", "arenas", "inputs")
+    __slots__ = ("env", "program", "rounder", "arenas", "inputs", "counts")
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, device: bool) -> None:
         self.arenas = [_aligned(n) for n in plan.arenas]
         self.rounder = fp16.Rounder(silenced=True)  # steps run under np.errstate
+        # under a device profile: the events of the evaluation, a row per step
+        self.counts = np.zeros((len(plan.steps), 3), np.int64) if device else None
+        stores = _step_stores(self.counts)
         env: list[Any] = [None] * len(plan.slots)
         for i, s in enumerate(plan.slots):
             if s.kind == "const":
@@ -44,9 +49,17 @@ class _State:
         self.env = env
         self.inputs = [env[slot] for _, slot in plan.inputs]  # their arena views
         self.program = [
-            (_bind(step, plan, env, self.rounder), plan.dead_after[step.index])
+            (_bind(step, plan, env, self.rounder, stores(step.index)), plan.dead_after[step.index])
             for step in plan.steps
         ]
+
+
+def _step_stores(counts: np.ndarray | None) -> Callable[[int], StepStore | None]:
+    """The StepStore of each step under a device profile (None under the ideal one)."""
+    if counts is None:
+        return lambda i: None
+    device = DeviceRounder()
+    return lambda i: StepStore(device, counts[i])
 
 
 def aligned_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -82,40 +95,69 @@ def c_ordered(a: np.ndarray) -> bool:
     return True
 
 
-def _bind(step: Step, plan: Plan, env: list, rounder: fp16.Rounder) -> Callable[[list], None]:
-    """The callable that runs one step on a state's environment."""
+def _bind(
+    step: Step, plan: Plan, env: list, rounder: fp16.Rounder, store: StepStore | None
+) -> Callable[[list], None]:
+    """The callable that runs one step on a state's environment (``store``: a device profile's)."""
     form, fallback = step.form, step.fallback
+    storing = rounder if store is None else store  # what the reference's results are stored by
     if form is None:
-        return lambda env: fallback(env, rounder)
+        return lambda env: fallback(env, storing)
     if form.view:
         return form.run
-    run, rounded = form.run, step.rounded
+    run = form.run
+    finish = _finisher(step, rounder, store)
     checks = tuple(s for s in form.ordered if plan.slots[s].kind == "runtime")
     if not checks:
-        if not rounded:
+        if finish is None:
             return run
-        if len(rounded) == 1:
-            (o,) = rounded
 
-            def run_round(env: list) -> None:
-                run(env)
-                rounder(env[o])
+        def run_finish(env: list) -> None:
+            run(env)
+            finish(env)
 
-            return run_round
+        return run_finish
     restore = tuple((o, env[o]) for o in step.outs)
 
     def guarded(env: list) -> None:
         for s in checks:
             if not c_ordered(env[s]):
-                fallback(env, rounder)  # the reference's layout, for this evaluation
+                fallback(env, storing)  # the reference's layout, for this evaluation
                 return
         for o, buf in restore:
             env[o] = buf
         run(env)
+        if finish is not None:
+            finish(env)
+
+    return guarded
+
+
+def _finisher(
+    step: Step, rounder: fp16.Rounder, store: StepStore | None
+) -> Callable[[list], None] | None:
+    """What stores a form's fp16 outputs after it ran (None: it has none to round)."""
+    rounded = step.rounded
+    if not rounded:
+        return None
+    if store is not None:
+        pairs = tuple(zip(rounded, step.storages))
+        put = store.store
+
+        def device(env: list) -> None:
+            for o, st in pairs:
+                put(env[o], st)
+
+        return device
+    if len(rounded) == 1:
+        (o,) = rounded
+        return lambda env: rounder(env[o])
+
+    def each(env: list) -> None:
         for o in rounded:
             rounder(env[o])
 
-    return guarded
+    return each
 
 
 class ReferenceKernel(Kernel):
@@ -133,14 +175,38 @@ class ReferenceKernel(Kernel):
     route = "the NumPy reference backend (the ANE's numerics modelled)"
 
     def __init__(
-        self, program: Program, storage: str = "fp16", memory_budget: int | None = None
+        self,
+        program: Program,
+        storage: str = "fp16",
+        memory_budget: int | None = None,
+        profile: NumericsProfile | None = None,
     ) -> None:
         super().__init__(program)
         self.storage = storage
+        self.profile = ideal() if profile is None else profile
         self.memory_budget = default_memory_budget() if memory_budget is None else memory_budget
-        self.plan = Planner(program, storage, self.memory_budget).plan()
+        self.plan = Planner(program, storage, self.memory_budget, self.profile).plan()
+        self._device = not self.profile.is_ideal
         self._states: list[_State] = []
         self._state_lock = threading.Lock()
+        self._last_counts: np.ndarray | None = None
+
+    @property
+    def numerics(self) -> str:
+        """The name of the numerics profile this kernel stores by ("ideal", "m4", ...)."""
+        return self.profile.name
+
+    @property
+    def events(self) -> CliffEvents:
+        """The cliff events of the last evaluation that finished (none under "ideal")."""
+        counts = self._last_counts
+        rows = []
+        if counts is not None:
+            for i in np.flatnonzero(counts.any(axis=1)).tolist():
+                op, (sat, flushed, replaced) = self.plan.steps[i].op, counts[i].tolist()
+                name = op.outputs[0].name if op.outputs else op.name
+                rows.append(CliffRow(name, op.op_type, op.line, sat, flushed, replaced))
+        return CliffEvents(self.profile.name, tuple(rows))
 
     @property
     def planned_bytes(self) -> int:
@@ -213,7 +279,7 @@ class ReferenceKernel(Kernel):
         with self._state_lock:
             if self._states:
                 return self._states.pop()
-        return _State(self.plan)
+        return _State(self.plan, self._device)
 
     def _give_back(self, state: _State) -> None:
         with self._state_lock:
@@ -227,8 +293,12 @@ class ReferenceKernel(Kernel):
         trace: dict | None = None,
         *,
         in_place: bool = False,
+        bind_only: bool = False,
     ) -> list:
-        """Run the plan; ``in_place``: read inputs held in the executor's form where they are."""
+        """Run the plan; ``in_place``: read inputs held in the executor's form where they are.
+
+        ``bind_only``: bind the inputs and run nothing (:meth:`taps` runs the steps).
+        """
         env = state.env
         for (name, slot), arena in zip(self.plan.inputs, state.inputs):
             value = inputs[name]
@@ -239,16 +309,29 @@ class ReferenceKernel(Kernel):
             else:
                 env[slot] = arena
                 fp16.cast_into(arena, value)
-        steps = self.plan.steps
+        if bind_only:
+            return env
+        for step in self._steps(state):
+            if trace is not None:
+                for v, s in zip(step.op.outputs, step.outs):
+                    trace[v.name] = np.array(env[s], copy=True)
+        return env
+
+    def _steps(self, state: _State) -> Iterator[Step]:
+        """Run the plan on ``state.env`` (inputs bound), yielding each step after it ran.
+
+        A step's outputs are in the environment until the next one runs.
+        """
+        env, steps = state.env, self.plan.steps
+        if state.counts is not None:
+            state.counts.fill(0)
         # fp16 overflow to inf and NaN are the modelled behaviour, not errors
         with np.errstate(all="ignore"):
             i = 0
             try:
                 for i, (fn, dead) in enumerate(state.program):
                     fn(env)
-                    if trace is not None:
-                        for v, s in zip(steps[i].op.outputs, steps[i].outs):
-                            trace[v.name] = np.array(env[s], copy=True)
+                    yield steps[i]
                     for s in dead:
                         env[s] = None
             except AnekitError:
@@ -257,7 +340,24 @@ class ReferenceKernel(Kernel):
                 op = steps[i].op
                 where = f" (MIL line {op.line})" if op.line else ""
                 raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
-        return env
+        if state.counts is not None:
+            self._last_counts = state.counts.copy()
+
+    def taps(self, inputs: dict[str, Any]) -> Iterator[tuple[Operation, dict[str, np.ndarray]]]:
+        """Evaluate op by op: yields each op and its outputs by value name, as held.
+
+        The arrays are the evaluation's own buffers, valid until the next op runs (copy
+        what must outlive it): memory stays that of one evaluation (``anekit.diff``).
+        """
+        with self._in_flight():
+            state = self._acquire()
+            try:
+                self._execute(state, self.validate(inputs), bind_only=True)
+                env = state.env
+                for step in self._steps(state):
+                    yield step.op, {v.name: env[s] for v, s in zip(step.op.outputs, step.outs)}
+            finally:
+                self._give_back(state)
 
 
 def _fresh(value: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -24,13 +24,17 @@ from typing import Any
 import numpy as np
 
 from anekit import fp16
+from anekit.backends.reference.device import SATURATED, Storage, storage_for
 from anekit.backends.reference.forms import FORMS, Form
 from anekit.errors import CompileError, EvaluationError
+from anekit.hw.numerics import ideal
+from anekit.mil.ops.registry import received
 from anekit.mil.ops.traits import CONST, CONSTEXPR, EXACT
 from anekit.mil.program import Operation, Program, Value
 from anekit.mil.types import DType, TensorType
 
 ALIGN = 64  # bytes: arena views start on a cache line
+_IDEAL = ideal()
 
 
 @dataclass
@@ -60,6 +64,7 @@ class Step:
     rounded: tuple[int, ...]  # output buffers rounded to fp16 after the form runs
     fallback: Callable[[list, Callable], None]  # runs the reference; takes (env, rounder)
     scratch: tuple[int, ...] = ()
+    storages: tuple[Storage, ...] = ()  # under a device profile: how each rounded output is stored
 
 
 @dataclass
@@ -80,15 +85,6 @@ def held_dtype(dtype: DType) -> np.dtype | None:
     if dtype is DType.string:
         return None
     return np.dtype(np.float32) if dtype is DType.fp16 else np.dtype(dtype.numpy)
-
-
-def held_const(v: Value) -> Any:
-    """A constant as an op receives it: fp16 upcast to float32, strings as str."""
-    c = v.const
-    if isinstance(c, str):
-        return c
-    arr = np.asarray(c)
-    return arr.astype(np.float32) if arr.dtype == np.float16 else arr
 
 
 def _held_bytes(t: TensorType) -> int:
@@ -173,10 +169,13 @@ class Context:
 class Planner:
     """Builds a :class:`Plan` for one program (see the module docstring)."""
 
-    def __init__(self, program: Program, storage: str, memory_budget: int) -> None:
+    def __init__(
+        self, program: Program, storage: str, memory_budget: int, profile: Any = None
+    ) -> None:
         self.program = program
         self.storage = storage
         self.budget = memory_budget
+        self.profile = None if profile is None or profile.is_ideal else profile
         self.slots: list[Slot] = []
         self.slot_of: dict[int, int] = {}
 
@@ -196,7 +195,7 @@ class Planner:
         s = self.slot_of.get(id(v))
         if s is None:
             s = self._value_slot(v, "const")
-            self.slots[s].const = held_const(v)
+            self.slots[s].const = received(v.const)
         return s
 
     def _check_sizes(self) -> None:
@@ -275,13 +274,22 @@ class Planner:
             raise EvaluationError(f"op {op.op_type!r} has no reference implementation")
         args = self._args(op)
         ins = tuple(s for a in args.values() for s in (a if isinstance(a, tuple) else (a,)))
-        stores = [_store(v.type.dtype, self._rounds(op, v)) for v in op.outputs]
+        storages = tuple(
+            storage_for(op.op_type, op.opdef.numerics, self.profile)
+            if self._device(op, v)
+            else None
+            for v in op.outputs
+        )
+        stores = [
+            _store(v.type.dtype, self._rounds(op, v), st) for v, st in zip(op.outputs, storages)
+        ]
         folded = all(self.slots[s].kind == "const" for s in ins) and CONSTEXPR in op.opdef.traits
         statics = all(v.type.is_static and held_dtype(v.type.dtype) for v in op.outputs)
-        factory = FORMS.get(op.op_type)
+        hook = self._hook(op)
+        factory = FORMS.get(op.op_type) if hook is None else None  # a hook reads the reference
         kind = "const" if folded else "buffer" if statics and factory else "runtime"
         outs = tuple(self._value_slot(v, kind) for v in op.outputs)
-        fallback = _fallback(op, args, self.slots, outs, stores)
+        fallback = _fallback(op, args, self.slots, outs, stores, hook, self.profile)
         if folded:
             self._fold(outs, fallback)
             return None
@@ -293,10 +301,27 @@ class Planner:
                 for s in outs:
                     self.slots[s].kind = "runtime"
                 ctx.scratch_slots.clear()
-        rounded = tuple(
-            s for s, v in zip(outs, op.outputs) if self._rounds(op, v) and form and not form.view
-        )
-        return Step(op, index, ins, outs, form, rounded, fallback, tuple(ctx.scratch_slots))
+        kept = [
+            (s, st)
+            for s, v, st in zip(outs, op.outputs, storages)
+            if self._rounds(op, v) and form and not form.view
+        ]
+        rounded = tuple(s for s, _ in kept)
+        device = tuple(st for _, st in kept if st is not None)
+        scratch = tuple(ctx.scratch_slots)
+        return Step(op, index, ins, outs, form, rounded, fallback, scratch, device)
+
+    def _device(self, op: Operation, v: Value) -> bool:
+        """Whether output ``v`` is stored as the engine stores it (a profile, an fp16 store)."""
+        return self.profile is not None and self._rounds(op, v)
+
+    def _hook(self, op: Operation) -> Callable | None:
+        """The op's numerics hook where the profile models what it reads, else None."""
+        numerics = op.opdef.numerics
+        if self.profile is None or numerics is None or numerics.hook is None:
+            return None
+        modelled = getattr(self.profile, numerics.reads) != getattr(_IDEAL, numerics.reads)
+        return numerics.hook if modelled else None
 
     def _rounds(self, op: Operation, v: Value) -> bool:
         """Whether output ``v`` is rounded to fp16 when stored."""
@@ -421,12 +446,15 @@ class Planner:
         return peak
 
 
-def _store(dtype: DType, rounds: bool) -> Callable[[Any, Any], Any]:
+def _store(dtype: DType, rounds: bool, storage: Storage | None) -> Callable[[Any, Any], Any]:
     """How a reference result is stored: ``store(result, rounder)`` gives the held value.
 
     ``rounder`` is None when the result may be shared (one of the arguments): it is then
-    rounded into a new array, never in place.
+    rounded into a new array, never in place. Under a device profile (``storage``) it is
+    the evaluation's :class:`StepStore`.
     """
+    if storage is not None:
+        return lambda r, rounder: _store_device(r, rounder, storage)
     if rounds:
         return _store_fp16
     if dtype is DType.fp16:
@@ -447,10 +475,25 @@ def _store_fp16(r: Any, rounder: fp16.Rounder | None) -> np.ndarray:
     return fp16.round_fp16(r)
 
 
+def _store_device(r: Any, rounder: Any, storage: Storage) -> np.ndarray:
+    """Store a reference result as the engine would, into a fresh float32 array."""
+    held = np.array(r, dtype=np.float32, order="C")  # a copy: the result may be shared
+    if rounder is None:  # folding constants at plan time: IEEE, as the host decompresses
+        return fp16.round_fp16(held)
+    rounder.store(held, storage)
+    return held
+
+
 def _fallback(
-    op: Operation, args: dict[str, Any], slots: list[Slot], outs: tuple[int, ...], stores: list
+    op: Operation,
+    args: dict[str, Any],
+    slots: list[Slot],
+    outs: tuple[int, ...],
+    stores: list,
+    hook: Callable | None = None,
+    profile: Any = None,
 ) -> Callable[[list, Any], None]:
-    """Run the op's registry reference on the environment and store its results."""
+    """Run the op's registry reference (and its numerics hook) and store its results."""
     fn = op.opdef.reference
     consts, runtime, variadic = {}, [], []
     for name, s in args.items():
@@ -473,6 +516,9 @@ def _fallback(
         except Exception as e:  # a failure inside an op: report which op
             where = f" (MIL line {op.line})" if op.line else ""
             raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
+        if hook is not None:
+            result, saturated = hook(profile, kwargs, result)
+            rounder.counts[SATURATED] += saturated
         if single:
             # a result that is one of the arguments must not be rounded in place
             shared = any(result is v for v in kwargs.values())

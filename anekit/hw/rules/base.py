@@ -6,11 +6,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from anekit.hw.chips import Chip
+from anekit.hw.kinds import Severity
 from anekit.mil.graph import FunctionGraph
+from anekit.mil.ops.registry import OPSETS
 from anekit.mil.program import Operation, Program, Value
+from anekit.mil.text import DIALECTS
 from anekit.mil.types import DType
-
-LEGACY_GENERATIONS = frozenset({"H13", "H14"})  # M1, M2
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class Rule:
     """One checker rule: applies(chip) selects chips; check(ctx) yields findings."""
 
     id: str
-    severity: str
+    severity: Severity
     summary: str
     evidence: str
     applies: Callable[[Chip], bool]
@@ -69,5 +70,23 @@ def every_chip(chip: Chip) -> bool:
     return True
 
 
+def dialect_opset(chip: Chip) -> str | None:
+    """The latest opset the chip's MIL dialect takes (``Chip.dialect``: legacy pins ios16);
+    None when the dialect takes any."""
+    return DIALECTS[chip.dialect][1]
+
+
 def legacy_chip(chip: Chip) -> bool:
-    return chip.generation in LEGACY_GENERATIONS
+    """The chip's dialect pins an older opset (M1, M2: program(1.0) with ios16 ops)."""
+    return dialect_opset(chip) is not None
+
+
+def in_dialect(opset: str, dialect: str) -> bool:
+    """Whether a function on ``opset`` can be printed in ``dialect`` as it is."""
+    pinned = DIALECTS[dialect][1]
+    return pinned is None or OPSETS.index(opset) <= OPSETS.index(pinned)
+
+
+def within_dialect(opset: str, chip: Chip) -> bool:
+    """Whether a function on ``opset`` is already in the chip's dialect."""
+    return in_dialect(opset, chip.dialect)

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Iterator
 
 from anekit.errors import MilTypeError
-from anekit.hw.rules.base import Context, Finding
+from anekit.hw.rules.base import Context, Finding, within_dialect
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import ATTENTION, CAST, CONST, CONSTEXPR, CONV
 from anekit.mil.types import DType
@@ -25,7 +25,7 @@ def sdpa_mask(ctx: Context) -> Iterator[Finding]:
 
 # -- M1 / M2 ----------------------------------------------------------------------------------
 def legacy_dialect(ctx: Context) -> Iterator[Finding]:
-    if ctx.fn.opset in ("ios15", "ios16"):
+    if within_dialect(ctx.fn.opset, ctx.chip):
         return
     missing = sorted({op.op_type for op in ctx.fn.ops if not _has_ios16(op.op_type)})
     extra = f"; {', '.join(missing)} have no ios16 form" if missing else ""

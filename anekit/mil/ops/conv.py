@@ -14,7 +14,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops.common import FP, INT32, STRING, flops_cost, mac_cost, numel, require
-from anekit.mil.ops.registry import Args, OpDef, const_ints, param, register
+from anekit.mil.ops.registry import Args, Numerics, OpDef, const_ints, param, register
 from anekit.mil.ops.traits import CONSTEXPR, CONV
 from anekit.mil.types import TensorType
 
@@ -332,6 +332,7 @@ _conv_ios15 = register(
         in_channels=_x_channels,
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [C_out, ...]
         traits=frozenset({CONV}),
+        numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
         shape_only=frozenset({"bias"}),
         doc=_CONV_DOC,
     )
@@ -505,6 +506,7 @@ _conv_transpose_ios15 = register(
         cost=flops_cost(lambda a, outs: 2 * numel(a.x.shape) * numel(tuple(a.weight.shape[1:]))),
         in_channels=_x_channels,
         traits=frozenset({CONV}),
+        numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
         shape_only=frozenset({"weight", "bias"}),
         doc=_CONV_TRANSPOSE_DOC,
     )

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops import integers
+from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
-from anekit.mil.ops.registry import Args, OpDef, Param, param, register
+from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
 
@@ -156,6 +156,7 @@ def _unary(
     traits: tuple[str, ...] = (UNARY,),
     check: Callable[[Args], None] | None = None,
     extra: tuple[tuple[Param, str], ...] = (),
+    numerics: Numerics | None = None,
 ) -> OpDef:
     """Declare ``y = fn(x, **attrs)`` with y of x's type.
 
@@ -179,6 +180,7 @@ def _unary(
             reference=_quiet(fn),
             traits=frozenset({ELEMENTWISE, *traits}),
             flops_per_element=flops,
+            numerics=numerics,
             doc=_doc(
                 summary,
                 [
@@ -217,6 +219,7 @@ def _binary(
     traits: tuple[str, ...] = (),
     divides: bool = False,
     exact: Callable[[str, np.ndarray, np.ndarray], Any] | None = None,
+    mask_operands: frozenset[str] = frozenset(),
 ) -> OpDef:
     """Declare ``fn(x, y)`` with NumPy broadcasting; the result has x's dtype unless ``output``.
 
@@ -236,6 +239,7 @@ def _binary(
             reference=_quiet(integers.binary(name, fn, divides=divides, exact=exact)),
             traits=frozenset({ELEMENTWISE, BINARY, *traits}),
             flops_per_element=flops,
+            mask_operands=mask_operands,
             doc=_doc(
                 summary,
                 [
@@ -321,12 +325,17 @@ def _check_prelu(a: Args) -> None:
 
 
 # -- unary math ---------------------------------------------------------------------------
+_unary("exp", lambda x: np.exp(x), "Return e**x.", flops=_T, numerics=device.EXP_SATURATES)
+_unary(
+    "round",
+    lambda x: np.round(x),
+    "Round x to the nearest integer, halves to even (0.5 -> 0, 1.5 -> 2).",
+    numerics=device.ROUND_HALF_AWAY,
+)
 for _name, _fn, _summary, _flops in (
-    ("exp", np.exp, "Return e**x.", _T),
     ("sqrt", np.sqrt, "Return the square root of x.", _T),
     ("ceil", np.ceil, "Round x toward +inf.", 1),
     ("floor", np.floor, "Round x toward -inf.", 1),
-    ("round", np.round, "Round x to the nearest integer, halves to even (0.5 -> 0, 1.5 -> 2).", 1),
     ("sin", np.sin, "Return sin(x).", _T),
     ("cos", np.cos, "Return cos(x).", _T),
     ("tan", np.tan, "Return tan(x).", _T),
@@ -345,9 +354,16 @@ for _name, _fn, _summary, _flops in (
     ("abs", np.abs, "Return |x|.", 1),
     ("sign", np.sign, "Return -1, 0 or 1 by the sign of x (NaN stays NaN).", 1),
     ("square", np.square, "Return x * x.", 1),
-    ("exp2", _exp2, "Return 2**x (integers: exact, truncated toward zero for x < 0).", _T),
 ):
     _unary(_name, integers.unary(_name, _fn), _summary, dtypes=FP_I32, flops=_flops)
+_unary(
+    "exp2",
+    integers.unary("exp2", _exp2),
+    "Return 2**x (integers: exact, truncated toward zero for x < 0).",
+    dtypes=FP_I32,
+    flops=_T,
+    numerics=device.EXP_SATURATES,
+)
 
 _EPSILON_DOC = "added to x first, in x's dtype (an fp16 x rounds 1e-12 and 1e-45 to 0)."
 LOG = _unary(
@@ -415,6 +431,7 @@ _unary(
     "Return log(1 + exp(x)).",
     traits=_ACT,
     flops=1 + 2 * _T,
+    numerics=device.SOFTPLUS_EXP_CLIFF,
 )
 _unary("softsign", lambda x: x / (1 + np.abs(x)), "Return x / (1 + |x|).", traits=_ACT, flops=3)
 GELU = _unary(
@@ -490,7 +507,12 @@ PRELU = _unary(
 )
 
 # -- binary arithmetic ----------------------------------------------------------------------
-_binary("add", np.add, "Return x + y elementwise, with broadcasting.")
+_binary(
+    "add",
+    np.add,
+    "Return x + y elementwise, with broadcasting.",
+    mask_operands=frozenset({"x", "y"}),  # scores + mask
+)
 _binary("sub", np.subtract, "Return x - y elementwise, with broadcasting.")
 _binary("mul", np.multiply, "Return x * y elementwise, with broadcasting.")
 _binary(
@@ -544,6 +566,7 @@ register(
         infer=lambda a: TensorType(a.a.dtype, _broadcast_all("select", a, ("cond", "a", "b"))),
         reference=_quiet(lambda cond, a, b: np.where(cond, a, b)),
         traits=frozenset({ELEMENTWISE}),
+        mask_operands=frozenset({"a", "b"}),  # a mask chosen between stays a mask
         doc=_doc(
             "Return a where cond is true, else b, broadcasting all three (np.where).",
             [

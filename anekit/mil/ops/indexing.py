@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import EvaluationError, MilTypeError
+from anekit.mil.ops import device
 from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.shape import (
+    MOVES,
     T15,
     T17,
     U17,
@@ -134,6 +136,13 @@ def _slice_by_index(x: np.ndarray, **spec: Any) -> np.ndarray:
     return x[slice_items(x.shape, spec)]
 
 
+def _last_axis_start(args: dict[str, Any]) -> int:
+    """The first index slice_by_index takes on the last axis of x (N7's width offset)."""
+    shape = args["x"].shape
+    last = slice_items(shape, {k: args.get(k) for k in _SLICE_SPEC})[-1]
+    return last if isinstance(last, int) else last.indices(shape[-1])[0]
+
+
 def _index_vector(name: str, **kw: Any) -> Param:
     return const_vector(name, INT32, domain="U", **kw)
 
@@ -152,6 +161,7 @@ _slice15 = declare(
     _slice_by_index_infer,
     _slice_by_index,
     cost=reads_what_it_writes,
+    numerics=device.width_offset_clamp(_last_axis_start),
     doc="""Slice x as ``x[begin[0]:end[0]:stride[0], ...]`` (Python slicing rules).
 
     Args:
@@ -169,6 +179,7 @@ _slice15 = declare(
     Returns:
         tensor<T, [*]>: the slice; every kept dimension must be non-empty.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_slice15, "ios17", x=T17, begin=U17, end=U17, stride=U17))
 
@@ -221,6 +232,9 @@ _slice_size15 = declare(
     _slice_by_size,
     cost=reads_what_it_writes,
     infer_values=frozenset({"begin"}),  # a const begin fixes the window
+    numerics=device.width_offset_clamp(
+        lambda a: size_window("slice_by_size", a["x"].shape, a["begin"], a["size"])[-1][0]
+    ),
     doc="""Take the window of x that starts at ``begin`` and spans ``size``.
 
     Args:
@@ -231,6 +245,7 @@ _slice_size15 = declare(
     Returns:
         tensor<T, [*]>: the window; it must lie inside x.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_slice_size15, "ios17", x=T17, begin=U17, size=U17))
 

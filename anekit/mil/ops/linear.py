@@ -13,7 +13,7 @@ import numpy as np
 from anekit.errors import MilTypeError
 from anekit.mil.ops import integers
 from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, mac_cost, require
-from anekit.mil.ops.registry import Args, OpDef, Param, param, register
+from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import MATMUL
 from anekit.mil.types import DType, TensorType
 
@@ -129,6 +129,7 @@ _matmul_ios15 = register(
         contraction=_matmul_contraction,
         output_axis=_matmul_output_axis,
         traits=frozenset({MATMUL}),
+        numerics=Numerics(saturates="matmul"),  # N1, observed
         doc=_MATMUL_DOC,
     )
 )
@@ -223,6 +224,7 @@ _linear_ios15 = register(
         contraction=lambda a: a.x.shape[-1],  # D_in
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [D_out, D_in]
         traits=frozenset({MATMUL}),
+        numerics=Numerics(saturates="matmul"),  # N1: a matmul with a constant operand
         shape_only=frozenset({"weight", "bias"}),
         doc=_LINEAR_DOC,
     )
@@ -322,6 +324,7 @@ register(
         cost=mac_cost,
         contraction=lambda a: a.values[0].shape[-1],  # the dim summed over: -1 of x, -3 of y
         traits=frozenset({MATMUL}),
+        numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
         doc="""Einstein summation, restricted to a matmul over dims -3 and -1 (as coremltools).
 
         Args:

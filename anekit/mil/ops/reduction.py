@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.mil.ops import integers
+from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import (
     BOOL,
     FP,
@@ -42,12 +42,13 @@ from anekit.mil.ops.registry import (
     Cost,
     CostFn,
     InferFn,
+    Numerics,
     OpDef,
     Param,
     param,
     register,
 )
-from anekit.mil.ops.traits import EXACT
+from anekit.mil.ops.traits import EXACT, PROBABILITIES, REDUCTION
 from anekit.mil.types import DType, TensorType
 
 # The "T" domain of every op in this module except softmax (fp16, fp32, int32 in iOS15).
@@ -182,7 +183,9 @@ def _log_sum_exp(x: np.ndarray, axis: tuple[int, ...] | None, keepdims: bool) ->
     return total if keepdims else np.squeeze(total, axis=axis)
 
 
-def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> OpDef:
+def _reduce_axes(
+    name: str, fn: Callable[..., Any], flops: float, what: str, numerics: Numerics | None = None
+) -> OpDef:
     return register(
         OpDef(
             name=name,
@@ -193,7 +196,9 @@ def _reduce_axes(name: str, fn: Callable[..., Any], flops: float, what: str) -> 
             ),
             infer=_infer_reduce_axes,
             reference=_reference_over_axes(name, fn),
+            traits=frozenset({REDUCTION}),
             cost=_per_input_element(flops),
+            numerics=numerics,
             doc=f"""Reduce ``x`` over ``axes`` to {what}.
 
             Args:
@@ -222,11 +227,16 @@ for _name, _fn, _flops, _what in (
     ("reduce_l1_norm", _l1_norm, 2, "the sum of absolute values"),
     ("reduce_l2_norm", _l2_norm, 2, "the square root of the sum of squares"),
     ("reduce_log_sum", _log_sum, 1, "the natural log of the sum"),
-    # max, subtract, exp, add
-    ("reduce_log_sum_exp", _log_sum_exp, 3 + TRANSCENDENTAL, "log(sum(exp(x))), without overflow"),
     ("reduce_sum_square", _sum_square, 2, "the sum of squares"),
 ):
     _reduce_axes(_name, _fn, _flops, _what)
+_reduce_axes(  # flops: max, subtract, exp, add
+    "reduce_log_sum_exp",
+    _log_sum_exp,
+    3 + TRANSCENDENTAL,
+    "log(sum(exp(x))), without overflow",
+    device.LOGSUMEXP_UNSHIFTED,
+)
 
 
 # -- reduce_argmax / reduce_argmin -------------------------------------------------------------
@@ -309,6 +319,7 @@ register(
         params=(_x_param(FP), _axis_param(-1)),
         infer=_infer_same_as_x_along_axis,
         reference=_softmax,
+        traits=frozenset({PROBABILITIES}),
         cost=per_output_element(SOFTMAX),
         doc="""``exp(x) / sum(exp(x))`` along ``axis``, shifted by the maximum to avoid overflow.
 

@@ -108,6 +108,23 @@ class Encoding(NamedTuple):
     bits: int
 
 
+@dataclass(frozen=True)
+class Numerics:
+    """How an op's stored output departs from IEEE fp16 on the engine; a profile gives the values.
+
+    ``saturates``: the profile's saturation kind ("matmul", "conv", "exp"): an output above
+    that magnitude becomes +-inf (N1, N9 in docs/numerics.md). ``hook(profile, args,
+    result) -> (result, saturated)``: an arithmetic departure computed from the op's
+    arguments (a dict) before the result is stored, run where the profile's field
+    ``reads`` differs from the ideal profile's (round's half-away rule, softplus's exp
+    cliff, logsumexp's missing max-shift, the width-offset slice clamp).
+    """
+
+    saturates: str | None = None
+    hook: Callable[[Any, dict[str, Any], Any], tuple[Any, int]] | None = None
+    reads: str | None = None
+
+
 InferFn = Callable[["Args"], "TensorType | tuple[TensorType, ...]"]
 CostFn = Callable[["Args", "tuple[TensorType, ...]"], Cost]
 
@@ -136,12 +153,17 @@ class OpDef:
     # operand must stay dense. encoding: for a constexpr op, how its constant is stored.
     output_axis: Callable[[Args, str], int | None] | None = None
     encoding: Callable[[Args], Encoding] | None = None
+    # The attention-mask fact (the finite_masks pass reads it): the operands through which an
+    # additive mask reaches the output still a mask (add's x and y, select's a and b).
+    mask_operands: frozenset[str] = frozenset()
     # Which argument values ``infer`` may read (the verifier hides the others from it and caches
     # its result by types, constness and the readable values): every const parameter but those
     # in ``shape_only`` (weights: only their type matters), and the non-const parameters in
     # ``infer_values`` (gather's indices, for validate_indices).
     shape_only: frozenset[str] = frozenset()
     infer_values: frozenset[str] = frozenset()
+    # How the engine's storage of this op's output departs from IEEE fp16 (numerics profiles).
+    numerics: Numerics | None = None
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
     readable: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -303,6 +325,15 @@ def _constant_default(p: Param) -> Any:
     if isinstance(value.const, np.ndarray):
         value.const.flags.writeable = False
     return value
+
+
+def received(const: Any) -> Any:
+    """A constant as every op's ``reference`` receives it (the one convention, for the reference
+    backend, its interpreter and constant folding): fp16 upcast to float32, strings as str."""
+    if isinstance(const, str):
+        return const
+    array = np.asarray(const)
+    return array.astype(np.float32) if array.dtype == np.float16 else array
 
 
 def const_ints(value: Any) -> list[int]:

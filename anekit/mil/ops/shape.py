@@ -29,8 +29,17 @@ from anekit.mil.ops.common import (
     axis_index,
     require,
 )
-from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
-from anekit.mil.ops.traits import EXACT
+from anekit.mil.ops.registry import (
+    Args,
+    Cost,
+    Numerics,
+    OpDef,
+    Param,
+    const_ints,
+    param,
+    register,
+)
+from anekit.mil.ops.traits import EXACT, MOVEMENT
 from anekit.mil.types import DType, TensorType
 
 # The "T" domain of most ops here in iOS15, and its iOS17 widening (iOS17/tensor_transformation.py).
@@ -52,6 +61,9 @@ def reads_what_it_writes(a: Args, outs: tuple[TensorType, ...]) -> Cost:
     """Cost of a selection (slice): it reads only the elements it writes."""
     written = float(sum(t.nbytes or 0 for t in outs))
     return Cost(0.0, written, written)
+
+
+MOVES = frozenset({EXACT, MOVEMENT})  # the traits of an op that only moves its input
 
 
 def with_dtypes(opdef: OpDef, since: str, **dtypes: frozenset[DType]) -> OpDef:
@@ -102,6 +114,7 @@ def declare(
     cost: Callable[[Args, tuple[TensorType, ...]], Cost] = moves,
     traits: frozenset[str] = frozenset({EXACT}),
     infer_values: frozenset[str] = frozenset(),
+    numerics: Numerics | None = None,
 ) -> OpDef:
     """Register a data-movement op (by default "exact": every output element is an input's)."""
     return register(
@@ -115,6 +128,7 @@ def declare(
             since=since,
             doc=doc,
             infer_values=infer_values,
+            numerics=numerics,
         )
     )
 
@@ -207,6 +221,7 @@ _reshape15 = declare(
     (x_param(), const_vector("shape")),
     *_reshape(right_zeros=False),
     doc=_RESHAPE_DOC,
+    traits=MOVES,
 )
 _reshape17_infer, _reshape17_ref = _reshape(right_zeros=True)
 register(
@@ -244,6 +259,7 @@ _transpose15 = declare(
     Returns:
         tensor<T, [x.shape[perm[i]] ...]>: the permuted tensor.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_transpose15, "ios17", x=T17))
 
@@ -275,6 +291,7 @@ _squeeze15 = declare(
     Returns:
         tensor<T, [*]>: x without those dimensions (a scalar if none remain).
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_squeeze15, "ios17", x=T17))
 
@@ -301,6 +318,7 @@ _expand15 = declare(
     Returns:
         tensor<T, [*]>: x with rank(x) + K dimensions.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_expand15, "ios17", x=T17))
 
@@ -328,6 +346,7 @@ declare(
     Returns:
         tensor<T, [prod(x.shape[:axis]), prod(x.shape[axis:])]>: x reshaped.
     """,
+    traits=MOVES,
 )
 
 
@@ -356,6 +375,7 @@ _reverse15 = declare(
     Returns:
         tensor<T, x.shape>: x reversed along ``axes``.
     """,
+    traits=MOVES,
 )
 register(with_dtypes(_reverse15, "ios17", x=T17))
 
@@ -421,6 +441,7 @@ declare(
     Returns:
         tensor<T, [*]>: the inputs' shape with dimension ``axis`` summed over them.
     """,
+    traits=MOVES,
 )
 
 
@@ -454,6 +475,7 @@ declare(
     Returns:
         tensor<T, [*]>: the common shape with len(values) inserted at ``axis``.
     """,
+    traits=MOVES,
 )
 
 
@@ -534,6 +556,7 @@ declare(
     Returns:
         tuple of tensor<T, [*]>: the pieces, x.shape with ``axis`` set to each piece's size.
     """,
+    traits=MOVES,
 )
 
 
@@ -561,4 +584,5 @@ declare(
     Returns:
         tensor<T, [x.shape[i] * reps[i] ...]>: the tiled tensor.
     """,
+    traits=MOVES,
 )

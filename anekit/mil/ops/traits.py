@@ -108,6 +108,24 @@ MATMUL = _declare(
     (_SIZE_RULES, _COST, *_COMPRESS),
     "a matrix product: multiply-accumulates on the MAC array over `OpDef.contraction`",
 )
+MOVEMENT = _declare(
+    "movement",
+    ("anekit.passes.masks",),
+    "rearranges, selects or repeats the elements of its tensor input(s) and computes nothing: "
+    "what comes out is what went in, elsewhere",
+)
+REDUCTION = _declare(
+    "reduction",
+    ("anekit.passes.layout",),
+    "combines `x`'s elements over the axes in `axes` into one per remaining position, keeping "
+    "those axes with length 1 when `keep_dims`",
+)
+PROBABILITIES = _declare(
+    "probabilities",
+    ("anekit.passes.masks",),
+    "turns scores into probabilities along an axis (softmax): an additive attention mask ends "
+    "here, and any value at or below -65504 in it gives probability 0",
+)
 ATTENTION = _declare(
     "attention",
     (_CHIP_RULES, _COST, *_COMPRESS),

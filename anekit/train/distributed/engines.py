@@ -73,7 +73,11 @@ def connect(engine: str, timeout: float, bucket_bytes: int) -> Communicator:
             f"--distributed {engine}: {names} not set; start the ranks with {launcher} "
             "or let anekit start them on this machine with --nproc N"
         )
-    rank = launched[0]
+    rank, world = launched
+    if world == 1:  # one rank: nothing to exchange, no engine needed
+        supervisor = config.supervisor_pid()
+        watchdog = None if supervisor is None else Watchdog(rank, timeout, "none", supervisor)
+        return Communicator(rank, world, bucket_bytes, watchdog)
     join = max(timeout, JOIN_SECONDS)
     watchdog = Watchdog(rank, join, "another rank", config.supervisor_pid())
     watchdog.arm(f"joining the {engine} group")

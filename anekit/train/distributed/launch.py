@@ -58,6 +58,10 @@ def rank_environments(engine: str, nproc: int, workdir: Path) -> list[dict[str, 
     for name in config.THREAD_VARIABLES:  # ranks share the cores, not oversubscribe them
         base.setdefault(name, threads)
     base[config.ENV_SUPERVISOR] = str(os.getpid())
+    if nproc == 1:  # a world of one needs no group (MLX's ring cannot form one of one)
+        return [{**base, config.MLX_RANK: "0", config.MLX_WORLD_SIZE: "1"}
+                if engine == "mlx" else
+                {**base, config.TORCH_RANK: "0", config.TORCH_WORLD_SIZE: "1"}]  # fmt: skip
     if engine == "mlx":
         hostfile = workdir / "hostfile.json"
         hostfile.write_text(json.dumps([[f"{LOOPBACK}:{p}"] for p in free_ports(nproc)]))
@@ -114,13 +118,18 @@ def supervise(command: list[str], engine: str, nproc: int, timeout: float) -> in
             if r.process.poll() is None:
                 r.process.send_signal(signal.SIGINT)
 
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise DistributedError("the supervisor was terminated (SIGTERM); it stopped every rank")
+
     previous = signal.signal(signal.SIGINT, forward)
+    previous_term = signal.signal(signal.SIGTERM, terminated)
     try:
         for rank, env in enumerate(rank_environments(engine, nproc, workdir)):
             ranks.append(_start(rank, command, env, workdir))
         failed = _wait(ranks, timeout, lambda: interrupts > 0)
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
         for r in ranks:
             _stop(r)
     if failed is None:
@@ -202,7 +211,7 @@ def _failure_report(ranks: list[_Rank], failed: _Rank, workdir: Path) -> str:
         for r in ranks
         if r is not failed
     ]
+    then = f"then {', '.join(others)}; " if others else ""
     return (
-        f"rank {failed.rank} failed first: it {what}; then {', '.join(others)}; "
-        f"each rank's stderr is kept in {workdir}"
+        f"rank {failed.rank} failed first: it {what}; {then}each rank's stderr is kept in {workdir}"
     )
