@@ -53,15 +53,15 @@ def test_an_overflowing_layer_raises_naming_the_position_and_layer(compress) -> 
     assert error.where == where and "overflowed fp16" in str(error)
 
 
-def test_a_stream_too_large_to_normalise_gives_flat_logits_and_raises() -> None:
+def test_a_stream_too_large_for_a_plain_rmsnorm_is_normalised() -> None:
     arrays = _arrays()
-    # ~2e4 stays finite, but squaring it in the next RMSNorm overflows: layer 2 and the
-    # final norm see inf, and every logit comes out 0 (before: token 0, silently)
+    # ~2e4 stays finite, but its squares overflow fp16: a plain RMSNorm gave inf there and
+    # every logit came out 0 (the guard raised); the norms reading the stream are max-abs
+    # prescaled now (nn.layers.prescaled_rmsnorm), so the guard has nothing to say
     arrays["model.layers.1.mlp.down_proj.weight"] *= 3000.0
     with _model(arrays) as m:
-        with pytest.raises(GarbageValues, match=r"position 2, the output head: the logits are "
-                           r"all equal \(0\).*largest magnitude 2\d{4}\)"):  # fmt: skip
-            m.generate([1, 5, 7], 4, stop=())
+        logits = m.logits([1, 5, 7])
+    assert np.isfinite(logits).all() and float(np.ptp(logits[-1])) > 0
 
 
 def test_flat_logits_name_the_output_head() -> None:

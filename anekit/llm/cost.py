@@ -140,7 +140,7 @@ def estimate_llm(
         weight_bytes=streamed,
         streamed_bytes=streamed,
         weights_s=streamed / profile.cost.dram_bw,
-        compiles=3,
+        compiles=1 + 2 * K.block_kinds(config),  # prefill and decode block programs, the head
     )
 
 

@@ -56,6 +56,10 @@ def layer_parts(config: LlmConfig, i: int) -> dict[str, Parts]:
         "w13": [(p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d))],
         "w2": [(p + "mlp.down_proj.weight", (d, f))],
     }  # fmt: skip
+    if c.gemma:  # norms before and after each half
+        parts["post_attn"] = parts["ffn_norm"]
+        parts["ffn_norm"] = [(p + "pre_feedforward_layernorm.weight", (d,))]
+        parts["post_ffn"] = [(p + "post_feedforward_layernorm.weight", (d,))]
     if c.fused:  # stored already stacked, in the order the programs take
         parts["wqkv"] = [(att + "qkv_proj.weight", (q + 2 * kv, d))]
         parts["w13"] = [(p + "mlp.gate_up_proj.weight", (2 * f, d))]

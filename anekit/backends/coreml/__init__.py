@@ -12,6 +12,7 @@ package never imports coremltools; off macOS ``available()`` says why not, and
 
 from __future__ import annotations
 
+import functools
 import platform
 import sys
 from typing import Any
@@ -30,8 +31,10 @@ MIN_MACOS = (14, 4)  # MLComputePlan, and so the per-op placement this backend r
 __all__ = ["COMPUTE_UNITS", "HOST_FP16", "NAME", "SHARED_BUFFER_OPTIONS", "available", "compile"]
 
 
+@functools.cache
 def available() -> tuple[bool, str]:
-    """Whether CoreML can run programs here, and why not; never raises."""
+    """Whether CoreML can run programs here, and why not; never raises (asked once: on a Mac
+    the answer imports coremltools, which takes seconds)."""
     if sys.platform != "darwin":
         return False, f"CoreML runs only on macOS; this is {sys.platform}"
     version = platform.mac_ver()[0]
