@@ -32,7 +32,7 @@ bench: $(VENV)/.test-installed
 
 # coremltools' own MIL op tests through the reference backend (long; needs the coreml extra)
 conformance: $(VENV)/.test-installed
-	$(PY) -m pytest -p tools.coreml_conformance --pyargs coremltools.converters.mil.mil.ops.tests -q -p no:cacheprovider -W ignore
+	$(PY) -m pytest -p tools.coreml_conformance --pyargs coremltools.converters.mil.mil.ops.tests -q --tb=no -p no:cacheprovider -W ignore
 
 # every generated number in README.md and docs/ against its data (a few seconds, no network)
 docs-check: $(VENV)/.test-installed

@@ -43,6 +43,10 @@ def hf_classes(arch: str) -> tuple[Any, Any]:
         "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
         "mistral": ("MistralConfig", "MistralForCausalLM"),
         "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+        "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+        "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+        "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+        "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
     }[arch]
     return getattr(transformers, names[0]), getattr(transformers, names[1])
 
@@ -78,7 +82,7 @@ def save_model(directory: Path, case: Case, vocab: int = 96, seed: int = 0, **co
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 16,
         }
-    if case.arch in ("mistral", "phi3"):
+    if case.arch in ("mistral", "phi3", "gemma2", "gemma3"):
         kw["sliding_window"] = case.sliding_window
     kw.update(config)
     torch.manual_seed(seed)

@@ -35,16 +35,18 @@ def _model(arrays: dict[str, np.ndarray], **options) -> Model:
     return Model(CONFIG, ArraySource(arrays, "test"), backend="reference", max_seq=32, **options)
 
 
-def test_a_healthy_model_passes_the_guard() -> None:
-    with _model(_arrays()) as m:
+@pytest.mark.parametrize("numerics", ["ideal", None])  # None: the default (m4) profile
+def test_a_healthy_model_passes_the_guard(numerics) -> None:
+    with _model(_arrays(), numerics=numerics) as m:
         assert len(m.generate([1, 5, 7], 6, stop=())) == 6
 
 
+@pytest.mark.parametrize("numerics", ["ideal", None])  # None: the default (m4) profile
 @pytest.mark.parametrize("compress", [None, "fp16"])
-def test_an_overflowing_layer_raises_naming_the_position_and_layer(compress) -> None:
+def test_an_overflowing_layer_raises_naming_the_position_and_layer(compress, numerics) -> None:
     arrays = _arrays()
     arrays["model.layers.1.mlp.down_proj.weight"] *= 30000.0  # layer 1's FFN overflows fp16
-    with _model(arrays, compress=compress) as m:
+    with _model(arrays, compress=compress, numerics=numerics) as m:
         with pytest.raises(GarbageValues) as caught:
             m.generate([1, 5, 7], 4, stop=())  # greedy decoding emitted token 0 here before
     error = caught.value

@@ -130,7 +130,7 @@ def test_a_fifo_or_device_in_a_model_directory_is_refused_at_once(
         ({"max_position_embeddings": 1e9}, "max_position_embeddings must be a whole number"),
         ({"bos_token_id": 96}, r"bos_token_id must be in \[0, 95\]"),
         ({"eos_token_id": [2, "x"]}, "eos_token_id must be a whole number"),
-        ({"hidden_act": ["silu"]}, "hidden_act .* is not supported"),
+        ({"hidden_act": ["silu"]}, r"hidden activation \[.silu.\] is not supported"),
         ({"rope_scaling": [1]}, "rope_scaling must be an object"),
         ({"hidden_size": 66}, "hidden_size 66 is not a multiple of num_attention_heads 4"),
         ({"architectures": ["MistralForCausalLM"], "sliding_window": -4},

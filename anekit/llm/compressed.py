@@ -42,8 +42,14 @@ MIN_ELEMENTS = 4096  # as anekit.compress: norms and biases stay fp16
 WEIGHT_AXIS = 2  # block weights are [1, 1, out, in]: output channels on axis 2
 
 
-def check_scheme(scheme: str) -> str:
-    """``scheme`` if an LLM can be loaded with it; UsageError says why not otherwise."""
+def check_scheme(scheme: str, config: LlmConfig | None = None) -> str:
+    """``scheme`` if an LLM (of ``config``) can be loaded with it; UsageError says why not."""
+    if config is not None and config.experts and scheme != FP16:
+        raise UsageError(
+            f"compress={scheme!r} is not supported for mixtures of experts "
+            f"({config.architecture}): the experts' stacked weights are not quantized per "
+            f"expert yet; load without compress (or with {FP16!r})"
+        )
     if scheme in CHOICES:
         return scheme
     if scheme == "auto":

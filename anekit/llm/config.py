@@ -26,12 +26,23 @@ ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
 }
+# mixtures of experts: the family whose attention each has
+MOE_FAMILIES = {"qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}
 # families whose checkpoints store q/k/v as one ``qkv_proj`` and gate/up as one
 # ``gate_up_proj`` (already stacked as the block programs take them)
 FUSED_FAMILIES = frozenset({"phi3"})
 # families whose ``sliding_window`` applies to every layer (masked on the host)
 WINDOWED_FAMILIES = frozenset({"mistral", "phi3"})
+# Gemma: GeGLU, (1 + w) norm gains, embeddings scaled by sqrt(hidden_size), norms after
+# attention and the FFN as well as before, sliding-window layers interleaved with global
+# ones; per family, the layer pattern when the config has no ``layer_types``
+GEMMA_FAMILIES = {"gemma2": 2, "gemma3": 6}
+SLIDING, FULL = "sliding_attention", "full_attention"
 ROPE_TYPES = ("default", "linear", "llama3")
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; refuse to parse anything absurd
 # Bounds far above any published decoder's (the largest have ~16k wide, ~130 layers, 256k
@@ -102,15 +113,34 @@ class LlmConfig(DecoderShape):
 
     Attributes:
         architecture: the Hugging Face class name (or "llama2c").
-        family: "llama", "mistral", "qwen2", "qwen3", "phi3" or "llama2c".
+        family: "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen2_moe",
+            "qwen3_moe" or "llama2c".
         rope: rotary embedding parameters.
         max_position: the longest context the model was trained for.
         tie_embeddings: the output head is the embedding matrix (no ``lm_head.weight``).
         qkv_bias: the q, k and v projections have biases (Qwen2).
         o_bias: the output projection has a bias (Llama's ``attention_bias``).
         qk_norm: per-head RMSNorm of queries and keys before RoPE (Qwen3).
-        sliding_window: attend only to the last this many positions (Mistral, Phi-3), or None.
+        sliding_window: attend only to the last this many positions (Mistral, Phi-3: every
+            layer; Gemma: the ``local_layers``), or None.
+        local_layers: the sliding-window layers when not every layer is one (Gemma); they
+            read their own mask and RoPE tables (``local_rope``).
+        local_rope: the RoPE of the local layers (Gemma-3's ``rope_local_base_freq``); None:
+            ``rope``.
         fused: q/k/v and gate/up are stored fused, ``qkv_proj`` and ``gate_up_proj`` (Phi-3).
+        gemma: the Gemma block (module constant ``GEMMA_FAMILIES``): GeGLU (tanh GELU),
+            norm gains ``1 + w``, embeddings times sqrt(dim), post-attention and
+            post-FFN norms.
+        query_pre_attn_scalar: queries are scaled by its inverse square root (Gemma), not
+            ``head_dim``'s; None: ``head_dim``.
+        attn_softcap, final_softcap: ``cap * tanh(x / cap)`` of the attention scores and of
+            the logits (Gemma-2), or None.
+        experts: the FFN is a mixture of this many experts (0: one dense FFN); each token
+            takes the ``experts_per_token`` most probable by its router's softmax
+            (renormalised over them if ``norm_topk``), each expert a SwiGLU of width
+            ``expert_dim``.
+        shared_expert_dim: width of the shared expert every token also takes, weighted by
+            a sigmoid gate (Qwen2-MoE), or 0.
         dtype: the stored weight dtype the config declares ("bfloat16", "float16", "float32").
         bos_token_id, eos_token_ids: special tokens (eos may be several).
         style: "rope_parameters" (newer) or "rope_theta" (older) config style.
@@ -130,6 +160,17 @@ class LlmConfig(DecoderShape):
     qk_norm: bool = False
     sliding_window: int | None = None
     fused: bool = False
+    local_layers: tuple[int, ...] = ()
+    local_rope: RopeConfig | None = None
+    gemma: bool = False
+    query_pre_attn_scalar: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_dim: int = 0
+    norm_topk: bool = False
+    shared_expert_dim: int = 0
     dtype: str = "float32"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -144,6 +185,18 @@ class LlmConfig(DecoderShape):
             raise ModelError(
                 f"config sliding_window must be at least 1, found {self.sliding_window}"
             )
+        for name, value in (("query_pre_attn_scalar", self.query_pre_attn_scalar),
+                            ("attn_logit_softcapping", self.attn_softcap),
+                            ("final_logit_softcapping", self.final_softcap)):  # fmt: skip
+            if value is not None and not value > 0:
+                raise ModelError(f"config {name} must be above 0, found {value}")
+        if self.experts and not 1 <= self.experts_per_token <= self.experts:
+            raise ModelError(
+                f"config num_experts_per_tok must be in [1, {self.experts}], found "
+                f"{self.experts_per_token}"
+            )
+        if self.local_layers and self.sliding_window is None:
+            raise ModelError("config has sliding_attention layers but no sliding_window")
         alpha = self.residual_scale
         if not 0 < alpha <= 1 or math.frexp(alpha)[0] != 0.5:
             raise ModelError(f"residual_scale must be a power of two in (0, 1], found {alpha}")
@@ -154,6 +207,27 @@ class LlmConfig(DecoderShape):
         return self.norm_eps * self.residual_scale**2
 
     @property
+    def norm_offset(self) -> float:
+        """What every RMSNorm adds to its stored gain (Gemma stores ``w`` for ``1 + w``)."""
+        return 1.0 if self.gemma else 0.0
+
+    @property
+    def embed_scale(self) -> float:
+        """The factor the embedding rows are multiplied by (Gemma: sqrt(dim))."""
+        return math.sqrt(self.dim) if self.gemma else 1.0
+
+    @property
+    def query_scale(self) -> float:
+        """The factor the queries are multiplied by before the scores."""
+        return 1.0 / math.sqrt(self.query_pre_attn_scalar or self.head_dim)
+
+    def window(self, local: bool) -> int | None:
+        """The sliding window of the global (``local=False``) or local layers, or None."""
+        if self.local_layers:
+            return self.sliding_window if local else None
+        return self.sliding_window
+
+    @property
     def owner(self) -> str:
         return f"config of {self.architecture}"
 
@@ -162,6 +236,10 @@ class LlmConfig(DecoderShape):
         and an untied head."""
         d, q, kv = self.dim, self.q_dim, self.kv_dim
         extra = (q + 2 * kv) * self.qkv_bias + d * self.o_bias + 2 * self.head_dim * self.qk_norm
+        extra += 2 * d * self.gemma  # the post-attention and post-FFN norms
+        if self.experts:  # experts, router, shared expert and its gate replace the dense FFN
+            e, s = self.experts, self.shared_expert_dim
+            extra += 3 * d * (e * self.expert_dim + s - self.hidden_dim) + e * d + d * (s > 0)
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return super().n_params() + self.n_layers * extra + head
 
@@ -205,12 +283,18 @@ def _config(r: ConfigReader) -> LlmConfig:
             "(and llama2.c .bin checkpoints)",
             path=source,
         )
-    act = r.value("hidden_act", "silu")
-    if act != "silu":
-        raise ModelError(f"hidden_act {act!r} is not supported; expected 'silu'", path=source)
+    gemma = family in GEMMA_FAMILIES
+    expected_act = "gelu_pytorch_tanh" if gemma else "silu"
+    act = r.value("hidden_activation", None) or r.value("hidden_act", expected_act)
+    if act != expected_act:
+        raise ModelError(
+            f"hidden activation {act!r} is not supported for {arch}; expected {expected_act!r}",
+            path=source,
+        )
     if r.bool("mlp_bias", False):
         raise ModelError("mlp_bias = true is not supported", path=source)
-    if family in ("qwen2", "qwen3") and r.bool("use_sliding_window", False):
+    attention = MOE_FAMILIES.get(family, family)  # a mixture of experts' attention family
+    if attention in ("qwen2", "qwen3") and r.bool("use_sliding_window", False):
         raise ModelError(
             "use_sliding_window = true (per-layer sliding windows) is not supported", path=source
         )
@@ -220,27 +304,32 @@ def _config(r: ConfigReader) -> LlmConfig:
     attention_bias = r.bool("attention_bias", False)
     if r.float("partial_rotary_factor", 1.0) != 1.0:
         raise ModelError("partial_rotary_factor other than 1 is not supported", path=source)
-    windowed = family in WINDOWED_FAMILIES
+    windowed = family in WINDOWED_FAMILIES or gemma
     window = r.int("sliding_window", None, hi=MAX_POSITIONS) if windowed else None
+    n_layers = r.int("num_hidden_layers", hi=MAX_LAYERS)
+    rope, local_rope = _ropes(r) if gemma else (_rope(r), None)
     return LlmConfig(
         architecture=arch,
         family=family,
         dim=dim,
-        n_layers=r.int("num_hidden_layers", hi=MAX_LAYERS),
+        n_layers=n_layers,
         n_heads=heads,
         n_kv_heads=r.int("num_key_value_heads", heads, hi=MAX_WIDTH),
         head_dim=r.int("head_dim", None, hi=MAX_WIDTH) or _head_dim(dim, heads, source),
         hidden_dim=r.int("intermediate_size", hi=MAX_WIDTH),
         vocab_size=vocab,
         norm_eps=r.float("rms_norm_eps", 1e-6),
-        rope=_rope(r),
+        rope=rope,
         max_position=r.int("max_position_embeddings", 2048, lo=2, hi=MAX_POSITIONS),
         tie_embeddings=r.bool("tie_word_embeddings", False),
-        qkv_bias=family == "qwen2" or attention_bias,
+        qkv_bias=attention == "qwen2" or attention_bias,
         o_bias=attention_bias,
-        qk_norm=family == "qwen3",
+        qk_norm=attention in ("qwen3", "gemma3"),
         sliding_window=window,
         fused=family in FUSED_FAMILIES,
+        **(_gemma(r, family, n_layers) if gemma else {}),
+        **(_moe(r, family == "qwen2_moe") if family in MOE_FAMILIES else {}),
+        local_rope=local_rope,
         dtype=r.str("dtype", None) or r.str("torch_dtype", None) or "float32",
         bos_token_id=r.int("bos_token_id", None, lo=0, hi=vocab - 1),
         eos_token_ids=r.ints("eos_token_id", lo=0, hi=vocab - 1),
@@ -259,6 +348,72 @@ def _head_dim(dim: int, heads: int, source: str) -> int:
     return dim // heads
 
 
+def _gemma(r: ConfigReader, family: str, n_layers: int) -> dict[str, Any]:
+    """The Gemma fields: which layers slide, the query scale, the soft-caps."""
+    if r.bool("use_bidirectional_attention", False):
+        raise ModelError("use_bidirectional_attention = true is not supported", path=r.source)
+    types = r.value("layer_types", None)
+    if types is None:
+        pattern = r.int("sliding_window_pattern", GEMMA_FAMILIES[family], hi=MAX_LAYERS)
+        types = [SLIDING if (i + 1) % pattern else FULL for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers or set(types) - {SLIDING, FULL}:
+        raise ModelError(
+            f"layer_types must list {n_layers} of {SLIDING!r}, {FULL!r}, found {types!r:.80}",
+            path=r.source,
+        )
+    return dict(
+        gemma=True,
+        local_layers=tuple(i for i, kind in enumerate(types) if kind == SLIDING),
+        query_pre_attn_scalar=r.float("query_pre_attn_scalar", 256.0),
+        attn_softcap=r.float("attn_logit_softcapping", None),
+        final_softcap=r.float("final_logit_softcapping", None),
+    )
+
+
+def _moe(r: ConfigReader, shared: bool) -> dict[str, Any]:
+    """The mixture-of-experts fields; every layer must be sparse (no dense ``mlp_only_layers``)."""
+    experts = r.int("num_experts", None, hi=MAX_WIDTH) or r.int("num_local_experts", hi=MAX_WIDTH)
+    dense = r.value("mlp_only_layers", [])
+    step = r.int("decoder_sparse_step", 1, hi=MAX_LAYERS)
+    if dense or step != 1:
+        raise ModelError(
+            f"dense layers among the experts' (mlp_only_layers {dense!r:.40}, "
+            f"decoder_sparse_step {step}) are not supported; every layer must be sparse",
+            path=r.source,
+        )
+    return dict(
+        experts=experts,
+        experts_per_token=r.int("num_experts_per_tok", hi=MAX_WIDTH),
+        expert_dim=r.int("moe_intermediate_size", hi=MAX_WIDTH),
+        norm_topk=r.bool("norm_topk_prob", False),
+        shared_expert_dim=r.int("shared_expert_intermediate_size", hi=MAX_WIDTH) if shared else 0,
+    )
+
+
+def _ropes(r: ConfigReader) -> tuple[RopeConfig, RopeConfig]:
+    """Gemma's (global, local) RoPE: Gemma-3 gives each layer type its own parameters."""
+    nested = r.value("rope_parameters", None)
+    if isinstance(nested, dict) and FULL in nested:  # newer Gemma-3: one entry per layer type
+        tables = []
+        for kind in (FULL, SLIDING):
+            entry = ConfigReader(nested, r.source, "rope_parameters.").value(kind, {})
+            if not isinstance(entry, dict):
+                raise ModelError(f"rope_parameters.{kind} must be an object, found {entry!r}",
+                                 path=r.source)  # fmt: skip
+            tables.append(_rope_from(ConfigReader(entry, r.source, f"rope_parameters.{kind}.")))
+        return tables[0], tables[1]
+    rope = _rope(r)
+    local = r.float("rope_local_base_freq", None)
+    return rope, rope if local is None else _checked_rope(r, theta=local)
+
+
+def _checked_rope(r: ConfigReader, **fields: Any) -> RopeConfig:
+    try:
+        return RopeConfig(**fields)
+    except ModelError as e:
+        raise ModelError(str(e), path=r.source) from None
+
+
 def _rope(r: ConfigReader) -> RopeConfig:
     """Rotary parameters from ``rope_parameters`` (newer) or ``rope_theta`` + ``rope_scaling``."""
     nested = r.value("rope_parameters", None)
@@ -272,24 +427,26 @@ def _rope(r: ConfigReader) -> RopeConfig:
         p = ConfigReader(nested, r.source, "rope_parameters.")
     else:
         raise ModelError(f"rope_parameters must be an object, found {nested!r}", path=r.source)
+    return _rope_from(p)
+
+
+def _rope_from(p: ConfigReader) -> RopeConfig:
+    """One set of rotary parameters (``rope_type``, ``rope_theta`` and the scaling's)."""
     kind = p.value("rope_type", None) or p.value("type", None) or "default"
     if kind not in ROPE_TYPES:
         raise ModelError(
             f"rope type {kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}",
-            path=r.source,
+            path=p.source,
         )
-    try:
-        return RopeConfig(
-            theta=p.float("rope_theta", 10000.0),
-            kind=kind,
-            factor=p.float("factor", 1.0),
-            low_freq_factor=p.float("low_freq_factor", 1.0),
-            high_freq_factor=p.float("high_freq_factor", 4.0),
-            original_max_position=p.int("original_max_position_embeddings", 8192,
-                                        hi=MAX_POSITIONS),
-        )  # fmt: skip
-    except ModelError as e:
-        raise ModelError(str(e), path=r.source) from None
+    return _checked_rope(
+        p,
+        theta=p.float("rope_theta", 10000.0),
+        kind=kind,
+        factor=p.float("factor", 1.0),
+        low_freq_factor=p.float("low_freq_factor", 1.0),
+        high_freq_factor=p.float("high_freq_factor", 4.0),
+        original_max_position=p.int("original_max_position_embeddings", 8192, hi=MAX_POSITIONS),
+    )
 
 
 _MISSING = object()
@@ -340,9 +497,11 @@ class ConfigReader:
         return tuple(ConfigReader({key: v}, self.source, self.prefix).int(key, lo=lo, hi=hi)
                      for v in items)  # fmt: skip
 
-    def float(self, key: str, default: Any = _MISSING) -> float:
-        """A finite number (ranges are the config classes' to check)."""
+    def float(self, key: str, default: Any = _MISSING) -> Any:
+        """A finite number (ranges are the config classes' to check); the default when absent."""
         value = self.value(key, default)
+        if value is default and default is not _MISSING:
+            return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._error(key, "must be a number", value)
         try:

@@ -140,7 +140,7 @@ def estimate_llm(
         weight_bytes=streamed,
         streamed_bytes=streamed,
         weights_s=streamed / profile.cost.dram_bw,
-        compiles=3,
+        compiles=1 + 2 * K.block_kinds(config),  # prefill and decode block programs, the head
     )
 
 
@@ -156,7 +156,7 @@ def _estimate_segments(
         streamed_scheme,
     )
 
-    segments = plan_segments(config, check_scheme(scheme), 1 + len(decode_slots(seq)))
+    segments = plan_segments(config, check_scheme(scheme, config), 1 + len(decode_slots(seq)))
     pieces = K.head_pieces(config.vocab_size, chip.max_dim_channel)
     k = chip.matmul_k_multiple
 

@@ -22,9 +22,17 @@ import numpy as np
 
 from anekit.errors import GarbageValues
 
-__all__ = ["FP16_SATURATION", "check_step"]
+__all__ = ["FP16_SATURATION", "check_step", "saturation_of"]
 
 FP16_SATURATION = 65504.0  # fp16's largest finite value: a stored value there has overflowed
+
+
+def saturation_of(numerics: str) -> float:
+    """The magnitude at which a stored residual has overflowed under a numerics profile (or a
+    chip's): its matmul saturation (32752 on the ANE families that have one), else fp16's."""
+    from anekit.hw.numerics import numerics_profile
+
+    return numerics_profile(numerics).matmul_saturation or FP16_SATURATION
 
 
 def check_step(

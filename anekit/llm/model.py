@@ -22,7 +22,7 @@ from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
 from anekit.llm.config import LlmConfig
-from anekit.llm.guard import check_step
+from anekit.llm.guard import check_step, saturation_of
 from anekit.llm.runners import CacheState, ResidentRunner, Runner, SegmentedRunner, decode_cache
 from anekit.llm.session import GenerationStats, Session
 from anekit.llm.source import TensorSource, check_shapes
@@ -90,13 +90,15 @@ class Model:
             hold = "fp16" if backends.capabilities(self.backend).host_fp16 else "fp32"
         if hold not in HOLD:
             raise UsageError(f"hold must be one of {sorted(HOLD)}, found {hold!r}")
-        self.compress = None if compress is None else check_scheme(compress)
+        self.compress = None if compress is None else check_scheme(compress, config)
         self._lock = threading.RLock()  # one step of one session at a time (they share the head)
         self._closed = False
         if max_seq is None:  # 0 is not "the default": it is refused below
             max_seq = min(config.max_position, DEFAULT_MAX_SEQ)
         max_seq = self._checked_max_seq(max_seq)
         extra = {**({} if numerics is None else {"numerics": numerics}), **(compile_options or {})}
+        # the garbage guard's saturation: the profile's matmul cliff (fp16's own without one)
+        self._saturation = saturation_of(numerics if numerics is not None else self.chip)
         self.residual_calibration: Any = None  # what llm.load measured to choose alpha
         options = {"backend": self.backend, "chip": self.chip, "dtype": HOLD[hold]}
         options["compile_options"] = extra  # numerics= (a reference profile), storage=...
@@ -185,6 +187,7 @@ class Model:
             elif start + self.chunk >= len(ids):
                 logits = self.runner.head(h[..., last : last + 1])
             check_step(self.runner.residuals(key, state), logits, start=start,
+                       saturation=self._saturation,
                        tokens=len(part), logit_start=start + last)  # fmt: skip
             rows.append(logits)
         return np.concatenate(rows, axis=0)
@@ -194,7 +197,8 @@ class Model:
         key = K.BlockKey(1, decode_cache(self.max_seq, pos))
         h = self.runner.blocks([token], pos, key, state)
         logits = self.runner.head(h)
-        check_step(self.runner.residuals(key, state), logits, start=pos, tokens=1, logit_start=pos)
+        check_step(self.runner.residuals(key, state), logits, start=pos, tokens=1, logit_start=pos,
+                   saturation=self._saturation)  # fmt: skip
         return logits[0]
 
     # -- public API ---------------------------------------------------------------------------

@@ -71,7 +71,6 @@ __all__ = [
 ]
 
 MIN_DECODE_SLOTS = 128  # the smallest cache a decode program reads; larger ones double
-TABLES = ("cos", "sin", "mask")  # block inputs that depend on the step, not on the layer
 ProgramKey = K.BlockKey | K.HeadKey | SegmentKey
 Run = tuple[K.BlockKey | SegmentKey, range]  # a program of one step and the layers it runs
 Pairs = list[tuple[Buffer, Buffer]]  # (k, v) cache buffers, one pair per layer
@@ -189,15 +188,18 @@ class Runner(ABC):
         padded = np.zeros(t, np.int64)
         padded[:n] = ids
         first = sets[0]
-        cos, sin = K.rope_tables(self.config, start, t)
-        tables = {"cos": cos, "sin": sin, "mask": K.attention_mask(self.config, key, start, n)}
-        for bs in sets:  # the first set's tables are bound by every set that could bind them
-            for name, value in tables.items():
-                if bs is first or name not in bs.shared:
-                    bs.write(name, value)
+        tables = K.step_tables(self.config, key, start, n)
+        written: set[str] = set()
+        for bs, (_, layers) in zip(sets, runs):
+            # the first set reading a table holds it; every later one that could bind it does
+            for name in self._tables(layers):
+                if name not in written or name not in bs.shared:
+                    bs.write(name, tables[name])
+                    written.add(name)
         rows = self._embedding(padded).T[None, None]
-        alpha = self.config.residual_scale  # the stream is held at alpha * x (llm.residual)
-        fp16.cast_into(first.input("x"), rows if alpha == 1.0 else rows * np.float32(alpha))
+        # the stream is held at alpha * x (llm.residual), Gemma's embeddings times sqrt(dim)
+        scale = self.config.residual_scale * self.config.embed_scale
+        fp16.cast_into(first.input("x"), rows if scale == 1.0 else rows * np.float32(scale))
         for u, (bs, (_, layers)) in enumerate(zip(sets, runs)):
             if u:
                 np.copyto(bs.input("x"), sets[u - 1].output("y"))
@@ -300,15 +302,18 @@ class Runner(ABC):
             return sets
         caches = state.caches.get(key.cache)
         sets, pairs = [], []
+        tables: dict[str, Buffer] = {}  # each table's buffer in the first set reading it
         for program, layers in self._runs(key):
             share = self._layer_share(layers)
             for j, i in enumerate(layers):
                 if caches is not None:
                     share[self._cache_name("k_cache", j)] = caches[i][0]
                     share[self._cache_name("v_cache", j)] = caches[i][1]
-            if sets:
-                share.update({n: sets[0].buffer(n) for n in TABLES})
+            names = self._tables(layers)
+            share.update({n: tables[n] for n in names if n in tables})
             bs = self._kernel(program).buffers(share, compact=self._compact, strict=False)
+            for n in names:
+                tables.setdefault(n, bs.buffer(n))
             self._hold_layer(layers, bs)
             for j in range(len(layers)):
                 names = self._cache_name("k_cache", j), self._cache_name("v_cache", j)
@@ -332,6 +337,11 @@ class Runner(ABC):
             self._hold_head(bs)
         self._head_sets[key] = bs
         return bs
+
+    def _tables(self, layers: range) -> list[str]:
+        """The tables the program running ``layers`` reads (a local layer's are its own)."""
+        local = {i in self.config.local_layers for i in layers}
+        return [n for flag in sorted(local) for n in K.table_names(flag)]
 
     def _fill(self, out: np.ndarray, parts: Parts) -> None:
         """Write the named tensors into ``out`` (a buffer's view; see ``source.fill``)."""
@@ -381,7 +391,9 @@ class ResidentRunner(Runner):
         self._weights = []
 
     def _runs(self, key: K.BlockKey) -> list[Run]:
-        return [(key, range(i, i + 1)) for i in range(self.config.n_layers)]
+        return [
+            (K.layer_key(self.config, key, i), range(i, i + 1)) for i in range(self.config.n_layers)
+        ]
 
     def _program(self, key: ProgramKey) -> Program:
         if isinstance(key, K.BlockKey):

@@ -134,11 +134,12 @@ class CompiledIn:
                 ids = np.random.default_rng(0).integers(0, c.vocab_size, key.tokens).tolist()
             x, shared = self._stream_inputs(ids[: key.tokens], key)
             empty = np.zeros((1, c.n_kv_heads, key.cache, c.head_dim), self.dtype)
-            fixed = {**shared, "k_cache": empty, "v_cache": empty}
-            kernel, xs = self._dense(key), [x]
-            for weights in self.layers:
-                inputs = {"x": x, **fixed, **weights}
-                out = kernel(**inputs)  # arrays of the program's shapes holding fp16 values
+            xs = [x]
+            for i, weights in enumerate(self.layers):
+                layer = K.layer_key(c, key, i)
+                tables = {n: shared[n] for n in K.table_names(layer.local)}
+                inputs = {"x": x, **tables, "k_cache": empty, "v_cache": empty, **weights}
+                out = self._dense(layer)(**inputs)  # arrays of fp16 values
                 x = out["y"]
                 xs.append(x)
             found = self._streams[key] = (xs, shared)
@@ -150,10 +151,11 @@ class CompiledIn:
         """The embedded ``ids`` ``[1, 1, D, T]`` (padded) and the tables and mask at position 0."""
         padded = np.zeros(key.tokens, np.int64)
         padded[: len(ids)] = ids
+        c = self.config
         x = np.ascontiguousarray(self.embed[padded].T)[None, None]
-        cos, sin = K.rope_tables(self.config, 0, key.tokens)
-        mask = K.attention_mask(self.config, key, 0, len(ids))
-        held = {"cos": cos, "sin": sin, "mask": mask}
+        scale = c.residual_scale * c.embed_scale  # as the runner feeds the stream
+        x = x if scale == 1.0 else (x * np.float32(scale)).astype(np.float16).astype(self.dtype)
+        held = K.step_tables(c, key, 0, len(ids))
         return x, {n: a.astype(np.float16).astype(self.dtype) for n, a in held.items()}
 
     def _segment_samples(self, key: SegmentKey) -> list[dict[str, np.ndarray]]:
@@ -161,7 +163,8 @@ class CompiledIn:
         c = self.config
         empty = np.zeros((1, c.n_kv_heads, key.block.cache, c.head_dim), self.dtype)
         caches = {f"{n}{j}": empty for j in range(len(key.layers)) for n in ("k_cache", "v_cache")}
-        return [{"x": xs[key.layers.start], **shared, **caches}]
+        tables = {n: shared[n] for i in key.layers for n in K.table_names(i in c.local_layers)}
+        return [{"x": xs[key.layers.start], **tables, **caches}]
 
     def _head_samples(self, key: K.HeadKey, prefill: K.BlockKey) -> list[dict[str, np.ndarray]]:
         xs, _ = self._dense_streams(prefill)

@@ -56,10 +56,34 @@ def layer_parts(config: LlmConfig, i: int) -> dict[str, Parts]:
         "w13": [(p + "mlp.gate_proj.weight", (f, d)), (p + "mlp.up_proj.weight", (f, d))],
         "w2": [(p + "mlp.down_proj.weight", (d, f))],
     }  # fmt: skip
+    if c.gemma:  # norms before and after each half
+        parts["post_attn"] = parts["ffn_norm"]
+        parts["ffn_norm"] = [(p + "pre_feedforward_layernorm.weight", (d,))]
+        parts["post_ffn"] = [(p + "post_feedforward_layernorm.weight", (d,))]
+    if c.experts:  # every expert's gate and up, then every expert's down, stacked in order
+        parts.update(_expert_parts(c, p + "mlp."))
     if c.fused:  # stored already stacked, in the order the programs take
         parts["wqkv"] = [(att + "qkv_proj.weight", (q + 2 * kv, d))]
         parts["w13"] = [(p + "mlp.gate_up_proj.weight", (2 * f, d))]
     return {name: parts[name] for name in K.block_weight_shapes(c)}
+
+
+def _expert_parts(c: LlmConfig, mlp: str) -> dict[str, Parts]:
+    """A mixture of experts' block weights: router, experts, shared expert and its gate."""
+    d, fe, fs = c.dim, c.expert_dim, c.shared_expert_dim
+    expert = [f"{mlp}experts.{e}." for e in range(c.experts)]
+    shared = mlp + "shared_expert."
+    return {
+        "router": [(mlp + "gate.weight", (c.experts, d))],
+        "w13": [(x + n, (fe, d)) for x in expert for n in ("gate_proj.weight", "up_proj.weight")],
+        "w2": [(x + "down_proj.weight", (d, fe)) for x in expert],
+        "shared_w13": [
+            (shared + "gate_proj.weight", (fs, d)),
+            (shared + "up_proj.weight", (fs, d)),
+        ],
+        "shared_w2": [(shared + "down_proj.weight", (d, fs))],
+        "shared_gate": [(mlp + "shared_expert_gate.weight", (1, d))],
+    }
 
 
 def expected_shapes(config: LlmConfig) -> Iterator[tuple[str, tuple[int, ...]]]:

@@ -60,6 +60,38 @@ class AttentionTables:
 
 
 @dataclass(frozen=True)
+class Flavour:
+    """How a family's attention differs from Llama's (the defaults are Llama's).
+
+    Attributes:
+        norm_offset: added to every norm gain (Gemma stores ``w`` for a gain ``1 + w``).
+        query_scale: the queries' factor; None: ``1/sqrt(head_dim)`` (``HF`` layout: the
+            ``PACKED`` layout's RoPE tables carry the scale).
+        softcap: scores become ``softcap * tanh(scores / softcap)`` before the mask (Gemma-2).
+    """
+
+    norm_offset: float = 0.0
+    query_scale: float | None = None
+    softcap: float | None = None
+
+
+LLAMA = Flavour()
+
+
+def gain(b: Builder, w: Value, offset: float, name: str) -> Value:
+    """A norm's gain: the stored ``w``, plus ``offset`` where the family stores ``gain - offset``."""
+    return w if offset == 0.0 else b.add(x=w, y=offset, name=f"{name}_gain")
+
+
+def softcap(b: Builder, x: Value, cap: float | None, name: str) -> Value:
+    """``cap * tanh(x / cap)``: x bounded by ``cap`` (Gemma-2's scores and logits); None: x."""
+    if cap is None:
+        return x
+    t = b.tanh(x=b.mul(x=x, y=1.0 / cap, name=f"{name}_over_cap"), name=f"{name}_tanh")
+    return b.mul(x=t, y=cap, name=f"{name}_capped")
+
+
+@dataclass(frozen=True)
 class KVCache:
     """Earlier positions' keys and values ``[1, KV, S, hd]`` (keys after RoPE), read-only."""
 
@@ -88,6 +120,7 @@ def attention(
     k_multiple: int = 1,
     residual_scale: float = 1.0,
     prescaled_norm: bool = False,
+    flavour: Flavour = LLAMA,
 ) -> dict[str, Value]:
     """One attention block over the residual stream ``x [1, 1, D, N]``.
 
@@ -108,26 +141,29 @@ def attention(
             takes ``norm_eps * alpha**2`` and ``wo``'s input (and ``bo``) is scaled by alpha.
         prescaled_norm (bool): read ``x`` with :func:`~anekit.nn.layers.prescaled_rmsnorm`
             (safe at any fp16 magnitude; ``rstd`` is then None). Default: False.
+        flavour (Flavour): the family's gains, query scale and soft-cap (``HF`` layout).
 
     Returns:
         dict: ``o`` (before the residual add), ``xn``, ``rstd``, the head layouts ``q_rows``
         (after RoPE and the scale), ``k_cols`` (after RoPE), ``v_cols``, ``a_rows`` (before
         ``wo``) and ``probs``; with a cache also ``k_new``, ``v_new [1, KV, T, hd]``.
     """
-    gain = weights["gain"] if layout == PACKED else weights["attn_norm"]
+    g = weights["gain"] if layout == PACKED else weights["attn_norm"]
+    g = gain(b, g, flavour.norm_offset, prefix + "xn")
     eps = s.norm_eps * residual_scale**2
     if prescaled_norm:
-        xn, rstd = prescaled_rmsnorm(b, x, gain, eps, prefix + "xn"), None
+        xn, rstd = prescaled_rmsnorm(b, x, g, eps, prefix + "xn"), None
     else:
-        xn, rstd = rmsnorm(b, x, gain, eps, prefix + "xn")
-    q_rows, k_cols, v_cols = _QKV[layout](b, s, xn, weights, tables, prefix)
+        xn, rstd = rmsnorm(b, x, g, eps, prefix + "xn")
+    q_rows, k_cols, v_cols = _QKV[layout](b, s, xn, weights, tables, prefix, flavour)
     parts = {"xn": xn, "rstd": rstd, "q_rows": q_rows, "k_cols": k_cols, "v_cols": v_cols}
     if cache is None:
-        probs = attention_probs(b, q_rows, k_cols, tables.mask, prefix + "probs", k_multiple)
+        probs = attention_probs(b, q_rows, k_cols, tables.mask, prefix + "probs", k_multiple,
+                                flavour.softcap)  # fmt: skip
         a_rows = _product(b, probs, v_cols, prefix + "a_rows", k_multiple, transpose_y=True)
     else:
         probs, a_rows = _with_cache(b, s, (q_rows, k_cols, v_cols), tables, cache, prefix,
-                                    k_multiple)  # fmt: skip
+                                    k_multiple, flavour.softcap)  # fmt: skip
         parts["k_new"] = b.transpose(x=k_cols, perm=[0, 1, 3, 2], name=prefix + "k_new")
         parts["v_new"] = b.transpose(x=v_cols, perm=[0, 1, 3, 2], name=prefix + "v_new")
     a = merge_query_rows(b, a_rows, s, prefix + "a")
@@ -141,11 +177,11 @@ def attention(
 
 # -- the two weight layouts: (xn, weights, tables) -> q_rows, k_cols, v_cols ---------------------
 QKV = tuple[Value, Value, Value]
+Weights = Mapping[str, Value]
 
 
-def _packed_qkv(
-    b: Builder, s: BlockShape, xn: Value, w: Mapping[str, Value], t: AttentionTables, prefix: str
-) -> QKV:
+def _packed_qkv(b: Builder, s: BlockShape, xn: Value, w: Weights, t: AttentionTables,
+                prefix: str, flavour: Flavour) -> QKV:  # fmt: skip
     """The training layout: one transposed projection yields q, k and their swapped copies."""
     proj = project(b, w["w_qkv"], xn, prefix + "proj", transpose_w=True)
     col = stacked_columns(s)
@@ -164,9 +200,8 @@ def _packed_qkv(
     return q_rows, k_cols, kv_columns(b, v, s, prefix + "v_cols")
 
 
-def _hf_qkv(
-    b: Builder, s: BlockShape, xn: Value, w: Mapping[str, Value], t: AttentionTables, prefix: str
-) -> QKV:
+def _hf_qkv(b: Builder, s: BlockShape, xn: Value, w: Weights, t: AttentionTables,
+            prefix: str, flavour: Flavour) -> QKV:  # fmt: skip
     """Hugging Face's layout: ``wqkv @ xn`` (+ bias), per-head q/k norms, RoPE by swapping
     each head's halves in the graph, then the ``1/sqrt(hd)`` scale on the queries."""
     qkv = project(b, w["wqkv"], xn, prefix + "qkv_lin", transpose_w=False)
@@ -176,11 +211,13 @@ def _hf_qkv(
     k_lin = channels(b, qkv, s.q_dim, s.kv_dim, prefix + "k_lin")
     k = _heads(b, s, k_lin, s.n_kv_heads, prefix + "k")
     v_lin = channels(b, qkv, s.q_dim + s.kv_dim, s.kv_dim, prefix + "v_lin")
-    if "q_norm" in w:  # Qwen3: RMSNorm over each head's channels, before RoPE
-        q, _ = rmsnorm(b, q, w["q_norm"], s.norm_eps, prefix + "q_normed")
-        k, _ = rmsnorm(b, k, w["k_norm"], s.norm_eps, prefix + "k_normed")
-    q = b.mul(x=_swap_rope(b, q, t, prefix + "q_rope"), y=1.0 / math.sqrt(s.head_dim),
-              name=prefix + "q_scaled")  # fmt: skip
+    if "q_norm" in w:  # Qwen3, Gemma-3: RMSNorm over each head's channels, before RoPE
+        offset = flavour.norm_offset
+        q_gain, k_gain = (gain(b, w[n], offset, prefix + n) for n in ("q_norm", "k_norm"))
+        q, _ = rmsnorm(b, q, q_gain, s.norm_eps, prefix + "q_normed")
+        k, _ = rmsnorm(b, k, k_gain, s.norm_eps, prefix + "k_normed")
+    scale = flavour.query_scale or 1.0 / math.sqrt(s.head_dim)
+    q = b.mul(x=_swap_rope(b, q, t, prefix + "q_rope"), y=scale, name=prefix + "q_scaled")
     k_cols = _swap_rope(b, k, t, prefix + "k_cols")  # [1, KV, hd, T]: the key columns
     q_flat = b.reshape(x=q, shape=[1, 1, s.q_dim, s.tokens], name=prefix + "q_flat")
     q_rows = query_rows(b, q_flat, s, prefix + "q_rows")
@@ -220,15 +257,22 @@ def _product(
 
 
 def attention_probs(
-    b: Builder, q_rows: Value, k_cols: Value, mask: Value, name: str, k_multiple: int = 1
+    b: Builder,
+    q_rows: Value,
+    k_cols: Value,
+    mask: Value,
+    name: str,
+    k_multiple: int = 1,
+    cap: float | None = None,
 ) -> Value:
-    """``softmax(q k^T + mask)`` over the keys, for queries already scaled (no cache)."""
-    return _softmax(b, _product(b, q_rows, k_cols, f"{name}_scores", k_multiple), mask, name)
+    """``softmax(softcap(q k^T) + mask)`` over the keys, for queries already scaled (no cache)."""
+    scores = _product(b, q_rows, k_cols, f"{name}_scores", k_multiple)
+    return _softmax(b, scores, mask, name, cap)
 
 
-def _softmax(b: Builder, scores: Value, mask: Value, name: str) -> Value:
-    """``softmax(scores + mask)`` over the keys (queries are already scaled)."""
-    masked = b.add(x=scores, y=mask, name=f"{name}_masked")
+def _softmax(b: Builder, scores: Value, mask: Value, name: str, cap: float | None = None) -> Value:
+    """``softmax(softcap(scores) + mask)`` over the keys (queries are already scaled)."""
+    masked = b.add(x=softcap(b, scores, cap, f"{name}_scores"), y=mask, name=f"{name}_masked")
     return b.softmax(x=masked, axis=-1, name=name)
 
 
@@ -240,6 +284,7 @@ def _with_cache(
     cache: KVCache,
     prefix: str,
     k_multiple: int,
+    cap: float | None,
 ) -> tuple[Value, Value]:
     """Probabilities over the cache then the chunk, and their weighted sum of values."""
     q_rows, k_cols, v_cols = qkv
@@ -253,7 +298,7 @@ def _with_cache(
         interleave=False,
         name=prefix + "scores",
     )
-    probs = _softmax(b, scores, tables.mask, prefix + "probs")
+    probs = _softmax(b, scores, tables.mask, prefix + "probs", cap)
     p_cache = b.slice_by_size(
         x=probs, begin=[0, 0, 0, 0], size=[1, kv, rows, slots], name=prefix + "p_cache"
     )
