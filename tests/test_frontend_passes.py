@@ -178,6 +178,7 @@ def test_default_passes_are_visible_and_can_be_switched_off() -> None:
     assert names == [
         "fold_constants",
         "finite_masks",
+        "stable_forms",
         "fp16",
         "gather_to_matmul",
         "ane_layout",

@@ -185,6 +185,25 @@ def _chip_profile(chip: Chip) -> NumericsProfile:
     return replace(_families()[family], name=chip.name)
 
 
+def require_device_chip(spec: Any, chip: Chip, backend: str) -> None:
+    """Refuse ``numerics=`` on a backend running the device's own arithmetic unless ``spec`` names
+    that device's chip (the engine cannot compute by another profile: asking for one is a bug)."""
+    if spec is None:
+        return
+    named = spec if isinstance(spec, Chip) else None
+    if isinstance(spec, str):
+        try:
+            named = get_chip(spec)
+        except ValueError:
+            named = None
+    if named is None or named.name != chip.name:
+        raise UsageError(
+            f"backend {backend!r} computes with the {chip.name} Neural Engine's own arithmetic: "
+            f"numerics= may only name that chip ({chip.name!r}); found {spec!r} (profiles other "
+            "than the device's are for backend='reference')"
+        )
+
+
 def families() -> dict[str, NumericsProfile]:
     """Every built-in family profile by family name ("A13" ... "A16")."""
     return dict(_families())

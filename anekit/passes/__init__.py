@@ -31,6 +31,7 @@ from anekit.passes.pipelines import (
 )
 from anekit.passes.precision import fp16
 from anekit.passes.split import split_wide
+from anekit.passes.stable import stable_forms
 
 __all__ = [
     "CHIP_PASSES",
@@ -59,4 +60,5 @@ __all__ = [
     "resolve_passes",
     "save_dialect",
     "split_wide",
+    "stable_forms",
 ]

@@ -6,7 +6,9 @@ ANE backend compiles). Each pass is a file of this package; this module only ord
 
     fold_constants   ops whose inputs are all constant become constants (fold.py)
     finite_masks     -inf (and below-fp16) additive masks on the way to a softmax become
-                     -65504, the most negative finite fp16 (masks.py)
+                     MASK_MIN (-30000), the project's one mask value (masks.py)
+    stable_forms     softplus, logsumexp and mish in forms the engine's exp saturation and
+                     fp16 sums cannot overflow (N9, N10, N14) (stable.py)
     fp16             fp32 inputs, constants and casts become fp16; a constant that would
                      overflow, or lose its significant values to zero, is a ConversionError
                      (precision.py)
@@ -54,10 +56,12 @@ from anekit.passes.masks import finite_masks
 from anekit.passes.packing import MAX_DIM, InputPacking, pack_inputs
 from anekit.passes.precision import fp16
 from anekit.passes.split import split_wide
+from anekit.passes.stable import stable_forms
 
 CONVERT_PASSES: tuple[Pass, ...] = (
     Pass("fold_constants", fold_constants, "ops whose inputs are all constant become constants"),
-    Pass("finite_masks", finite_masks, "-inf masks become -65504 (the most negative fp16)"),
+    Pass("finite_masks", finite_masks, "-inf masks become MASK_MIN (-30000)"),
+    Pass("stable_forms", stable_forms, "softplus/logsumexp/mish in overflow-safe forms"),
     Pass("fp16", fp16, "fp32 inputs, constants and casts become fp16, without silent loss"),
     Pass("gather_to_matmul", gather_to_matmul, "embedding lookups become one-hot matmuls"),
     Pass("ane_layout", ane_layout, "linear/matmul with constant weights become 1x1 convs"),

@@ -99,6 +99,8 @@ def compile(program: Program, *, framework: Any = None, **options: Any) -> Any:
             both). Default: every counter bit (``data/facts.json``).
         dialect (str): ``"ios18"`` or ``"legacy"``; default: the chip's (legacy on M1/M2).
         chip (str | Chip): the chip to check and pick the dialect for. Default: the host's.
+        numerics (str): accepted only when it names that chip (the device computes with its own
+            arithmetic; other profiles are the reference backend's): a UsageError otherwise.
         check (bool): run the compatibility checker first and refuse a program it finds
             errors in. Default: True.
         layout (str): I/O row layout: ``"auto"`` (the model's, else computed 64-byte rows),
@@ -122,7 +124,10 @@ def compile(program: Program, *, framework: Any = None, **options: Any) -> Any:
         the compiler rejects the program, CompileBudgetExhausted near the per-process limit.
     """
     from anekit.backends.ane.inmemory import InMemoryKernel
+    from anekit.hw.numerics import require_device_chip
 
+    numerics = options.pop("numerics", None)
+    require_device_chip(numerics, _dialect.resolve_chip(options.get("chip")), NAME)
     fw = framework if framework is not None else _framework.load()
     return InMemoryKernel(program, fw, **options)
 

@@ -64,12 +64,17 @@ def compile(program: Program, **options: Any) -> Any:
         compute_units (str): one of :data:`COMPUTE_UNITS`. Default: "CPU_AND_NE".
         cache_dir (str | Path): where compiled models are kept, by program hash. Default:
             ``config.cache_dir() / "coreml"``.
+        numerics (str): accepted only when it names this Mac's chip (CoreML computes with the
+            device's own arithmetic): a UsageError otherwise, checked before availability.
     Returns:
         CoreMLKernel: raises BackendUnavailable where CoreML cannot run.
     """
     from anekit.backends.coreml.kernel import CoreMLKernel
     from anekit.errors import BackendUnavailable
+    from anekit.hw.chips import resolve
+    from anekit.hw.numerics import require_device_chip
 
+    require_device_chip(options.pop("numerics", None), resolve(None), NAME)
     ok, reason = available()
     if not ok:
         raise BackendUnavailable(f"backend 'coreml' is unavailable: {reason}", backend=NAME)
