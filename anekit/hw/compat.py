@@ -7,10 +7,12 @@ compiler's: severity, rule id, op, MIL line, message, and the evidence the rule 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from anekit.hw.chips import Chip, resolve
 from anekit.hw.kinds import Severity
+from anekit.hw.ranges import Ranges, propagate
 from anekit.hw.rules import RULES, Context
 from anekit.mil.program import Program
 
@@ -48,11 +50,25 @@ class Diagnostic:
         return f"{where}: {self.severity}: {self.message} [{self.rule}]"
 
 
-def check(program: Program, chip: str | Chip | None = None) -> list[Diagnostic]:
+def check(
+    program: Program,
+    chip: str | Chip | None = None,
+    input_ranges: Mapping[str, Iterable[float]] | None = None,
+    *,
+    observed: Ranges | None = None,
+) -> list[Diagnostic]:
     """Check ``program`` against ``chip``'s known constraints (None: this Mac's, else m4);
-    returns diagnostics sorted by line."""
+    returns diagnostics sorted by line.
+
+    ``input_ranges`` ({input name: (lo, hi)}) turns on the range rules with static bounds
+    (warnings); ``observed`` (``anekit.hw.ranges.observed``, from calibration) with the ranges
+    the golden model saw (errors). Bounds depend on the weights: load them.
+    """
     profile = resolve(chip)
-    ctx = Context(program, profile)
+    ranges = observed
+    if ranges is None and input_ranges is not None:
+        ranges = propagate(program.main, input_ranges)
+    ctx = Context(program, profile, ranges)
     found: list[Diagnostic] = []
     for rule in RULES:
         if not rule.applies(profile):
@@ -61,7 +77,7 @@ def check(program: Program, chip: str | Chip | None = None) -> list[Diagnostic]:
             op = f.op
             found.append(
                 Diagnostic(
-                    severity=rule.severity,
+                    severity=f.severity or rule.severity,
                     rule=rule.id,
                     op=op.op_type if op is not None else None,
                     line=op.line if op is not None else None,

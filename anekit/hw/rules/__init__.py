@@ -28,6 +28,16 @@ from anekit.hw.rules.ops import (
     op_unverified,
     preferred_spelling,
 )
+from anekit.hw.rules.ranges import (
+    FP16,
+    N1,
+    N7,
+    N12,
+    fp16_overflow,
+    fp16_saturation,
+    slice_clamp,
+    subnormal_flush,
+)
 from anekit.hw.rules.sizes import (
     conv_input_channels,
     dim_limits,
@@ -105,4 +115,12 @@ RULES: tuple[Rule, ...] = (
     Rule("m3-conv-channels", WARNING, "only 512-channel convs reported to compile on M3",
          "maderix/ANE cross-generation report (M3 Pro); maderix/ANE issue #42 (M3 Ultra)",
          lambda chip: chip.generation == "H15", m3_conv_channels),
+    # range rules: silent unless the check was given input ranges or calibration data
+    Rule("fp16-saturation", WARNING, "a matmul/linear output may exceed the family's saturation", N1,
+         every_chip, fp16_saturation),
+    Rule("fp16-overflow", WARNING, "a value may exceed fp16's 65504", FP16, every_chip, fp16_overflow),
+    Rule("slice-clamp", WARNING, "a width-offset slice may clamp its values to inf", N7, every_chip,
+         slice_clamp),
+    Rule("subnormal-flush", WARNING, "a value below 2^-14 may be flushed to 0, then divided by",
+         N12, every_chip, subnormal_flush),
 )  # fmt: skip

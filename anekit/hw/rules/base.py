@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from anekit.hw.chips import Chip
 from anekit.hw.kinds import Severity
+from anekit.hw.numerics import NumericsProfile, numerics_profile
+from anekit.hw.ranges import Ranges
 from anekit.mil.graph import FunctionGraph
 from anekit.mil.ops.registry import OPSETS
 from anekit.mil.program import Operation, Program, Value
@@ -21,15 +24,22 @@ class Finding:
     message: str
     op: Operation | None = None
     name: str | None = None
+    severity: Severity | None = None  # None: the rule's own (range rules raise observed ones)
 
 
 class Context(FunctionGraph):
     """What rules read: the main function, the chip, and facts derived from the program."""
 
-    def __init__(self, program: Program, chip: Chip) -> None:
+    def __init__(self, program: Program, chip: Chip, ranges: Ranges | None = None) -> None:
         super().__init__(program.main)
         self.program = program
         self.chip = chip
+        self.ranges = ranges  # range analysis (anekit.hw.ranges); None: range rules stay silent
+
+    @functools.cached_property
+    def numerics(self) -> NumericsProfile:
+        """The chip family's numerics profile (saturation, slice clamp, flush)."""
+        return numerics_profile(self.chip)
 
     def tensors(self) -> Iterator[tuple[Value, Operation | None]]:
         """Every runtime tensor (inputs and op results, consts excluded) with its producer."""

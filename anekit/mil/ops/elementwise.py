@@ -33,6 +33,7 @@ import numpy as np
 from anekit.errors import MilTypeError
 from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
+from anekit.mil.ops.ranges import RangeFn, bounded, interval_binary, monotone
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -157,8 +158,10 @@ def _unary(
     check: Callable[[Args], None] | None = None,
     extra: tuple[tuple[Param, str], ...] = (),
     numerics: Numerics | None = None,
+    ranges: RangeFn | None = None,
+    flush_sensitive: frozenset[str] = frozenset(),
 ) -> OpDef:
-    """Declare ``y = fn(x, **attrs)`` with y of x's type.
+    """Declare ``y = fn(x, **attrs)`` with y of x's type (``ranges``: its range transfer).
 
     ``attrs`` are const scalars in x's domain as (name, description, default or
     _REQUIRED); ``extra`` are other parameters with their doc line; ``check``
@@ -181,6 +184,8 @@ def _unary(
             traits=frozenset({ELEMENTWISE, *traits}),
             flops_per_element=flops,
             numerics=numerics,
+            ranges=ranges,
+            flush_sensitive=flush_sensitive,
             doc=_doc(
                 summary,
                 [
@@ -220,6 +225,8 @@ def _binary(
     divides: bool = False,
     exact: Callable[[str, np.ndarray, np.ndarray], Any] | None = None,
     mask_operands: frozenset[str] = frozenset(),
+    ranges: RangeFn | None = None,
+    flush_sensitive: frozenset[str] = frozenset(),
 ) -> OpDef:
     """Declare ``fn(x, y)`` with NumPy broadcasting; the result has x's dtype unless ``output``.
 
@@ -240,6 +247,8 @@ def _binary(
             traits=frozenset({ELEMENTWISE, BINARY, *traits}),
             flops_per_element=flops,
             mask_operands=mask_operands,
+            ranges=ranges,
+            flush_sensitive=flush_sensitive,
             doc=_doc(
                 summary,
                 [
@@ -325,13 +334,29 @@ def _check_prelu(a: Args) -> None:
 
 
 # -- unary math ---------------------------------------------------------------------------
-_unary("exp", lambda x: np.exp(x), "Return e**x.", flops=_T, numerics=device.EXP_SATURATES)
+_unary(
+    "exp",
+    lambda x: np.exp(x),
+    "Return e**x.",
+    flops=_T,
+    numerics=device.EXP_SATURATES,
+    ranges=monotone(np.exp),
+)
 _unary(
     "round",
     lambda x: np.round(x),
     "Round x to the nearest integer, halves to even (0.5 -> 0, 1.5 -> 2).",
     numerics=device.ROUND_HALF_AWAY,
 )
+# the range transfer of the plain functions below (the rest: unbounded)
+_SIMPLE_RANGES: dict[str, RangeFn] = {
+    "sqrt": monotone(np.sqrt),
+    "ceil": monotone(np.ceil),
+    "floor": monotone(np.floor),
+    "sin": bounded(-1.0, 1.0),
+    "cos": bounded(-1.0, 1.0),
+    "tanh": bounded(-1.0, 1.0),
+}
 for _name, _fn, _summary, _flops in (
     ("sqrt", np.sqrt, "Return the square root of x.", _T),
     ("ceil", np.ceil, "Round x toward +inf.", 1),
@@ -348,7 +373,7 @@ for _name, _fn, _summary, _flops in (
     ("erf", _erf, "Return the Gauss error function erf(x).", _T),
     ("tanh", np.tanh, "Return tanh(x).", _T),
 ):  # the lambda passes x positionally: ufuncs take no x= keyword
-    _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops)
+    _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops, ranges=_SIMPLE_RANGES.get(_name))
 
 for _name, _fn, _summary, _flops in (
     ("abs", np.abs, "Return |x|.", 1),
@@ -372,6 +397,7 @@ LOG = _unary(
     "Return log(x + epsilon) (NaN for x < 0).",
     attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-45.", _x_dtype_default(1e-45)),),
     flops=1 + _T,
+    flush_sensitive=frozenset({"x"}),
 )
 RSQRT = _unary(
     "rsqrt",
@@ -379,6 +405,7 @@ RSQRT = _unary(
     "Return 1 / sqrt(x + epsilon).",
     attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-12.", _x_dtype_default(1e-12)),),
     flops=2 + _T,
+    flush_sensitive=frozenset({"x"}),
 )
 INVERSE = _unary(
     "inverse",
@@ -386,6 +413,7 @@ INVERSE = _unary(
     "Return 1 / (x + epsilon).",
     attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-4.", _x_dtype_default(1e-4)),),
     flops=2,
+    flush_sensitive=frozenset({"x"}),
 )
 CLIP = _unary(
     "clip",
@@ -413,7 +441,13 @@ _ACT = (UNARY, ACTIVATION)
 _ALPHA = ("alpha", "slope, scale or multiplier (see the formula).", _REQUIRED)
 _BETA = ("beta", "offset or inner scale (see the formula).", _REQUIRED)
 
-_unary("relu", lambda x: np.maximum(x, 0), "Return max(x, 0).", traits=_ACT)
+_unary(
+    "relu",
+    lambda x: np.maximum(x, 0),
+    "Return max(x, 0).",
+    traits=_ACT,
+    ranges=monotone(lambda v: max(v, 0.0)),
+)
 _unary(
     "relu6",
     lambda x: np.minimum(np.maximum(x, 0), 6),
@@ -421,7 +455,14 @@ _unary(
     traits=_ACT,
     flops=2,
 )
-_unary("sigmoid", _sigmoid, "Return 1 / (1 + exp(-x)).", traits=_ACT, flops=2 + _T)
+_unary(
+    "sigmoid",
+    _sigmoid,
+    "Return 1 / (1 + exp(-x)).",
+    traits=_ACT,
+    flops=2 + _T,
+    ranges=bounded(0.0, 1.0),
+)
 _unary(
     "silu", lambda x: x * _sigmoid(x), "Return x * sigmoid(x) (swish).", traits=_ACT, flops=3 + _T
 )
@@ -512,14 +553,27 @@ _binary(
     np.add,
     "Return x + y elementwise, with broadcasting.",
     mask_operands=frozenset({"x", "y"}),  # scores + mask
+    ranges=interval_binary("add"),
 )
-_binary("sub", np.subtract, "Return x - y elementwise, with broadcasting.")
-_binary("mul", np.multiply, "Return x * y elementwise, with broadcasting.")
+_binary(
+    "sub",
+    np.subtract,
+    "Return x - y elementwise, with broadcasting.",
+    ranges=interval_binary("sub"),
+)
+_binary(
+    "mul",
+    np.multiply,
+    "Return x * y elementwise, with broadcasting.",
+    ranges=interval_binary("mul"),
+)
 _binary(
     "real_div",
     _real_div,
     "Return x / y elementwise, with broadcasting (integers: truncated toward zero).",
     divides=True,
+    ranges=interval_binary("div"),
+    flush_sensitive=frozenset({"y"}),
 )
 _binary(
     "floor_div",
@@ -542,8 +596,18 @@ _binary(
     flops=1 + 2 * _T,
     exact=integers.power,
 )
-_binary("maximum", np.maximum, "Return max(x, y) elementwise; NaN propagates (NumPy).")
-_binary("minimum", np.minimum, "Return min(x, y) elementwise; NaN propagates (NumPy).")
+_binary(
+    "maximum",
+    np.maximum,
+    "Return max(x, y) elementwise; NaN propagates (NumPy).",
+    ranges=interval_binary("max"),
+)
+_binary(
+    "minimum",
+    np.minimum,
+    "Return min(x, y) elementwise; NaN propagates (NumPy).",
+    ranges=interval_binary("min"),
+)
 
 _compare("equal", np.equal, "x == y")
 _compare("not_equal", np.not_equal, "x != y")

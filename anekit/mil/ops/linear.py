@@ -13,6 +13,7 @@ import numpy as np
 from anekit.errors import MilTypeError
 from anekit.mil.ops import integers
 from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, mac_cost, require
+from anekit.mil.ops.ranges import contraction
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import MATMUL
 from anekit.mil.types import DType, TensorType
@@ -94,6 +95,11 @@ def _matmul_contraction(a: Args) -> Any:
     return a.x.shape[-2] if bool(a.const("transpose_x")) else a.x.shape[-1]
 
 
+def _matmul_y_summed_axis(a: Args) -> int:
+    """The axis of y that matmul sums over (K)."""
+    return -1 if a.y.rank == 1 or a.const("transpose_y") else -2
+
+
 def _matmul_output_axis(a: Args, operand: str) -> int | None:
     """M of a constant x (its rows; columns when transposed), N of a constant y likewise."""
     value = getattr(a, operand)
@@ -130,6 +136,7 @@ _matmul_ios15 = register(
         output_axis=_matmul_output_axis,
         traits=frozenset({MATMUL}),
         numerics=Numerics(saturates="matmul"),  # N1, observed
+        ranges=contraction("x", "y", _matmul_y_summed_axis),
         doc=_MATMUL_DOC,
     )
 )
@@ -225,6 +232,7 @@ _linear_ios15 = register(
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [D_out, D_in]
         traits=frozenset({MATMUL}),
         numerics=Numerics(saturates="matmul"),  # N1: a matmul with a constant operand
+        ranges=contraction("x", "weight", lambda a: -1, bias="bias"),  # [D_out, D_in]
         shape_only=frozenset({"weight", "bias"}),
         doc=_LINEAR_DOC,
     )

@@ -37,6 +37,7 @@ from anekit.mil.ops.common import (
     per_output_element,
     require,
 )
+from anekit.mil.ops.ranges import RangeFn, bounded, passes, scaled_by_count
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -184,7 +185,12 @@ def _log_sum_exp(x: np.ndarray, axis: tuple[int, ...] | None, keepdims: bool) ->
 
 
 def _reduce_axes(
-    name: str, fn: Callable[..., Any], flops: float, what: str, numerics: Numerics | None = None
+    name: str,
+    fn: Callable[..., Any],
+    flops: float,
+    what: str,
+    numerics: Numerics | None = None,
+    ranges: RangeFn | None = None,
 ) -> OpDef:
     return register(
         OpDef(
@@ -199,6 +205,7 @@ def _reduce_axes(
             traits=frozenset({REDUCTION}),
             cost=_per_input_element(flops),
             numerics=numerics,
+            ranges=ranges,
             doc=f"""Reduce ``x`` over ``axes`` to {what}.
 
             Args:
@@ -217,6 +224,13 @@ def _reduce_axes(
 # formulas whose integer results are exact integers (the rest are rounded toward zero)
 _INTEGRAL = (np.sum, np.max, np.min, np.prod, _l1_norm, _sum_square)
 
+# the range transfer of the reductions below (the rest: unbounded)
+_REDUCE_RANGES: dict[str, RangeFn] = {
+    "reduce_sum": scaled_by_count,
+    "reduce_mean": passes("x"),
+    "reduce_max": passes("x"),
+    "reduce_min": passes("x"),
+}
 # flops: operations per input element (the cost convention of anekit.mil.ops.common).
 for _name, _fn, _flops, _what in (
     ("reduce_sum", np.sum, 1, "the sum of its elements"),
@@ -229,7 +243,7 @@ for _name, _fn, _flops, _what in (
     ("reduce_log_sum", _log_sum, 1, "the natural log of the sum"),
     ("reduce_sum_square", _sum_square, 2, "the sum of squares"),
 ):
-    _reduce_axes(_name, _fn, _flops, _what)
+    _reduce_axes(_name, _fn, _flops, _what, ranges=_REDUCE_RANGES.get(_name))
 _reduce_axes(  # flops: max, subtract, exp, add
     "reduce_log_sum_exp",
     _log_sum_exp,
@@ -321,6 +335,7 @@ register(
         reference=_softmax,
         traits=frozenset({PROBABILITIES}),
         cost=per_output_element(SOFTMAX),
+        ranges=bounded(0.0, 1.0),
         doc="""``exp(x) / sum(exp(x))`` along ``axis``, shifted by the maximum to avoid overflow.
 
         Args:

@@ -20,6 +20,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.literals import literal_value
+from anekit.mil.ops.ranges import RangeFn
 from anekit.mil.ops.traits import VOCABULARY
 from anekit.mil.types import Dim, DType, TensorType
 
@@ -164,6 +165,11 @@ class OpDef:
     infer_values: frozenset[str] = frozenset()
     # How the engine's storage of this op's output departs from IEEE fp16 (numerics profiles).
     numerics: Numerics | None = None
+    # Range analysis (anekit.hw.ranges): the output's bound from the inputs' (a transfer function
+    # of anekit.mil.ops.ranges; None: unbounded), and the operands where a value flushed to 0
+    # (N12) is divided by, logged or rsqrt'ed (the subnormal-flush rule reads them).
+    ranges: RangeFn | None = None
+    flush_sensitive: frozenset[str] = frozenset()
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
     readable: frozenset[str] = field(init=False, repr=False, compare=False)
 

@@ -29,6 +29,7 @@ from anekit.mil.ops.common import (
     axis_index,
     require,
 )
+from anekit.mil.ops.ranges import RangeFn, passes
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -103,6 +104,9 @@ def x_param(dtypes: frozenset[DType] = T15) -> Param:
     return param("x", dtypes, domain="T")
 
 
+_PASSES_X = passes("x")  # a movement op's output bound is its input's
+
+
 def declare(
     name: str,
     params: tuple[Param, ...],
@@ -115,8 +119,10 @@ def declare(
     traits: frozenset[str] = frozenset({EXACT}),
     infer_values: frozenset[str] = frozenset(),
     numerics: Numerics | None = None,
+    ranges: RangeFn | None = _PASSES_X,
 ) -> OpDef:
-    """Register a data-movement op (by default "exact": every output element is an input's)."""
+    """Register a data-movement op (by default "exact": every output element is an input's, so
+    its bound passes through)."""
     return register(
         OpDef(
             name=name,
@@ -129,6 +135,7 @@ def declare(
             doc=doc,
             infer_values=infer_values,
             numerics=numerics,
+            ranges=ranges,
         )
     )
 

@@ -1,0 +1,145 @@
+"""Range analysis in the checker: each range rule fires where a bound (computed here
+independently, in NumPy) crosses the engine's envelope, and stays silent below it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anekit import mil
+from anekit.errors import UsageError
+from anekit.hw.compat import check
+from anekit.hw.numerics import numerics_profile
+from anekit.hw.ranges import observed, propagate
+from anekit.mil.program import Program
+
+RANGE_RULES = {"fp16-saturation", "fp16-overflow", "slice-clamp", "subnormal-flush"}
+
+
+def linear(w: np.ndarray, b: np.ndarray) -> Program:
+    builder = mil.Builder()
+    x = builder.input("x", (2, w.shape[1]), "fp16")
+    y = builder.add_op(
+        "linear", {"x": x, "weight": builder.weight("w", w), "bias": builder.weight("b", b)}
+    )
+    builder.output(builder.add_op("relu", {"x": y}), "y")
+    return builder.build()
+
+
+def rule_hits(diagnostics, rule):
+    return [d for d in diagnostics if d.rule == rule]
+
+
+def test_linear_bound_is_max_row_sum_of_abs_weights_times_input_plus_bias():
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-3, 3, (4, 16)).astype(np.float16)
+    b = rng.uniform(-1, 1, 4).astype(np.float16)
+    prog = linear(w, b)
+    ranges = propagate(prog.main, {"x": (-2.0, 5.0)})
+    linear_out = prog.main.ops[-2].outputs[0]
+    expected = (
+        5.0 * np.abs(w.astype(np.float64)).sum(axis=1).max() + np.abs(b.astype(np.float64)).max()
+    )
+    assert ranges.bound(linear_out) == pytest.approx((-expected, expected))
+    assert ranges.bound(prog.main.ops[-1].outputs[0]) == pytest.approx((0.0, expected))  # relu
+
+
+def test_fp16_saturation_fires_above_the_family_limit_and_not_below():
+    w = np.full((4, 16), 2.0, np.float16)  # row sum of |w| = 32
+    b = np.zeros(4, np.float16)
+    limit = numerics_profile("m4").matmul_saturation
+    over = limit / 32 * 1.01  # bound just above the saturation
+    under = limit / 32 * 0.99
+    hits = rule_hits(check(linear(w, b), "m4", {"x": (-over, over)}), "fp16-saturation")
+    assert len(hits) == 1 and hits[0].severity == "warning" and hits[0].op == "linear"
+    assert f"{over * 32:.6g}" in hits[0].message and "not observed" in hits[0].message
+    assert not rule_hits(check(linear(w, b), "m4", {"x": (-under, under)}), "fp16-saturation")
+
+
+def test_range_rules_stay_silent_without_ranges():
+    w = np.full((4, 16), 2.0e3, np.float16)
+    found = check(linear(w, np.zeros(4, np.float16)), "m4")
+    assert not {d.rule for d in found} & RANGE_RULES
+
+
+def test_fp16_overflow_on_any_op():
+    builder = mil.Builder()
+    x = builder.input("x", (1, 8), "fp16")
+    builder.output(builder.add_op("mul", {"x": x, "y": x}), "y")
+    prog = builder.build()
+    hits = rule_hits(check(prog, "m4", {"x": (-300.0, 200.0)}), "fp16-overflow")
+    assert len(hits) == 1 and f"{300.0 * 300.0:.6g}" in hits[0].message  # (-300)^2 = 90000
+    assert not rule_hits(check(prog, "m4", {"x": (-250.0, 250.0)}), "fp16-overflow")  # 62500
+
+
+def slice_program(begin_width: int) -> Program:
+    builder = mil.Builder()
+    x = builder.input("x", (1, 4, 1, 64), "fp16")
+    s = builder.add_op(
+        "slice_by_index",
+        {
+            "x": x,
+            "begin": np.array([0, 0, 0, begin_width], np.int32),
+            "end": np.array([1, 4, 1, 64], np.int32),
+        },
+    )
+    builder.output(s, "y")
+    return builder.build()
+
+
+def test_slice_clamp_fires_on_a_width_offset_slice_on_a_clamping_family_only():
+    clamp = numerics_profile("m1").slice_clamp
+    assert clamp is not None and numerics_profile("m4").slice_clamp is None
+    big = {"x": (-clamp * 2, clamp * 2)}
+    assert len(rule_hits(check(slice_program(8), "m1", big), "slice-clamp")) == 1
+    assert not rule_hits(check(slice_program(0), "m1", big), "slice-clamp")  # no width offset
+    assert not rule_hits(check(slice_program(8), "m4", big), "slice-clamp")  # family does not clamp
+    small = {"x": (-clamp / 2, clamp / 2)}
+    assert not rule_hits(check(slice_program(8), "m1", small), "slice-clamp")
+
+
+def rmsnorm(eps: float) -> Program:
+    builder = mil.Builder()
+    x = builder.input("x", (1, 16), "fp16")
+    sq = builder.add_op("mul", {"x": x, "y": x})
+    mean = builder.add_op(
+        "reduce_mean", {"x": sq, "axes": np.array([-1], np.int32), "keep_dims": True}
+    )
+    shifted = builder.add_op("add", {"x": mean, "y": np.array(eps, np.float16)})
+    inv = builder.add_op("rsqrt", {"x": shifted})
+    builder.output(builder.add_op("mul", {"x": x, "y": inv}), "y")
+    return builder.build()
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-6])
+def test_subnormal_flush_fires_on_rmsnorm_eps_below_2_to_minus_14(eps):
+    hits = rule_hits(check(rmsnorm(eps), "m4", {"x": (-1.0, 1.0)}), "subnormal-flush")
+    assert len(hits) == 1 and hits[0].op == "rsqrt"
+    assert f"{float(np.float16(eps)):.6g}" in hits[0].message  # the bound's low end is eps
+
+
+def test_subnormal_flush_silent_with_a_normal_eps():
+    assert 1e-3 > 2.0**-14
+    assert not rule_hits(check(rmsnorm(1e-3), "m4", {"x": (-1.0, 1.0)}), "subnormal-flush")
+
+
+def test_observed_overflow_is_an_error():
+    w = np.full((4, 16), 2.0, np.float16)
+    prog = linear(w, np.zeros(4, np.float16))
+    seen = observed(
+        [[("x", np.zeros((2, 16))), (prog.main.ops[-2].outputs[0].name, np.full((2, 4), 4.0e4))]]
+    )
+    hits = rule_hits(check(prog, "m4", observed=seen), "fp16-saturation")
+    assert (
+        len(hits) == 1
+        and hits[0].severity == "error"
+        and "observed [40000, 40000]" in hits[0].message
+    )
+
+
+def test_bad_ranges_are_usage_errors():
+    prog = rmsnorm(1e-3)
+    with pytest.raises(UsageError, match="not inputs"):
+        check(prog, "m4", {"z": (0, 1)})
+    with pytest.raises(UsageError, match="lo <= hi"):
+        check(prog, "m4", {"x": (1, 0)})
