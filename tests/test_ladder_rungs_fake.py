@@ -366,9 +366,11 @@ def test_two_processes_measures_one_and_two_processes_at_once(tmp_path: Path) ->
 def test_every_rung_of_the_ladder_is_driven_here() -> None:
     """A new rung needs a test here: the names of the rungs this file drives."""
     here = Path(__file__).parent
-    source = "".join((here / n).read_text() for n in (Path(__file__).name, "test_doctor_ladder.py"))
+    names = (Path(__file__).name, "test_doctor_ladder.py", "test_numerics_rung.py")
+    source = "".join((here / n).read_text() for n in names)
     functions = {r.run.__name__ for r in ladder.RUNGS}
     undriven = {f for f in functions if f"ane_rungs.{f}(" not in source
                 and f"ladder.{f}(" not in source and f"dist_rungs.{f}(" not in source
+                and f"numerics_rung.{f}(" not in source
                 and f != "compile_budget"}  # fmt: skip
-    assert undriven == set()  # budget and shared_buffers: test_doctor_ladder.py
+    assert undriven == set()  # budget, shared_buffers: test_doctor_ladder.py; numerics: its own

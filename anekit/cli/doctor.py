@@ -37,6 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --ladder: also compile until the framework fails, to measure the real limit",
     )
+    parser.add_argument(
+        "--numerics-out",
+        metavar="FILE.json",
+        help="with --ladder: where the numerics rung writes the measured profile (default: "
+        "the cache directory's numerics/CHIP.json); numerics=FILE reads it back",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,10 +51,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.budget and not args.ladder:
         raise UsageError("--budget needs --ladder")
+    if args.numerics_out and not args.ladder:
+        raise UsageError("--numerics-out needs --ladder")
     if args.ladder:
         from anekit.doctor.ladder import main as ladder
 
-        return ladder(json_path=args.json, budget=args.budget)
+        return ladder(json_path=args.json, budget=args.budget, numerics_out=args.numerics_out)
     if args.bisect:
         return _bisect(args.bisect, args.json)
     r = report(smoke=not args.no_smoke)

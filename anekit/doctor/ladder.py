@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from anekit.backends.ane import host
-from anekit.doctor import ane_rungs, dist_rungs
+from anekit.doctor import ane_rungs, dist_rungs, numerics_rung
 from anekit.errors import EvaluationError
 from anekit.files import write_atomic
 from anekit.ladder import cases
@@ -132,6 +132,10 @@ RUNGS: tuple[Rung, ...] = (
     _rung("two_processes", "Do two processes evaluating at once get twice one process's ANE "
           "throughput (two dies of an Ultra, for two training ranks)?", dist_rungs.two_processes,
           ("worker",), timeout_s=300.0),
+    _rung("numerics", "How does the engine store fp16 results: matmul saturation, tie rule, "
+          "accumulator, subnormal flush, non-finite outputs, slice clamp, exp cliff? Writes a "
+          "numerics profile file (numerics=PATH)", numerics_rung.numerics, ("eval_aligned",),
+          timeout_s=300.0),
     _rung("budget", "How many compiles does one process get before the framework fails?",
           ane_rungs.compile_budget, ("eval_aligned",), timeout_s=1800.0, skip=_with_budget),
 )  # fmt: skip
@@ -191,7 +195,12 @@ def _line(result: dict[str, Any]) -> str:
     return f"  {result['status']:<8}{result['name']:<16}{result['seconds']:7.2f} s  {note}"[:200]
 
 
-def main(json_path: str | None = None, budget: bool = False, out: TextIO | None = None) -> int:
+def main(
+    json_path: str | None = None,
+    budget: bool = False,
+    out: TextIO | None = None,
+    numerics_out: str | None = None,
+) -> int:
     """Run the ladder, print a line per rung and the summary; 1 if a rung failed, else 0."""
     stream = out if out is not None else sys.stdout
     path = Path(json_path) if json_path else None
@@ -201,7 +210,7 @@ def main(json_path: str | None = None, budget: bool = False, out: TextIO | None 
         print(_line(result), file=stream, flush=True)
 
     extra = {"numpy": np.__version__, "python": sys.version.split()[0]}
-    report = run_ladder(__name__, RUNGS, options={"budget": budget}, report_path=path,
+    report = run_ladder(__name__, RUNGS, options={"budget": budget, "numerics_out": numerics_out}, report_path=path,
                         on_result=progress, extra=extra)  # fmt: skip
     report["summary"] = summary = summarize(report)
     if path is not None:
