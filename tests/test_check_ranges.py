@@ -143,3 +143,16 @@ def test_bad_ranges_are_usage_errors():
         check(prog, "m4", {"z": (0, 1)})
     with pytest.raises(UsageError, match="lo <= hi"):
         check(prog, "m4", {"x": (1, 0)})
+
+
+def argmax_program(length: int) -> Program:
+    builder = mil.Builder()
+    x = builder.input("x", (2, length), "fp16")
+    builder.output(builder.add_op("reduce_argmax", {"x": x, "axis": np.array(-1, np.int32)}), "i")
+    return builder.build()
+
+
+def test_index_precision_needs_no_ranges_and_fires_above_2048_only():
+    hits = rule_hits(check(argmax_program(2049), "m4"), "index-precision")
+    assert len(hits) == 1 and hits[0].op == "reduce_argmax" and "2049" in hits[0].message
+    assert not rule_hits(check(argmax_program(2048), "m4"), "index-precision")
