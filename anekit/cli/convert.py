@@ -46,6 +46,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--estimate", action="store_true", help="print the chip's cost estimate")
     parser.add_argument(
+        "--numerics",
+        help="the numerics profile the fidelity gate runs on: 'ideal', a chip, a family or a "
+        "profile file (default: the --chip's profile; docs/numerics.md)",
+    )
+    parser.add_argument(
         "--passes",
         help="comma-separated rewrite passes to run (default: all; 'none' keeps the fp32 program)",
     )
@@ -120,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert_file(
             args.path, out, chip=chip, check=args.check, estimate=args.estimate,
             passes=passes, progress=progress, compress=args.compress, max_error=args.max_error,
+            numerics=args.numerics,
         )  # fmt: skip
     from anekit.frontends.fidelity import TOLERANCE
     from anekit.hw.kinds import Severity
@@ -143,7 +149,8 @@ def _save_llm(args: argparse.Namespace) -> int:
 
     if args.compress not in CHOICES:
         raise UsageError(f"--llm needs --compress, one of {', '.join(CHOICES)}")
-    if args.check or args.estimate or args.passes or args.max_error is not None or args.input_shape:
+    flags = (args.check, args.estimate, args.passes, args.input_shape, args.numerics)
+    if any(flags) or args.max_error is not None:
         raise UsageError("--llm takes --out, --compress and --chip only")
     chip = resolve_chip(args.chip)
     begin = time.perf_counter()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -140,12 +141,16 @@ def compare(
     inputs: Mapping[str, np.ndarray] | None = None,
     *,
     backend: str = "reference",
+    numerics: Any = None,
 ) -> Fidelity:
-    """Run onnxruntime and ``program`` on the same inputs (random by default); report per output."""
+    """Run onnxruntime and ``program`` on the same inputs (random by default); report per output
+    (``numerics``: the reference backend's profile; default: its own)."""
     model = source if isinstance(source, OnnxModel) else read_model(source)
     feeds = dict(inputs) if inputs is not None else example_inputs(model)
     want = onnxruntime_outputs(model, feeds)
-    return compare_arrays(program, program_feeds(model, program, feeds), want, backend, REFERENCE)
+    return compare_arrays(
+        program, program_feeds(model, program, feeds), want, backend, REFERENCE, numerics
+    )
 
 
 def program_feeds(
@@ -175,15 +180,17 @@ def convert_file(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     compress: str | None = None,
     max_error: float | None = None,
+    numerics: Any = None,
 ) -> Conversion:
     """Convert a ``.onnx`` file: write ``out_dir/model.mil`` + ``weights/``, compare with
     onnxruntime on random inputs, check and estimate for ``chip``; ``compress`` as in
-    ``anekit.frontends.torch.convert_file``. ``Conversion.renamed`` lists renamed I/O names."""
+    ``anekit.frontends.torch.convert_file``. ``Conversion.renamed`` lists renamed I/O names.
+    The fidelity gate runs on ``numerics`` (default: the profile of ``chip``)."""
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     model = read_model(path, input_shapes)
     program = convert_pipeline(convert_model(model, OPS, progress=progress), passes, chip)
     feeds = example_inputs(model)
-    fidelity = compare(model, program, feeds)
+    fidelity = compare(model, program, feeds, numerics=numerics or chip)
     result = save_conversion(
         program, out_dir, nodes=len(model.graph.node), chip=chip, check=check,
         estimate=estimate, fidelity=fidelity, inputs=program_feeds(model, program, feeds),

@@ -71,11 +71,13 @@ def compare(
     *,
     kwargs: dict[str, Any] | None = None,
     backend: str = "reference",
+    numerics: Any = None,
 ) -> Fidelity:
-    """Run ``module`` (PyTorch, fp32) and ``program`` on the same inputs; report per output."""
+    """Run ``module`` (PyTorch, fp32) and ``program`` on the same inputs; report per output
+    (``numerics``: the reference backend's profile; default: its own)."""
     want = in_program_order(program, torch_outputs(module, example_inputs, kwargs))
     inputs = program_inputs(program, example_inputs, kwargs)
-    return compare_arrays(program, inputs, want, backend)
+    return compare_arrays(program, inputs, want, backend, numerics=numerics)
 
 
 def in_program_order(program: Program, want: dict[str, np.ndarray]) -> list[np.ndarray]:

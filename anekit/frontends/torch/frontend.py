@@ -40,6 +40,7 @@ def from_torch(
     verify: bool = True,
     tolerance: float = TOLERANCE,
     progress: ProgressFn | None = None,
+    numerics: Any = None,
 ) -> Program:
     """Convert ``module`` to a MIL program through ``torch.export``.
 
@@ -64,6 +65,9 @@ def from_torch(
             Default: True.
         tolerance (float): see ``verify``. Default: 2e-2.
         progress (callable): ``progress(done, total)`` over the graph's nodes.
+        numerics (str or NumericsProfile): the profile the fidelity gate runs on
+            (:mod:`anekit.hw.numerics`). Default: the profile of ``chip`` (with no chip, the
+            reference backend's default).
 
     Returns:
         mil.Program: outputs named after their pytree path (``output`` for a lone tensor,
@@ -82,7 +86,8 @@ def from_torch(
     converted = convert_exported(exported, name=name, progress=progress, outputs=outputs)
     program = convert_pipeline(converted, passes, chip)
     if verify:
-        check_fidelity(module, example_inputs, program, tolerance, kwargs=kwargs)
+        gate = numerics if numerics is not None else chip
+        check_fidelity(module, example_inputs, program, tolerance, kwargs=kwargs, numerics=gate)
     return program
 
 
@@ -93,9 +98,12 @@ def check_fidelity(
     tolerance: float = TOLERANCE,
     *,
     kwargs: dict[str, Any] | None = None,
+    numerics: Any = None,
 ) -> Fidelity:
-    """Compare ``program`` with ``module`` on the reference backend; raise if out of tolerance."""
-    fidelity = compare(module, example_inputs, _runnable(program), kwargs=kwargs)
+    """Compare ``program`` with ``module`` on the reference backend (under the ``numerics``
+    profile; default: the backend's); raise if out of tolerance."""
+    runnable = _runnable(program)
+    fidelity = compare(module, example_inputs, runnable, kwargs=kwargs, numerics=numerics)
     verify(fidelity, tolerance)
     return fidelity
 
@@ -120,6 +128,7 @@ def convert_file(
     compress: str | None = None,
     max_error: float | None = None,
     verbose: bool = False,
+    numerics: Any = None,
 ) -> Conversion:
     """Convert a saved ExportedProgram: write ``out_dir/model.mil`` + ``weights/``, compare with
     PyTorch on the example inputs saved with it, check and estimate for ``chip``.
@@ -129,7 +138,8 @@ def convert_file(
     example inputs (random ones if there are none); the fidelity is the conversion's, before
     compression, and ``Conversion.compression`` reports what compressing did. The file is
     read as data (``anekit.frontends.torch.archive``): one that would run code is refused;
-    ``verbose`` lets torch's log through.
+    ``verbose`` lets torch's log through. The fidelity gate runs on ``numerics`` (default: the
+    profile of ``chip``).
     """
     chip = chip_profile(chip)  # an unknown chip fails before the slow work
     exported = load_exported(path, verbose=verbose)
@@ -142,7 +152,7 @@ def convert_file(
         args, kwargs = example
         want = in_program_order(program, torch_outputs(exported.module(), args, kwargs))
         inputs = program_inputs(program, args, kwargs)
-        fidelity = compare_arrays(program, inputs, want, "reference", numerics=chip)
+        fidelity = compare_arrays(program, inputs, want, "reference", numerics=numerics or chip)
     return save_conversion(
         program, out_dir, nodes=len(decomposed.graph.nodes), chip=chip, check=check,
         estimate=estimate, fidelity=fidelity, inputs=inputs, compress=compress,
