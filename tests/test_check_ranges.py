@@ -143,3 +143,82 @@ def test_bad_ranges_are_usage_errors():
         check(prog, "m4", {"z": (0, 1)})
     with pytest.raises(UsageError, match="lo <= hi"):
         check(prog, "m4", {"x": (1, 0)})
+
+
+def argmax_program(length: int) -> Program:
+    builder = mil.Builder()
+    x = builder.input("x", (2, length), "fp16")
+    builder.output(builder.add_op("reduce_argmax", {"x": x, "axis": np.array(-1, np.int32)}), "i")
+    return builder.build()
+
+
+def test_index_precision_needs_no_ranges_and_fires_above_2048_only():
+    hits = rule_hits(check(argmax_program(2049), "m4"), "index-precision")
+    assert len(hits) == 1 and hits[0].op == "reduce_argmax" and "2049" in hits[0].message
+    assert not rule_hits(check(argmax_program(2048), "m4"), "index-precision")
+
+
+def conv_norm_program(w: np.ndarray, gamma: np.ndarray, eps: float = 1e-3) -> Program:
+    builder = mil.Builder()
+    x = builder.input("x", (1, 4, 1, 8), "fp16")
+    h = builder.conv(x=x, weight=builder.weight("w", w))
+    n = builder.add_op(
+        "layer_norm",
+        {
+            "x": h,
+            "axes": np.array([1], np.int32),
+            "gamma": builder.weight("g", gamma),
+            "epsilon": np.array(eps, np.float16),
+        },
+    )
+    e = builder.add_op("exp", {"x": n})
+    p = builder.add_op("softmax", {"x": e, "axis": np.array(1, np.int32)})
+    builder.output(builder.add_op("reduce_sum", {"x": p, "axes": np.array([1, 3], np.int32)}), "y")
+    return builder.build()
+
+
+def test_conv_and_layer_norm_bounds_and_every_observed_value_inside_its_bound():
+    import anekit
+
+    rng = np.random.default_rng(1)
+    w = rng.uniform(-1, 1, (6, 4, 1, 1)).astype(np.float16)
+    gamma = rng.uniform(-2, 2, 6).astype(np.float16)
+    prog = conv_norm_program(w, gamma)
+    ranges = propagate(prog.main, {"x": (-3.0, 2.0)})
+    ops = {op.op_type: op.outputs[0] for op in prog.main.ops}
+    conv_bound = 3.0 * np.abs(w.astype(np.float64)).sum(axis=(1, 2, 3)).max()
+    assert ranges.bound(ops["conv"]) == pytest.approx((-conv_bound, conv_bound))
+    norm_bound = (
+        np.sqrt(6 - 1) * np.abs(gamma.astype(np.float64)).max()
+    )  # |standardized| <= sqrt(N-1)
+    assert ranges.bound(ops["layer_norm"]) == pytest.approx((-norm_bound, norm_bound))
+    assert ranges.bound(ops["reduce_sum"]) == (0.0, 48.0)  # softmax in [0, 1], 6 * 8 summed
+    kernel = anekit.compile(prog, backend="reference", numerics="ideal")
+    for seed in range(5):  # soundness: what the golden model computes lies inside the bounds
+        x = np.random.default_rng(seed).uniform(-3, 2, (1, 4, 1, 8)).astype(np.float16)
+        for op, outs in kernel.taps({"x": x}):
+            for name, array in outs.items():
+                lo, hi = ranges.by_name[name] or (-np.inf, np.inf)
+                slack = 1e-3 * max(abs(lo), abs(hi), 1.0)  # fp16 storage rounding
+                assert lo - slack <= float(np.min(array)) and float(np.max(array)) <= hi + slack, (
+                    op.op_type
+                )
+
+
+def test_layer_norm_eps_below_2_to_minus_14_is_flagged():
+    def flush_hits(eps):
+        prog = conv_norm_program(np.ones((6, 4, 1, 1), np.float16), np.ones(6, np.float16), eps)
+        return rule_hits(check(prog, "m4", {"x": (-1.0, 1.0)}), "subnormal-flush")
+
+    hits = flush_hits(1e-5)
+    assert len(hits) == 1 and hits[0].op == "layer_norm" and "epsilon" in hits[0].message
+    assert not flush_hits(1e-3)
+
+
+def test_conv_saturation_is_reported_as_assumed():
+    prog = conv_norm_program(np.full((6, 4, 1, 1), 2.0, np.float16), np.ones(6, np.float16))
+    limit = numerics_profile("m4").saturation("conv")
+    x = limit / 8 * 1.01  # gain: sum |w| = 4 * 2
+    hits = rule_hits(check(prog, "m4", {"x": (-x, x)}), "fp16-saturation")
+    assert len(hits) == 1 and hits[0].op == "conv" and "assumed" in hits[0].message
+    assert not rule_hits(check(prog, "m4", {"x": (-x / 1.02, x / 1.02)}), "fp16-saturation")

@@ -161,7 +161,15 @@ VIOLATIONS: dict[str, tuple[str, Callable[[], Program]]] = {
     "m3-conv-channels": ("m3-pro", lambda: conv(64, 64)),
     "compression-folds": ("m1", lambda: compressed("affine")),  # M1 folds int8 (ANEForge)
     "compression-unverified": ("m4", lambda: compressed("lut2")),  # no source on 2-bit LUTs
+    "index-precision": ("m4", lambda: argmax(4096)),
 }
+
+
+def argmax(length: int) -> Program:
+    b = mil.Builder()
+    x = b.input("x", (1, length), "fp16")
+    b.output(b.add_op("reduce_argmax", {"x": x, "axis": np.array(-1, np.int32)}), "i")
+    return b.build()
 
 
 def clean_program(chip: str) -> Program:

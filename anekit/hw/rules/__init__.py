@@ -33,8 +33,10 @@ from anekit.hw.rules.ranges import (
     N1,
     N7,
     N12,
+    N22,
     fp16_overflow,
     fp16_saturation,
+    index_precision,
     slice_clamp,
     subnormal_flush,
 )
@@ -115,6 +117,8 @@ RULES: tuple[Rule, ...] = (
     Rule("m3-conv-channels", WARNING, "only 512-channel convs reported to compile on M3",
          "maderix/ANE cross-generation report (M3 Pro); maderix/ANE issue #42 (M3 Ultra)",
          lambda chip: chip.generation == "H15", m3_conv_channels),
+    Rule("index-precision", WARNING, "an index over an axis longer than 2048 is inexact in fp16",
+         N22, every_chip, index_precision),
     # range rules: silent unless the check was given input ranges or calibration data
     Rule("fp16-saturation", WARNING, "a matmul/linear output may exceed the family's saturation", N1,
          every_chip, fp16_saturation),

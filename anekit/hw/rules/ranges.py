@@ -20,6 +20,8 @@ from anekit.mil.program import Operation
 
 N1 = "docs/numerics.md N1 (matmul output above 32752 becomes inf; conv/einsum assumed)"
 N7 = "docs/numerics.md N7 (width-offset slice clamps |x| above 4094 to inf before A16)"
+N22 = "docs/numerics.md N22 (fp16 indices are exact only below 2048; ANEForge op-quirks.md)"
+EXACT_INDEX_LIMIT = 2048  # fp16 integers are exact through 2048
 N12 = "docs/numerics.md N12 (subnormals flushed to zero)"
 FP16 = "IEEE 754 binary16: the largest finite value is 65504"
 
@@ -101,6 +103,18 @@ def _clamps(ctx: Context, op: Operation, worst: float) -> bool:
             args[name] = np.broadcast_to(np.float32(0), value.type.shape)  # shape only, no memory
     _, clamped = op.opdef.numerics.hook(ctx.numerics, args, np.full(1, worst, np.float32))
     return clamped > 0
+
+
+def index_precision(ctx: Context) -> Iterator[Finding]:
+    """Needs no ranges: an index over an axis longer than 2048 is not exact in fp16."""
+    for op in ctx.runtime_ops():
+        length = op.opdef.index_range(op.args())
+        if length is not None and length > EXACT_INDEX_LIMIT:
+            yield Finding(
+                f"{op.op_type} {op.name!r} gives indices along an axis of {length} elements; the "
+                f"engine holds them in fp16, exact only through {EXACT_INDEX_LIMIT}",
+                op,
+            )
 
 
 def subnormal_flush(ctx: Context) -> Iterator[Finding]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops.common import FP, INT32, STRING, flops_cost, mac_cost, numel, require
+from anekit.mil.ops.ranges import contraction
 from anekit.mil.ops.registry import Args, Numerics, OpDef, const_ints, param, register
 from anekit.mil.ops.traits import CONSTEXPR, CONV
 from anekit.mil.types import TensorType
@@ -333,6 +334,7 @@ _conv_ios15 = register(
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [C_out, ...]
         traits=frozenset({CONV}),
         numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
+        ranges=contraction("x", "weight", lambda a: tuple(range(1, a.weight.rank)), bias="bias"),
         shape_only=frozenset({"bias"}),
         doc=_CONV_DOC,
     )

@@ -10,6 +10,7 @@ variance inside the square root.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from anekit.mil.ops.common import (
     per_output_element,
     require,
 )
+from anekit.mil.ops.ranges import standardized
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -129,6 +131,13 @@ def _infer_layer_norm(a: Args) -> TensorType:
     return a.x.type
 
 
+def _normalized_count(a: Args) -> Any:
+    """How many elements layer_norm normalises together (the product of x's dims at axes)."""
+    axes = [int(v) % a.x.rank for v in np.ravel(a.const("axes"))]
+    dims = [a.x.shape[i] for i in axes]
+    return math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+
+
 def _layer_norm(
     x: np.ndarray,
     axes: np.ndarray,
@@ -160,6 +169,8 @@ _register_with_ios17_domain(
         infer=_infer_layer_norm,
         shape_only=frozenset({"gamma", "beta"}),
         reference=_layer_norm,
+        ranges=standardized(_normalized_count),
+        flush_sensitive=frozenset({"epsilon"}),  # a variance of 0 leaves eps alone under the rsqrt
         # mean, subtract, square, sum, scale by 1/std, gamma, beta
         cost=per_output_element(7),
         doc="""``gamma * (x - mean) / sqrt(var + epsilon) + beta`` over ``axes``.

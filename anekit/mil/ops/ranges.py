@@ -112,22 +112,27 @@ def interval_binary(kind: str) -> RangeFn:
 
 
 def contraction(
-    activation: str, weight: str, weight_in_axis: Callable[[Any], int], bias: str | None = None
+    activation: str,
+    weight: str,
+    summed_axes: Callable[[Any], int | tuple[int, ...]],
+    bias: str | None = None,
 ) -> RangeFn:
-    """A multiply-accumulate: |out| <= max|x| * max over outputs of sum |w| along the summed axis
-    (+ max |bias|). A weight that is not a constant counts as K * max|w|."""
+    """A multiply-accumulate: |out| <= max|x| * max over outputs of sum |w| along the summed
+    axes (+ max |bias|). A weight that is not a constant counts as K * max|w|."""
 
     def transfer(a: Any, bound: Bound) -> Interval | None:
         x, w = bound(getattr(a, activation)), bound(getattr(a, weight))
         if x is None or w is None:
             return None
         w_value = getattr(a, weight)
-        axis = weight_in_axis(a)
+        axes = summed_axes(a)
         if w_value.const is not None:
-            sums = np.sum(np.abs(np.asarray(w_value.const, np.float64)), axis=axis)
+            sums = np.sum(np.abs(np.asarray(w_value.const, np.float64)), axis=axes)
             gain = float(np.max(sums)) if sums.size else 0.0
         else:
-            gain = magnitude(w) * w_value.type.shape[axis]
+            shape = w_value.type.shape
+            count = math.prod(shape[i] for i in np.atleast_1d(axes))
+            gain = magnitude(w) * count if isinstance(count, int) else math.inf
         total = magnitude(x) * gain
         b = None if bias is None else getattr(a, bias)
         if b is not None:
@@ -136,6 +141,30 @@ def contraction(
                 return None
             total += magnitude(b_bound)
         return _finite(-total, total)
+
+    return transfer
+
+
+def standardized(count: Callable[[Any], Any]) -> RangeFn:
+    """A normalisation over ``count(args)`` elements, then gamma and beta: a standardized value
+    is at most sqrt(N - 1) in magnitude (population variance), whatever the input."""
+
+    def transfer(a: Any, bound: Bound) -> Interval | None:
+        n = count(a)
+        if not isinstance(n, int):
+            return None
+        scale, shift = 1.0, 0.0
+        for name, default in (("gamma", 1.0), ("beta", 0.0)):
+            value = getattr(a, name)
+            interval = (default, default) if value is None else bound(value)
+            if interval is None:
+                return None
+            if name == "gamma":
+                scale = magnitude(interval)
+            else:
+                shift = magnitude(interval)
+        total = math.sqrt(max(n - 1, 0)) * scale + shift
+        return (-total, total)
 
     return transfer
 

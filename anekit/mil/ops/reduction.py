@@ -273,6 +273,11 @@ def _reference_arg(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     return reference
 
 
+def _indexed_axis_length(a: Args) -> Any:
+    """The length of the axis an index output counts along (N22: fp16 indices exact below 2048)."""
+    return a.x.shape[axis_index(a.opdef.name, "axis", int(a.const("axis")), a.x.rank)]
+
+
 def _reduce_arg(name: str, fn: Callable[..., np.ndarray], what: str) -> None:
     ios15 = register(
         OpDef(
@@ -281,6 +286,7 @@ def _reduce_arg(name: str, fn: Callable[..., np.ndarray], what: str) -> None:
             infer=_infer_reduce_arg,
             reference=_reference_arg(fn),
             cost=_per_input_element(1),
+            indexes_along=_indexed_axis_length,
             doc=f"""The index of the {what} of ``x`` along ``axis`` (the first one on a tie).
 
             Args:
@@ -406,6 +412,7 @@ def _topk(
 _topk15 = register(
     OpDef(
         name="topk",
+        indexes_along=_indexed_axis_length,
         params=(
             _x_param(),
             param("k", INT32, ranks=(0,), const=True, default=1),
@@ -493,6 +500,7 @@ register(
         infer=lambda a: TensorType(DType.int32, _infer_same_as_x_along_axis(a).shape),
         reference=_argsort,
         cost=_sort_cost,
+        indexes_along=_indexed_axis_length,
         traits=frozenset({EXACT}),  # integer indices only
         doc="""The indices that sort ``x`` along ``axis``; ties keep their original order.
 

@@ -170,6 +170,9 @@ class OpDef:
     # (N12) is divided by, logged or rsqrt'ed (the subnormal-flush rule reads them).
     ranges: RangeFn | None = None
     flush_sensitive: frozenset[str] = frozenset()
+    # For an op with an index output: the length of the axis its indices count along (the
+    # index-precision rule: fp16 indices are exact only below 2048, N22).
+    indexes_along: Callable[[Args], Dim] | None = None
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
     readable: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -192,6 +195,10 @@ class OpDef:
             return None
         axis = self.output_axis(args, param)
         return None if axis is None else axis % getattr(args, param).rank
+
+    def index_range(self, args: Args) -> int | None:
+        """The length of the axis the op's index output counts along; None if none or symbolic."""
+        return _static(self.indexes_along, args)
 
     def input_channels(self, args: Args) -> int | None:
         """The activation input's channel count; None if the op declares none or it is symbolic."""
