@@ -51,3 +51,30 @@ def test_coreml_refuses_another_chip_before_availability() -> None:
     other = "m1" if resolve(None).name != "m1" else "m4"
     with pytest.raises(UsageError, match=r"'coreml' computes with .* may only name"):
         coreml.compile(_program(), numerics=other)
+
+
+def _saturating_matmul() -> mil.Program:
+    b = mil.Builder()
+    x = b.input("x", (1, 4), "fp16")
+    b.output(b.matmul(x=x, y=np.full((4, 2), 10_000.0, np.float16), name="mm"), "y")
+    return b.build()
+
+
+def test_an_isolated_reference_kernel_sends_its_events_and_profile_back() -> None:
+    import anekit
+
+    program, x = _saturating_matmul(), np.ones((1, 4), np.float16)
+    with anekit.compile(program, backend="reference", numerics="m4") as local:
+        local(x=x)
+        want = local.events
+    with anekit.compile(program, backend="reference", numerics="m4", isolate=True) as k:
+        assert k.backend == "reference" and k.numerics == "m4"
+        assert np.all(np.isposinf(k(x=x)["y"]))  # 40,000 > 32752 (N1)
+        # the same counts; the worker's MIL line is of the program text it was sent
+        assert [r.__dict__ | {"line": None} for r in k.events.rows] == [
+            r.__dict__ | {"line": None} for r in want.rows
+        ]
+        assert k.events.saturated == 2
+        assert k.events.first.op_type == "matmul"
+        k(x=x / 8)  # 5,000: no cliff; the events are the last run's
+        assert k.events.total == 0 and k.events.numerics == "m4"

@@ -103,7 +103,12 @@ class _Hosted:
         k.run()
         for s in k.outputs:
             np.copyto(outs[s.name], k.output_buffer(s.name))
-        return {"ok": True, "stats": k.last_stats()}
+        events = k.events  # the reference backend's cliff events, sent back as data
+        return {
+            "ok": True,
+            "stats": k.last_stats(),
+            "events": None if events is None else events.as_dict(),
+        }
 
     def _spans(self, spans: Any, side: str, specs: tuple[TensorSpec, ...]) -> dict[str, Any]:
         """The shared views a run command names for one side; EvaluationError if malformed."""
@@ -162,7 +167,8 @@ def _handle(hosted: dict[int, _Hosted], header: dict[str, Any], frames: list[byt
     op, kernel_id = header.get("op"), header.get("id")
     if op == "compile":
         hosted[kernel_id] = _compile(header, frames)  # type: ignore[index]
-        return {"ok": True, "layout": hosted[kernel_id].kernel.layout.as_dict()}  # type: ignore[index]
+        kernel = hosted[kernel_id].kernel  # type: ignore[index]
+        return {"ok": True, "layout": kernel.layout.as_dict(), "numerics": kernel.numerics}
     if op not in ("run", "close"):
         raise EvaluationError(f"malformed command: unknown op {op!r}")
     if kernel_id not in hosted:
@@ -262,6 +268,7 @@ class WorkerHost:
             reply = self.call(header, frames, timeout=kernel.timeout)
             kernel.generation = self.generation
             kernel.worker_layout = reply.get("layout")
+            kernel.worker_numerics = reply.get("numerics")
 
     def _close_forgotten(self) -> None:
         with self._forgotten_lock:
@@ -435,6 +442,8 @@ class IsolatedKernel(Kernel):
                                    f"a worker process hosting the {backend} backend")  # fmt: skip
         self.timeout = timeout
         self.worker_layout: dict[str, Any] | None = None  # the hosted kernel's own layout
+        self.worker_numerics: str | None = None  # the hosted kernel's numerics profile
+        self._events: dict[str, Any] | None = None
         self._options = options
         self._host = host
         self._state = _State()
@@ -528,10 +537,23 @@ class IsolatedKernel(Kernel):
     def max_in_flight(self) -> int:
         return 1
 
+    @property
+    def numerics(self) -> str | None:
+        """The hosted kernel's numerics profile (None: the device's own arithmetic)."""
+        return self.worker_numerics
+
+    @property
+    def events(self) -> Any:
+        """The hosted kernel's cliff events of the last run, as the worker sent them."""
+        from anekit.backends.reference.device import CliffEvents
+
+        return None if self._events is None else CliffEvents.from_dict(self._events)
+
     def _run_spans(self, spans: dict[str, Any]) -> None:
         self._host.ensure(self)
         reply = self._host.call({"op": "run", "id": self._id, "spans": spans}, timeout=self.timeout)
         self._last = reply.get("stats")
+        self._events = reply.get("events")
 
     def _release(self) -> None:
         self._finalizer()

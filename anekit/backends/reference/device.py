@@ -239,3 +239,8 @@ class CliffEvents:
             "replaced": self.replaced,
             "rows": [r.__dict__ for r in self.rows],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CliffEvents:
+        """The events ``as_dict`` wrote (an isolated kernel's worker sends them so)."""
+        return cls(data["numerics"], tuple(CliffRow(**row) for row in data["rows"]))
