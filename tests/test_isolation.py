@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytest_plugins = ["pytester"]
 
@@ -43,6 +47,10 @@ def test_in_place():
 def test_each_isolated_test_runs_in_its_own_process(pytester: pytest.Pytester, monkeypatch) -> None:
     pids = pytester.path / "pids.jsonl"
     monkeypatch.setenv("PIDS", str(pids))
+    # the child pytest runs in a temporary directory: it finds tests.isolation through the
+    # checkout, not through the current directory
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     pytester.makepyfile(test_cases=CASES)
     result = pytester.runpytest_subprocess("-p", "tests.isolation", "-rA")
     result.assert_outcomes(passed=2, failed=2, skipped=1)
