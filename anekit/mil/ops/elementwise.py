@@ -23,7 +23,6 @@ never wrapped or invented values; integer ``real_div`` truncates toward zero
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable
 from functools import reduce
 from typing import Any
@@ -33,6 +32,7 @@ import numpy as np
 from anekit.errors import MilTypeError
 from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
+from anekit.mil.ops.npmath import GELU_MODES, channel_vector, erf, exp2, quiet, real_div, sigmoid
 from anekit.mil.ops.ranges import RangeFn, bounded, interval_binary, monotone
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
@@ -42,87 +42,6 @@ FP_I32 = FP | INT32
 SELECTABLE = FP_I32 | BOOL
 _T = TRANSCENDENTAL
 _REQUIRED = object()
-
-
-# -- numeric helpers ----------------------------------------------------------------------
-def _quiet(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
-    """Wrap a formula: no floating-point warnings (NaN/inf are results), always an ndarray."""
-
-    def reference(**kwargs: Any) -> np.ndarray:
-        with np.errstate(all="ignore"):
-            return np.asarray(fn(**kwargs))
-
-    return reference
-
-
-def _is_int(x: np.ndarray) -> bool:
-    return np.asarray(x).dtype.kind in "iu"
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-# erfc(z) ~ t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0: a Chebyshev fit with a relative
-# error below 1.2e-7 for every z (Press et al., Numerical Recipes, 2nd ed., section 6.2,
-# erfcc). Coefficients of P, constant term first.
-_ERFC_FIT = (
-    -1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277,
-)  # fmt: skip
-_ERF_SERIES_BELOW = 0.5  # |x| under this: the Taylor series, exact to float64 in 12 terms
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """erf(x) in float64 to a relative error of about 1e-7 (NumPy has no erf), vectorised.
-
-    The fp16 storage model rounds the result to 11 bits, far coarser than the error.
-    """
-    x = np.asarray(x, np.float64)
-    z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = np.full_like(z, _ERFC_FIT[-1])
-    for c in reversed(_ERFC_FIT[:-1]):
-        poly *= t
-        poly += c
-    np.square(z, out=z)
-    poly -= z
-    with np.errstate(under="ignore"):
-        np.exp(poly, out=poly)
-    poly *= t
-    result = np.copysign(np.subtract(1.0, poly, out=poly), x)
-    small = np.abs(x) < _ERF_SERIES_BELOW
-    if small.any():  # erf(x) = 2/sqrt(pi) sum_n (-1)^n x^(2n+1) / (n! (2n+1)): exact near 0
-        xs = x[small]
-        x2, term, series = xs * xs, xs.copy(), xs.copy()
-        for n in range(1, 12):
-            term *= x2
-            term *= -1.0 / n
-            series += term / (2 * n + 1)
-        result[small] = np.copysign(series * (2.0 / math.sqrt(math.pi)), xs)  # keeps erf(-0) = -0
-    return result
-
-
-def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return integers.trunc_div(x, y) if _is_int(x) else np.true_divide(x, y)
-
-
-def _exp2(x: np.ndarray) -> np.ndarray:
-    return integers.power("exp2", np.asarray(2), x) if _is_int(x) else np.exp2(x)
-
-
-def _channel_vector(alpha: np.ndarray, rank: int) -> np.ndarray:
-    """A per-channel vector shaped to broadcast over axis 1 of a rank-``rank`` tensor."""
-    return np.reshape(alpha, (1, -1) + (1,) * (rank - 2))
-
-
-_GELU: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "EXACT": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "TANH_APPROXIMATION": lambda x: (
-        0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    ),
-    "SIGMOID_APPROXIMATION": lambda x: x * _sigmoid(1.702 * x),
-}
 
 
 # -- declaration factories ----------------------------------------------------------------
@@ -180,7 +99,7 @@ def _unary(
             name=name,
             params=(param("x", dtypes, domain="T"), *(p for p, _ in declared)),
             infer=infer,
-            reference=_quiet(fn),
+            reference=quiet(fn),
             traits=frozenset({ELEMENTWISE, *traits}),
             flops_per_element=flops,
             numerics=numerics,
@@ -243,7 +162,7 @@ def _binary(
             name=name,
             params=(param("x", dtypes, domain="T"), param("y", dtypes, domain="T")),
             infer=infer,
-            reference=_quiet(integers.binary(name, fn, divides=divides, exact=exact)),
+            reference=quiet(integers.binary(name, fn, divides=divides, exact=exact)),
             traits=frozenset({ELEMENTWISE, BINARY, *traits}),
             flops_per_element=flops,
             mask_operands=mask_operands,
@@ -296,7 +215,10 @@ def _ios17_own_domain(opdef: OpDef, names: tuple[str, ...]) -> OpDef:
 def _check_gelu_mode(a: Args) -> None:
     mode = a.const("mode")
     require(
-        mode in _GELU, "gelu", "mode", lambda: f"expected one of {sorted(_GELU)}, found {mode!r}"
+        mode in GELU_MODES,
+        "gelu",
+        "mode",
+        lambda: f"expected one of {sorted(GELU_MODES)}, found {mode!r}",
     )
 
 
@@ -370,7 +292,7 @@ for _name, _fn, _summary, _flops in (
     ("sinh", np.sinh, "Return sinh(x).", _T),
     ("cosh", np.cosh, "Return cosh(x).", _T),
     ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T),
-    ("erf", _erf, "Return the Gauss error function erf(x).", _T),
+    ("erf", erf, "Return the Gauss error function erf(x).", _T),
     ("tanh", np.tanh, "Return tanh(x).", _T),
 ):  # the lambda passes x positionally: ufuncs take no x= keyword
     _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops, ranges=_SIMPLE_RANGES.get(_name))
@@ -383,7 +305,7 @@ for _name, _fn, _summary, _flops in (
     _unary(_name, integers.unary(_name, _fn), _summary, dtypes=FP_I32, flops=_flops)
 _unary(
     "exp2",
-    integers.unary("exp2", _exp2),
+    integers.unary("exp2", exp2),
     "Return 2**x (integers: exact, truncated toward zero for x < 0).",
     dtypes=FP_I32,
     flops=_T,
@@ -457,14 +379,14 @@ _unary(
 )
 _unary(
     "sigmoid",
-    _sigmoid,
+    sigmoid,
     "Return 1 / (1 + exp(-x)).",
     traits=_ACT,
     flops=2 + _T,
     ranges=bounded(0.0, 1.0),
 )
 _unary(
-    "silu", lambda x: x * _sigmoid(x), "Return x * sigmoid(x) (swish).", traits=_ACT, flops=3 + _T
+    "silu", lambda x: x * sigmoid(x), "Return x * sigmoid(x) (swish).", traits=_ACT, flops=3 + _T
 )
 _unary(
     "softplus",
@@ -477,7 +399,7 @@ _unary(
 _unary("softsign", lambda x: x / (1 + np.abs(x)), "Return x / (1 + |x|).", traits=_ACT, flops=3)
 GELU = _unary(
     "gelu",
-    lambda x, mode: _GELU[mode](x),
+    lambda x, mode: GELU_MODES[mode](x),
     "Return the GELU of x: EXACT 0.5x(1 + erf(x/sqrt 2)); TANH_APPROXIMATION "
     "0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); SIGMOID_APPROXIMATION x sigmoid(1.702x).",
     extra=(
@@ -533,7 +455,7 @@ LINEAR_ACTIVATION = _unary(
 )
 PRELU = _unary(
     "prelu",
-    lambda x, alpha: np.where(x > 0, x, _channel_vector(alpha, x.ndim) * x),
+    lambda x, alpha: np.where(x > 0, x, channel_vector(alpha, x.ndim) * x),
     "Return x if x > 0, else alpha[c] * x, with one slope per channel (axis 1).",
     extra=(
         (
@@ -569,7 +491,7 @@ _binary(
 )
 _binary(
     "real_div",
-    _real_div,
+    real_div,
     "Return x / y elementwise, with broadcasting (integers: truncated toward zero).",
     divides=True,
     ranges=interval_binary("div"),
@@ -628,7 +550,7 @@ register(
             param("b", SELECTABLE, domain="T"),
         ),
         infer=lambda a: TensorType(a.a.dtype, _broadcast_all("select", a, ("cond", "a", "b"))),
-        reference=_quiet(lambda cond, a, b: np.where(cond, a, b)),
+        reference=quiet(lambda cond, a, b: np.where(cond, a, b)),
         traits=frozenset({ELEMENTWISE}),
         mask_operands=frozenset({"a", "b"}),  # a mask chosen between stays a mask
         doc=_doc(
