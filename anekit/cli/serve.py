@@ -16,6 +16,7 @@ from anekit.cli._common import (
     add_chip,
     add_threads,
     llm_compression,
+    non_negative,
     positive_int,
 )
 from anekit.errors import UsageError
@@ -69,15 +70,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="generations running at once, each with its own KV cache (default: 4)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-queue", type=int, default=32,
+        "--max-queue", type=non_negative(int), default=32,
         help="requests waiting for a session; beyond it 429 with Retry-After (default: 32)",
     )  # fmt: skip
     parser.add_argument(
-        "--timeout", type=float, default=60.0,
+        "--timeout", type=non_negative(float), default=60.0,
         help="seconds a request may wait for a session before a 503 (default: 60)",
     )  # fmt: skip
     parser.add_argument(
-        "--drain-seconds", type=float, default=10.0,
+        "--drain-seconds", type=non_negative(float), default=10.0,
         help="on SIGTERM, seconds running requests get to finish (default: 10)",
     )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no access log line per request")
@@ -93,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     from anekit.llm.serve.engine import Engine
     from anekit.llm.serve.server import health_facts, listen, model_name, run_server
 
-    if args.max_queue < 0 or args.timeout <= 0 or args.drain_seconds < 0:
-        raise UsageError("--max-queue must be >= 0, --timeout > 0 and --drain-seconds >= 0")
+    if args.timeout == 0:
+        raise UsageError("--timeout must be > 0 seconds, found 0")
     fp16.use_torch()  # imported before pinning, so that its threads are pinned too
     sock = listen(args.host, args.port)  # before loading: a taken port fails at once
     try:
