@@ -33,7 +33,7 @@ from anekit.errors import MilTypeError
 from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
 from anekit.mil.ops.npmath import GELU_MODES, channel_vector, erf, exp2, quiet, real_div, sigmoid
-from anekit.mil.ops.ranges import RangeFn, bounded, interval_binary, monotone
+from anekit.mil.ops.ranges import GELU, SILU, RangeFn, bounded, interval_binary, monotone, power
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -270,32 +270,24 @@ _unary(
     "Round x to the nearest integer, halves to even (0.5 -> 0, 1.5 -> 2).",
     numerics=device.ROUND_HALF_AWAY,
 )
-# the range transfer of the plain functions below (the rest: unbounded)
-_SIMPLE_RANGES: dict[str, RangeFn] = {
-    "sqrt": monotone(np.sqrt),
-    "ceil": monotone(np.ceil),
-    "floor": monotone(np.floor),
-    "sin": bounded(-1.0, 1.0),
-    "cos": bounded(-1.0, 1.0),
-    "tanh": bounded(-1.0, 1.0),
-}
-for _name, _fn, _summary, _flops in (
-    ("sqrt", np.sqrt, "Return the square root of x.", _T),
-    ("ceil", np.ceil, "Round x toward +inf.", 1),
-    ("floor", np.floor, "Round x toward -inf.", 1),
-    ("sin", np.sin, "Return sin(x).", _T),
-    ("cos", np.cos, "Return cos(x).", _T),
-    ("tan", np.tan, "Return tan(x).", _T),
-    ("asin", np.arcsin, "Return arcsin(x); NaN outside [-1, 1].", _T),
-    ("acos", np.arccos, "Return arccos(x); NaN outside [-1, 1].", _T),
-    ("atan", np.arctan, "Return arctan(x).", _T),
-    ("sinh", np.sinh, "Return sinh(x).", _T),
-    ("cosh", np.cosh, "Return cosh(x).", _T),
-    ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T),
-    ("erf", erf, "Return the Gauss error function erf(x).", _T),
-    ("tanh", np.tanh, "Return tanh(x).", _T),
+_SIGN = bounded(-1.0, 1.0)
+for _name, _fn, _summary, _flops, _ranges in (  # _ranges: the range transfer (None: unbounded)
+    ("sqrt", np.sqrt, "Return the square root of x.", _T, monotone(np.sqrt)),
+    ("ceil", np.ceil, "Round x toward +inf.", 1, monotone(np.ceil)),
+    ("floor", np.floor, "Round x toward -inf.", 1, monotone(np.floor)),
+    ("sin", np.sin, "Return sin(x).", _T, _SIGN),
+    ("cos", np.cos, "Return cos(x).", _T, _SIGN),
+    ("tan", np.tan, "Return tan(x).", _T, None),
+    ("asin", np.arcsin, "Return arcsin(x); NaN outside [-1, 1].", _T, None),
+    ("acos", np.arccos, "Return arccos(x); NaN outside [-1, 1].", _T, None),
+    ("atan", np.arctan, "Return arctan(x).", _T, None),
+    ("sinh", np.sinh, "Return sinh(x).", _T, None),
+    ("cosh", np.cosh, "Return cosh(x).", _T, None),
+    ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T, None),
+    ("erf", erf, "Return the Gauss error function erf(x).", _T, _SIGN),
+    ("tanh", np.tanh, "Return tanh(x).", _T, _SIGN),
 ):  # the lambda passes x positionally: ufuncs take no x= keyword
-    _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops, ranges=_SIMPLE_RANGES.get(_name))
+    _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops, ranges=_ranges)
 
 for _name, _fn, _summary, _flops in (
     ("abs", np.abs, "Return |x|.", 1),
@@ -386,7 +378,12 @@ _unary(
     ranges=bounded(0.0, 1.0),
 )
 _unary(
-    "silu", lambda x: x * sigmoid(x), "Return x * sigmoid(x) (swish).", traits=_ACT, flops=3 + _T
+    "silu",
+    lambda x: x * sigmoid(x),
+    "Return x * sigmoid(x) (swish).",
+    traits=_ACT,
+    flops=3 + _T,
+    ranges=SILU,
 )
 _unary(
     "softplus",
@@ -412,6 +409,7 @@ GELU = _unary(
     check=_check_gelu_mode,
     traits=_ACT,
     flops=4 + _T,
+    ranges=GELU,
 )
 LEAKY_RELU = _unary(
     "leaky_relu",
@@ -517,6 +515,7 @@ _binary(
     "Return x ** y elementwise, with broadcasting (NaN for x < 0 and fractional y).",
     flops=1 + 2 * _T,
     exact=integers.power,
+    ranges=power,
 )
 _binary(
     "maximum",
