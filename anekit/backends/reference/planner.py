@@ -25,7 +25,7 @@ import numpy as np
 
 from anekit import fp16
 from anekit.backends.reference.device import SATURATED, Storage, storage_for
-from anekit.backends.reference.forms import FORMS, Form
+from anekit.backends.reference.forms import FORMS, Form, ufunc_form
 from anekit.errors import CompileError, EvaluationError
 from anekit.hw.numerics import ideal
 from anekit.mil.ops.registry import received
@@ -286,7 +286,7 @@ class Planner:
         folded = all(self.slots[s].kind == "const" for s in ins) and CONSTEXPR in op.opdef.traits
         statics = all(v.type.is_static and held_dtype(v.type.dtype) for v in op.outputs)
         hook = self._hook(op)
-        factory = FORMS.get(op.op_type) if hook is None else None  # a hook reads the reference
+        factory = None if hook is not None else _factory(op)  # a hook reads the reference
         kind = "const" if folded else "buffer" if statics and factory else "runtime"
         outs = tuple(self._value_slot(v, kind) for v in op.outputs)
         fallback = _fallback(op, args, self.slots, outs, stores, hook, self.profile)
@@ -444,6 +444,11 @@ class Planner:
             peak = max(peak, live)
             live -= ends.pop(step.index, 0)
         return peak
+
+
+def _factory(op: Operation) -> Callable[[Context], Form | None] | None:
+    """The op's planned form: derived from its registry ``ufunc``, else the ``FORMS`` table."""
+    return ufunc_form if op.opdef.ufunc is not None else FORMS.get(op.op_type)
 
 
 def _store(dtype: DType, rounds: bool, storage: Storage | None) -> Callable[[Any, Any], Any]:
