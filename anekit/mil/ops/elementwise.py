@@ -3,7 +3,8 @@
 Names, parameters, dtypes and defaults follow coremltools' iOS15 definitions
 (``ops/defs/iOS15/elementwise_unary.py``, ``elementwise_binary.py``,
 ``activation.py``, ``control_flow.py`` for ``select``) and the iOS17 changes
-(``ops/defs/iOS17/elementwise_unary.py``, ``activation.py``), read at commit e0e2f42.
+(``ops/defs/iOS17/elementwise_unary.py``, ``activation.py``: :mod:`.elementwise17`), read at
+commit e0e2f42.
 
 References compute in the input's precision (fp16 arrives as float32) and
 follow NumPy where MIL says nothing more: ``maximum``/``minimum``/``relu``/
@@ -32,7 +33,7 @@ from anekit.errors import MilTypeError
 from anekit.mil.ops import device, integers, npmath
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
 from anekit.mil.ops.npmath import GELU_MODES, channel_vector, erf, exp2, quiet, real_div, sigmoid
-from anekit.mil.ops.ranges import RangeFn, bounded, interval_binary, monotone
+from anekit.mil.ops.ranges import GELU, SILU, RangeFn, bounded, interval_binary, monotone, power
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, Ufunc, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -259,32 +260,24 @@ _unary(
     "Round x to the nearest integer, halves to even (0.5 -> 0, 1.5 -> 2).",
     numerics=device.ROUND_HALF_AWAY,
 )
-# the range transfer of the plain functions below (the rest: unbounded)
-_SIMPLE_RANGES: dict[str, RangeFn] = {
-    "sqrt": monotone(np.sqrt),
-    "ceil": monotone(np.ceil),
-    "floor": monotone(np.floor),
-    "sin": bounded(-1.0, 1.0),
-    "cos": bounded(-1.0, 1.0),
-    "tanh": bounded(-1.0, 1.0),
-}
-for _name, _fn, _summary, _flops in (
-    ("sqrt", np.sqrt, "Return the square root of x.", _T),
-    ("ceil", np.ceil, "Round x toward +inf.", 1),
-    ("floor", np.floor, "Round x toward -inf.", 1),
-    ("sin", np.sin, "Return sin(x).", _T),
-    ("cos", np.cos, "Return cos(x).", _T),
-    ("tan", np.tan, "Return tan(x).", _T),
-    ("asin", np.arcsin, "Return arcsin(x); NaN outside [-1, 1].", _T),
-    ("acos", np.arccos, "Return arccos(x); NaN outside [-1, 1].", _T),
-    ("atan", np.arctan, "Return arctan(x).", _T),
-    ("sinh", np.sinh, "Return sinh(x).", _T),
-    ("cosh", np.cosh, "Return cosh(x).", _T),
-    ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T),
-    ("erf", erf, "Return the Gauss error function erf(x).", _T),
-    ("tanh", np.tanh, "Return tanh(x).", _T),
+_SIGN = bounded(-1.0, 1.0)
+for _name, _fn, _summary, _flops, _ranges in (  # _ranges: the range transfer (None: unbounded)
+    ("sqrt", np.sqrt, "Return the square root of x.", _T, monotone(np.sqrt)),
+    ("ceil", np.ceil, "Round x toward +inf.", 1, monotone(np.ceil)),
+    ("floor", np.floor, "Round x toward -inf.", 1, monotone(np.floor)),
+    ("sin", np.sin, "Return sin(x).", _T, _SIGN),
+    ("cos", np.cos, "Return cos(x).", _T, _SIGN),
+    ("tan", np.tan, "Return tan(x).", _T, None),
+    ("asin", np.arcsin, "Return arcsin(x); NaN outside [-1, 1].", _T, None),
+    ("acos", np.arccos, "Return arccos(x); NaN outside [-1, 1].", _T, None),
+    ("atan", np.arctan, "Return arctan(x).", _T, None),
+    ("sinh", np.sinh, "Return sinh(x).", _T, None),
+    ("cosh", np.cosh, "Return cosh(x).", _T, None),
+    ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T, None),
+    ("erf", erf, "Return the Gauss error function erf(x).", _T, _SIGN),
+    ("tanh", np.tanh, "Return tanh(x).", _T, _SIGN),
 ):
-    _unary(_name, _fn, _summary, flops=_flops, ranges=_SIMPLE_RANGES.get(_name))
+    _unary(_name, _fn, _summary, flops=_flops, ranges=_ranges)
 
 for _name, _fn, _summary, _flops in (
     ("abs", np.abs, "Return |x|.", 1),
@@ -389,6 +382,7 @@ _unary(
     "Return x * sigmoid(x) (swish).",
     traits=_ACT,
     flops=3 + _T,
+    ranges=SILU,
     ufunc=Ufunc(into=npmath.silu_into, inplace=False),
 )
 _unary(
@@ -415,6 +409,7 @@ GELU = _unary(
     check=_check_gelu_mode,
     traits=_ACT,
     flops=4 + _T,
+    ranges=GELU,
 )
 LEAKY_RELU = _unary(
     "leaky_relu",
@@ -523,6 +518,7 @@ _binary(
     "Return x ** y elementwise, with broadcasting (NaN for x < 0 and fractional y).",
     flops=1 + 2 * _T,
     exact=integers.power,
+    ranges=power,
 )
 _binary(
     "maximum",
