@@ -29,7 +29,6 @@ from anekit import fp16
 from anekit.train.config import get_config
 from anekit.train.data import default_corpus
 from anekit.train.loop import Trainer
-from anekit.train.model import Model
 from anekit.train.params import init_params
 
 
