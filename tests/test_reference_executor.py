@@ -79,6 +79,20 @@ def test_every_form_names_a_registered_op_with_a_case() -> None:
     covered = {c.op for c in CASES}
     assert set(forms.FORMS) <= set(registry.names())
     assert set(forms.FORMS) <= covered
+    assert covered == set(registry.names())  # every op has a case
+
+
+def test_every_ufunc_op_runs_its_derived_form() -> None:
+    """Each op declaring a registry ``Ufunc`` is planned from it, not its reference, in a case;
+    and no form in the table restates an op the registry gives a ufunc."""
+    declared = {d.name for d in registry.all_ops() if d.ufunc is not None}
+    assert not declared & set(forms.FORMS)
+    planned = set()
+    for case in CASES:
+        if case.op in declared:
+            with ReferenceKernel(build(case)) as kernel:
+                planned |= {s.op.op_type for s in kernel.plan.steps if s.form is not None}
+    assert sorted(declared - planned) == []
 
 
 def test_the_transformer_forward_matches_the_previous_executor() -> None:
