@@ -140,3 +140,74 @@ GELU_MODES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     ),
     "SIGMOID_APPROXIMATION": lambda x: x * sigmoid(1.702 * x),
 }
+
+
+# -- out= forms: a formula of the elementwise ops, one ufunc at a time into ``out`` ---------------
+# Each replays its op's reference on float32 operands (same ufuncs, same order, same operands), so
+# it gives the same bits; the reference backend runs it into a planned buffer (registry.Ufunc).
+def sigmoid_into(out: np.ndarray, x: np.ndarray) -> None:
+    """1.0 / (1.0 + np.exp(-x))"""
+    np.negative(x, out=out)
+    np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.divide(1.0, out, out=out)
+
+
+def silu_into(out: np.ndarray, x: np.ndarray) -> None:
+    """x * sigmoid(x) (reads x after writing out: never in place)"""
+    sigmoid_into(out, x)
+    np.multiply(x, out, out=out)
+
+
+def relu_into(out: np.ndarray, x: np.ndarray) -> None:
+    """np.maximum(x, 0)"""
+    np.maximum(x, 0, out=out)
+
+
+def relu6_into(out: np.ndarray, x: np.ndarray) -> None:
+    """np.minimum(np.maximum(x, 0), 6)"""
+    np.maximum(x, 0, out=out)
+    np.minimum(out, 6, out=out)
+
+
+def clip_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """np.minimum(np.maximum(x, alpha), beta)"""
+    np.maximum(x, alpha, out=out)
+    np.minimum(out, beta, out=out)
+
+
+def threshold_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray) -> None:
+    """np.maximum(x, alpha)"""
+    np.maximum(x, alpha, out=out)
+
+
+def rsqrt_into(out: np.ndarray, x: np.ndarray, epsilon: np.ndarray) -> None:
+    """1.0 / np.sqrt(x + epsilon)"""
+    np.add(x, epsilon, out=out)
+    np.sqrt(out, out=out)
+    np.divide(1.0, out, out=out)
+
+
+def inverse_into(out: np.ndarray, x: np.ndarray, epsilon: np.ndarray) -> None:
+    """1.0 / (x + epsilon)"""
+    np.add(x, epsilon, out=out)
+    np.divide(1.0, out, out=out)
+
+
+def log_into(out: np.ndarray, x: np.ndarray, epsilon: np.ndarray) -> None:
+    """np.log(x + epsilon)"""
+    np.add(x, epsilon, out=out)
+    np.log(out, out=out)
+
+
+def linear_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """alpha * x + beta"""
+    np.multiply(alpha, x, out=out)
+    np.add(out, beta, out=out)
+
+
+def scaled_tanh_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """alpha * np.tanh(beta * x)"""
+    np.multiply(beta, x, out=out)
+    np.tanh(out, out=out)
+    np.multiply(alpha, out, out=out)
