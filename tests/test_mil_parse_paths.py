@@ -214,8 +214,8 @@ def test_a_parse_makes_no_garbage_cycles() -> None:
         gc.enable() if was else gc.disable()
 
 
-def test_a_type_error_in_a_plain_statement_points_at_its_parameter() -> None:
-    """The plain-token reader keeps no positions; an error reads the statement again for them."""
+def test_a_type_error_points_at_its_parameter() -> None:
+    """Where each argument was given is kept: a type error points at the parameter."""
     text = SMALL.replace("tensor<fp16, [2]> x)", "tensor<fp16, [2]> x, tensor<int32, [2]> k)")
     text = text.replace("y = tensor<fp16, [2]>([1, 2])", "y = k")
     with pytest.raises(MilTypeError, match="dtype int32 differs from fp16") as info:
