@@ -12,22 +12,26 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import MilTypeError
-from anekit.mil.lexer import MORE, is_name, show
+from anekit.errors import MilTypeError, WeightFileError
+from anekit.mil.lexer import MORE, show
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
 from anekit.mil.reader import LiteralReader
 from anekit.mil.types import DType, TensorType
 from anekit.mil.typetokens import SCALAR_NAMES, known_type
+from anekit.mil.values import BlobRef
 from anekit.mil.verify import check_op, check_returns
 from anekit.mil.weights import WeightSource
 
 # A whole-line const statement: `TYPE name = const()[name = string("op"), val = LITERAL];`,
-# the name also spelt as the legacy dialect does, tensor<string, []>("op").
+# the name also spelt as the legacy dialect does, tensor<string, []>("op"); a BLOBFILE literal
+# (either dialect's spelling) is matched in the same step.
 _CONST_LINE = re.compile(
     r"\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)"
-    r'\[name = (?:string|tensor<string, \[\]>)\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z',
+    r'\[name = (?:string|tensor<string, \[\]>)\("(?P<op_name>\w+)"\), val = (?P<literal>'
+    r'(?P<blob_type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
+    r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d{1,20})\)\)\)|.*)\];\s*\Z",
     re.ASCII,
 )
 _PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
@@ -419,20 +423,30 @@ class _Parser(LiteralReader):
         m = _CONST_LINE.match(line)
         if m is None:
             return False
-        type_text, name, op_name, text = m.group("type", "name", "op_name", "literal")
+        type_text, name, op_name, path = m.group("type", "name", "op_name", "path")
         declared = known_type(type_text)
-        if declared is None or not is_name(name):
+        if declared is None or not (name.isidentifier() and name.isascii()):
             return False
-        literal = self.literal_text(text)
-        if literal is None or (literal.type is not declared and literal.type != declared):
-            return False
+        if path is None:
+            literal = self.literal_text(m.group("literal"))
+            if literal is None or (literal.type is not declared and literal.type != declared):
+                return False
+        else:  # a weight: read as the declared type, spelt again by the literal
+            if m.group("blob_type") != type_text or not declared.is_static:
+                return False
+            offset = int(m.group("offset"))
+            try:
+                array = self.weights.tensor(path, offset, declared)
+            except WeightFileError:
+                return False  # the general path reports it, at the BLOBFILE's line
+            literal = Value("", declared, None, array, BlobRef(path, offset))
         self.fast[len(self.toks)] = (name, declared, literal, line_no, op_name)
         self.toks.append(line.strip())  # readable if an error message ever shows it
         return True
 
     def const_line(self, start: int, opset: str) -> Operation:
         """The const op of a line ``fast_const`` took (the statement at token ``start``)."""
-        name, declared, literal, line_no, op_name = self.fast[start]
+        name, declared, literal, line_no, op_name = self.fast.pop(start)
         if name in self.env:
             line = self.lines[line_no]
             raise MilTypeError(
