@@ -8,10 +8,9 @@
    default init runs into denormals on ``stories15m`` and makes its step about 15x
    slower, which would flatter anekit. Steps of the three candidates are interleaved
    (``harness``); target of issue 13: at least 0.5x PyTorch's tokens/s.
-2. The cost model's predicted ANE time per step for ``stories110m`` (batch 1, seq 256, the
-   published run's shape) on m4, next to the published 91.8-111 ms/step
-   (maderix/ANE, training/README.md: 106.7 static, 91.8 with ANE extras, 111 dynamic
-   weights; those include the CPU work, the prediction does not).
+2. The predicted step (``anekit.train.cost``: kernels and host work) next to every
+   published step in ``anekit/train/data/published.json`` (Stories110M 91 and 111 ms,
+   Qwen3-0.6B 412 ms on M4, maderix/ANE's dynamic pipeline).
 
 Data-parallel scaling (tokens/s at 1 and 2 ranks on MLX and Gloo, the all-reduce's share)
 is ``benchmarks/train_scaling.py``: it runs whole multi-process jobs, not steps in one process.
@@ -30,7 +29,6 @@ from anekit import fp16
 from anekit.train.config import get_config
 from anekit.train.data import default_corpus
 from anekit.train.loop import Trainer
-from anekit.train.model import Model
 from anekit.train.params import init_params
 
 
@@ -134,13 +132,6 @@ def load_anekit_init(net, named) -> None:
             block.w2.weight.copy_(torch.from_numpy(w["w2"]))  # f = w2 @ (silu(h1) * h3)
 
 
-def predicted_ms(config: str, chip: str = "m4") -> float | None:
-    """The cost model's ANE kernel time per step (batch 1), or None without the cost model."""
-    with Model(get_config(config).model, batch=1, backend="reference") as model:
-        seconds = model.predicted_ane_seconds(chip)
-    return None if seconds is None else seconds * 1e3
-
-
 def throughput(config: str, rounds: int) -> None:
     named = get_config(config)
     trainer = Trainer(named.model, named.train, default_corpus(), backend="reference")
@@ -179,15 +170,12 @@ def main() -> None:
     with pinned(args.threads):
         for config in args.configs.split(","):
             throughput(config, args.rounds)
-    for config, published in (("stories110m", "91.8-111 ms (maderix/ANE training/README.md)"),
-                              ("qwen3-0.6b", "412 ms (ANE_NOTES section 5)")):  # fmt: skip
-        ms = predicted_ms(config)
-        if ms is None:
-            print(f"{config}: no cost model (anekit.hw) in this checkout")
-        else:
-            print(
-                f"{config} on m4: cost model {ms:.1f} ms/step of ANE kernels; published {published}"
-            )
+    from anekit.train.cost import compare_published
+
+    for r in compare_published():
+        print(f"{r['model']} on {r['chip']}: predicted {r['predicted_ms']} ms/step (ANE {r['ane_ms']} "
+              f"ms; anekit's serial schedule {r['serial_ms']} ms), published {r['published_ms']} ms "
+              f"({r['source']})")  # fmt: skip
 
 
 if __name__ == "__main__":

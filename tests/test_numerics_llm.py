@@ -84,7 +84,8 @@ def test_without_the_scaling_the_golden_model_shows_the_failure(outlier) -> None
     from anekit import llm
 
     directory, reference = outlier
-    with llm.load(directory, backend="reference", numerics="m4", residual_scale=1.0) as m:
+    with llm.load(directory, backend="reference", numerics="m4", residual_scale=1.0,
+                  residual="fp16") as m:  # fmt: skip
         try:
             got = m.logits(IDS)
         except AnekitError as e:  # the garbage guard may refuse the step: also a failure shown

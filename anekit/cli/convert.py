@@ -222,7 +222,9 @@ def _as_json(result: Any, chip: str) -> dict:
         "statements": len(result.program.main.ops),
         "fidelity": None if result.fidelity is None else result.fidelity.to_dict(),
         "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
-        "converter_notes": [dataclasses.asdict(d) for d in result.converter_notes],
+        "converter_notes": [
+            {**dataclasses.asdict(f.diagnostic), "reason": f.reason} for f in result.converter_notes
+        ],
         "estimate": None
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
@@ -257,8 +259,9 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         )
         if result.converter_notes:
             print(
-                f"({len(result.converter_notes)} layout finding(s) on tensors inside the program, "
-                "placed by the converter, are not advice: --json lists them as converter_notes)"
+                f"({len(result.converter_notes)} finding(s) about what the converter chose, "
+                "recorded in the model and not advice: `anekit check --facts` shows them, "
+                "--json lists them as converter_notes)"
             )
     if args.estimate:
         print(estimate_table(result.estimate))

@@ -6,6 +6,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops.common import ARITH, BOOL, FP, SOFTMAX, broadcast, flops_cost, numel, require
+from anekit.mil.ops.ranges import passes
 from anekit.mil.ops.registry import Args, OpDef, param, register
 from anekit.mil.ops.traits import ATTENTION, MATMUL
 from anekit.mil.types import TensorType
@@ -102,6 +103,7 @@ register(
         ),
         infer=_sdpa_infer,
         reference=_sdpa_reference,
+        ranges=passes("value"),  # softmax weights in [0, 1] summing to 1: inside value's interval
         cost=flops_cost(_sdpa_flops),
         traits=frozenset({ATTENTION, MATMUL}),
         since="ios18",

@@ -14,7 +14,7 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops.common import FP, INT32, STRING, flops_cost, mac_cost, numel, require
-from anekit.mil.ops.ranges import contraction
+from anekit.mil.ops.ranges import contraction, transposed_contraction
 from anekit.mil.ops.registry import Args, Numerics, OpDef, const_ints, param, register
 from anekit.mil.ops.traits import CONSTEXPR, CONV
 from anekit.mil.types import TensorType
@@ -509,6 +509,7 @@ _conv_transpose_ios15 = register(
         in_channels=_x_channels,
         traits=frozenset({CONV}),
         numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
+        ranges=transposed_contraction,
         shape_only=frozenset({"weight", "bias"}),
         doc=_CONV_TRANSPOSE_DOC,
     )

@@ -23,6 +23,7 @@ import numpy as np
 from anekit.errors import EvaluationError, MilTypeError
 from anekit.mil.ops import device
 from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
+from anekit.mil.ops.ranges import moved_or_zero, of_consts
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.shape import (
     MOVES,
@@ -428,6 +429,7 @@ declare(
     (const_vector("shape"), param("value", T15, ranks=(0,), const=True, default=0.0)),
     _fill_infer,
     lambda shape, value: np.full(const_ints(shape), value),
+    ranges=of_consts("value"),
     doc="""Return a tensor of the given shape with every element equal to ``value``.
 
     Args:
@@ -473,6 +475,7 @@ declare(
         (range_length("range_1d", a.const("start"), a.const("end"), a.const("step")),),
     ),
     _range_reference,
+    ranges=of_consts("start", "end"),
     doc="""Return ``start, start + step, ...`` up to ``end`` exclusive, as NumPy's arange.
 
     Args:
@@ -496,6 +499,7 @@ declare(
     _shape_infer,
     lambda x: np.array(x.shape, dtype=np.int32),
     cost=lambda a, outs: Cost(0.0, 0.0, float(outs[0].nbytes or 0)),
+    ranges=None,  # integers: the shape, not x's values
     doc="""Return the shape of x as a tensor.
 
     Args:
@@ -545,6 +549,7 @@ declare(
     ),
     _one_hot_infer,
     _one_hot,
+    ranges=of_consts("on_value", "off_value"),
     doc="""Expand indices into one-hot vectors along a new dimension.
 
     Args:
@@ -578,6 +583,7 @@ declare(
     (x_param(), const_axis("lower", -1), const_axis("upper", -1)),
     _band_part_infer,
     _band_part,
+    ranges=moved_or_zero,
     doc="""Keep a diagonal band of the innermost matrices of x and zero the rest.
 
     Element (m, n) is kept when (lower < 0 or m - n <= lower) and (upper < 0 or

@@ -13,7 +13,7 @@ import numpy as np
 from anekit.errors import MilTypeError
 from anekit.mil.ops import integers
 from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, mac_cost, require
-from anekit.mil.ops.ranges import contraction
+from anekit.mil.ops.ranges import contraction, matmul_like
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
 from anekit.mil.ops.traits import MATMUL
 from anekit.mil.types import DType, TensorType
@@ -333,6 +333,7 @@ register(
         contraction=lambda a: a.values[0].shape[-1],  # the dim summed over: -1 of x, -3 of y
         traits=frozenset({MATMUL}),
         numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
+        ranges=matmul_like,
         doc="""Einstein summation, restricted to a matmul over dims -3 and -1 (as coremltools).
 
         Args:

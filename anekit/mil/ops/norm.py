@@ -23,7 +23,12 @@ from anekit.mil.ops.common import (
     per_output_element,
     require,
 )
-from anekit.mil.ops.ranges import standardized
+from anekit.mil.ops.ranges import (
+    affine_per_channel,
+    response_normalized,
+    standardized,
+    unit_ball,
+)
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -220,6 +225,7 @@ _register_with_ios17_domain(
         infer=_infer_channel_params(("mean", "variance", "gamma", "beta")),
         shape_only=frozenset({"mean", "variance", "gamma", "beta"}),
         reference=_batch_norm,
+        ranges=affine_per_channel,
         # the statistics are constants: subtract, scale, shift
         cost=per_output_element(3),
         doc="""``gamma * (x - mean) / sqrt(variance + epsilon) + beta`` per channel (axis 1).
@@ -239,6 +245,12 @@ _register_with_ios17_domain(
 
 
 # -- instance_norm -------------------------------------------------------------------------------
+
+
+def _spatial_count(a: Args) -> Any:
+    """How many elements instance_norm normalises together (x's spatial dims)."""
+    dims = a.x.shape[2:]
+    return math.prod(dims) if all(isinstance(d, int) for d in dims) else None
 
 
 def _instance_norm(
@@ -263,6 +275,7 @@ _register_with_ios17_domain(
         infer=_infer_channel_params(("gamma", "beta")),
         shape_only=frozenset({"gamma", "beta"}),
         reference=_instance_norm,
+        ranges=standardized(_spatial_count),
         # as layer_norm: mean, subtract, square, sum, scale, gamma, beta
         cost=per_output_element(7),
         doc="""Normalise each (sample, channel) over the spatial axes, then scale and shift.
@@ -300,6 +313,7 @@ _register_with_ios17_domain(
         params=(_x_param(), _epsilon(1e-6)),
         infer=_infer_l2_norm,
         reference=_l2_norm,
+        ranges=unit_ball,
         # square, sum, scale
         cost=per_output_element(3),
         doc="""Divide ``x`` by ``sqrt(sum(x**2) + epsilon)`` over its last three axes.
@@ -358,6 +372,7 @@ _register_with_ios17_domain(
         ),
         infer=_infer_local_response_norm,
         reference=_local_response_norm,
+        ranges=response_normalized,
         cost=_local_response_norm_cost,
         doc="""``x / (k + alpha / size * sum(x**2 over neighbouring channels)) ** beta``.
 

@@ -22,6 +22,7 @@ from anekit.mil.ops.conv import (
     window_out,
     window_view,
 )
+from anekit.mil.ops.ranges import RangeFn, averaged, passes, root_sum_square
 from anekit.mil.ops.registry import Args, CostFn, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.traits import EXACT
 from anekit.mil.types import DType, TensorType
@@ -156,6 +157,8 @@ def _pool(
     max_spatial: int,
     extra: tuple[Param, ...] = (),
     extra_doc: str = "",
+    *,
+    ranges: RangeFn,
 ) -> None:
     """Register a pooling op for iOS15 and its iOS16 version (which accepts same_lower)."""
     ranks = tuple(range(3, max_spatial + 3))
@@ -169,6 +172,7 @@ def _pool(
             params=(param("x", FP, ranks=ranks, domain="T"), *extra, *_POOL_PARAMS),
             infer=_pool_infer(name, PAD_TYPES_IOS15, max_spatial),
             reference=reference,
+            ranges=ranges,
             # one operation per window position of every output element
             cost=flops_cost(
                 lambda a, outs: (
@@ -195,9 +199,22 @@ _pool(
     (param("exclude_padding_from_average", BOOL, ranks=(0,), const=True, default=False),),
     "\n    exclude_padding_from_average (const bool): divide by the count of input positions "
     "only\n        (padding excluded). Default: false.",
+    ranges=averaged,
 )
-_pool("max_pool", "Maximum of each window (padding never wins).", _max_pool_reference, 3)
-_pool("l2_pool", "Square root of the sum of squares of each window.", _l2_pool_reference, 2)
+_pool(
+    "max_pool",
+    "Maximum of each window (padding never wins).",
+    _max_pool_reference,
+    3,
+    ranges=passes("x"),
+)
+_pool(
+    "l2_pool",
+    "Square root of the sum of squares of each window.",
+    _l2_pool_reference,
+    2,
+    ranges=root_sum_square,
+)
 
 
 # -- upsampling ----------------------------------------------------------------------------
@@ -296,6 +313,7 @@ register(
         params=(param("x", FP, domain="T"), *_SCALE_PARAMS),
         infer=_upsample_infer("upsample_nearest_neighbor"),
         reference=_nearest_reference,
+        ranges=passes("x"),  # copies of x's elements
         cost=_upsample_cost(0.0),
         traits=frozenset({EXACT}),
         doc=f"""Upsample the last two dims by repeating the nearest input element.
@@ -332,6 +350,7 @@ _bilinear_ios15 = register(
         ),
         infer=_upsample_infer("upsample_bilinear"),
         reference=_bilinear_reference,
+        ranges=passes("x"),  # weights in [0, 1] summing to 1: inside x's interval
         cost=_upsample_cost(BILINEAR_FLOPS_PER_ELEMENT),
         doc=_BILINEAR_DOC,
     )

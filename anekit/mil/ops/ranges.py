@@ -175,3 +175,187 @@ def const_bound(value: Any) -> Interval | None:
     if array.dtype.kind not in "fiub" or array.size == 0:
         return None
     return _finite(float(np.min(array)), float(np.max(array)))
+
+
+def _hull(*intervals: Interval | None) -> Interval | None:
+    """The smallest interval holding every one given (None if any is unbounded)."""
+    if any(i is None for i in intervals):
+        return None
+    return (min(i[0] for i in intervals), max(i[1] for i in intervals))  # type: ignore[index]
+
+
+def _with_zero(interval: Interval | None) -> Interval | None:
+    return None if interval is None else (min(interval[0], 0.0), max(interval[1], 0.0))
+
+
+def moved(a: Any, bound: Bound) -> Interval | None:
+    """A movement op: every output element is an element of ``x`` (or of one of ``values``)."""
+    if "values" in a.opdef.by_name:
+        return _hull(*(bound(v) for v in a.values))
+    return bound(a.x)
+
+
+def moved_or_zero(a: Any, bound: Bound) -> Interval | None:
+    """A movement op that also writes zeros (band_part's outside, space_to_batch's padding)."""
+    return _with_zero(moved(a, bound))
+
+
+def padded(a: Any, bound: Bound) -> Interval | None:
+    """pad: ``x``'s elements, and ``constant_val`` where the mode is constant."""
+    x = bound(a.x)
+    if a.const("mode") != "constant":
+        return x  # reflect / replicate copy elements of x
+    value = a.const("constant_val")
+    return _hull(x, (0.0, 0.0) if value is None else const_bound(value))
+
+
+def of_consts(*names: str) -> RangeFn:
+    """An output made of the given constant parameters' values (fill, one_hot, range_1d)."""
+
+    def transfer(a: Any, bound: Bound) -> Interval | None:
+        values = [getattr(a, n) for n in names]
+        return _hull(*(None if v is None else bound(v) for v in values))
+
+    return transfer
+
+
+def matmul_like(a: Any, bound: Bound) -> Interval | None:
+    """einsum (a matmul over x's axis -1 and y's axis -3): |out| <= max|x| * the largest sum of
+    |y| along the contracted axis when y is a constant (likewise for a constant x), else
+    K * max|x| * max|y|."""
+    xv, yv = a.values
+    x, y = bound(xv), bound(yv)
+    if x is None or y is None:
+        return None
+    if yv.const is not None:
+        total = magnitude(x) * _largest_sum(yv.const, -3)
+    elif xv.const is not None:
+        total = magnitude(y) * _largest_sum(xv.const, -1)
+    else:
+        k = xv.type.shape[-1]
+        if not isinstance(k, int):
+            return None
+        total = k * magnitude(x) * magnitude(y)
+    return _finite(-total, total)
+
+
+def _largest_sum(const: Any, axis: int | tuple[int, ...]) -> float:
+    sums = np.sum(np.abs(np.asarray(const, np.float64)), axis=axis)
+    return float(np.max(sums)) if sums.size else 0.0
+
+
+def transposed_contraction(a: Any, bound: Bound) -> Interval | None:
+    """conv_transpose: each output element gets at most one product per (input channel of its
+    group, kernel tap), so |out| <= max|x| * max over output channels of sum |w| + max|bias|."""
+    x, w = bound(a.x), bound(a.weight)
+    if x is None or w is None:
+        return None
+    wv, groups = a.weight, int(a.const("groups"))
+    shape = wv.type.shape
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    per_group = shape[0] // groups
+    if (
+        wv.const is not None
+    ):  # [C_in, C_out/groups, *K] -> [groups, C_in/groups, C_out/groups, taps]
+        w_abs = np.abs(np.asarray(wv.const, np.float64)).reshape(groups, per_group, shape[1], -1)
+        gain = float(np.max(w_abs.sum(axis=(1, 3)))) if w_abs.size else 0.0
+    else:
+        gain = magnitude(w) * per_group * math.prod(shape[2:])
+    total = magnitude(x) * gain
+    if a.bias is not None:
+        b = bound(a.bias)
+        if b is None:
+            return None
+        total += magnitude(b)
+    return _finite(-total, total)
+
+
+def affine_per_channel(a: Any, bound: Bound) -> Interval | None:
+    """batch_norm with constant statistics: ``(x - mean) * gamma / sqrt(var + eps) + beta`` per
+    channel, the union of each channel's image of x's interval."""
+    x = bound(a.x)
+    names = ("mean", "variance", "gamma", "beta", "epsilon")
+    consts = {n: a.const(n) for n in names}
+    if x is None or consts["mean"] is None or consts["variance"] is None:
+        return None
+    f64 = {n: None if v is None else np.asarray(v, np.float64) for n, v in consts.items()}
+    with np.errstate(all="ignore"):
+        scale = 1.0 / np.sqrt(f64["variance"] + f64["epsilon"])
+        if f64["gamma"] is not None:
+            scale = scale * f64["gamma"]
+        shift = np.zeros_like(scale) if f64["beta"] is None else f64["beta"]
+        ends = [(x[0] - f64["mean"]) * scale + shift, (x[1] - f64["mean"]) * scale + shift]
+    return _finite(float(np.min(ends)), float(np.max(ends)))
+
+
+def unit_ball(a: Any, bound: Bound) -> Interval | None:
+    """l2_norm: each element is at most 1 in magnitude, with x's sign."""
+    x = bound(a.x)
+    if x is None:
+        return (-1.0, 1.0)
+    return (-1.0 if x[0] < 0 else 0.0, 1.0 if x[1] > 0 else 0.0)
+
+
+def response_normalized(a: Any, bound: Bound) -> Interval | None:
+    """local_response_norm: x over ``(k + alpha/size * window)**beta``, whose denominator is at
+    least ``k**beta`` when k > 0 and alpha, beta >= 0: |out| <= |x| / k**beta, with x's sign."""
+    x = bound(a.x)
+    k, alpha, beta = (float(np.asarray(a.const(n))) for n in ("k", "alpha", "beta"))
+    if x is None or not (k > 0 and alpha >= 0 and beta >= 0):
+        return None
+    floor = k**beta
+    return _finite(min(x[0], 0.0) / floor, max(x[1], 0.0) / floor)
+
+
+def averaged(a: Any, bound: Bound) -> Interval | None:
+    """avg_pool: a mean of x's elements (and of padding zeros, unless they are excluded)."""
+    x = bound(a.x)
+    return x if bool(a.const("exclude_padding_from_average")) else _with_zero(x)
+
+
+def root_sum_square(a: Any, bound: Bound) -> Interval | None:
+    """l2_pool: sqrt of a window's sum of squares: at most sqrt(window size) * max|x|."""
+    x = bound(a.x)
+    if x is None:
+        return None
+    taps = math.prod(int(k) for k in np.ravel(a.const("kernel_sizes")))
+    return (0.0, math.sqrt(taps) * magnitude(x))
+
+
+def power(a: Any, bound: Bound) -> Interval | None:
+    """pow: for x >= 0 the extremes are at the corners (0 ** y < 0 unbounded); for an x that
+    may be negative only a constant integer exponent is bounded (|x| ** y, even: not negative)."""
+    x, y = bound(a.x), bound(a.y)
+    if x is None or y is None:
+        return None
+    if x[0] >= 0.0:
+        if x[0] == 0.0 and y[0] < 0.0:
+            return None
+        with np.errstate(all="ignore"):
+            return _corners(x, y, lambda p, q: float(np.power(p, q)))
+    exponent = a.y.const
+    if exponent is None:
+        return None
+    e = np.unique(np.asarray(exponent, np.float64))
+    if not np.all(e == np.round(e)) or np.any(e < 0):
+        return None  # NaN for a fractional power of a negative value; 1/0 for a negative one
+    top = max(magnitude(x) ** float(v) for v in e)
+    return _finite(0.0 if np.all(e % 2 == 0) else -top, top)
+
+
+def dips_below_zero(least: float) -> RangeFn:
+    """gelu, silu: ``x * g(x)`` with g in [0, 1]: between ``least`` (its minimum) and max(x, 0);
+    never negative where x is not."""
+
+    def transfer(a: Any, bound: Bound) -> Interval | None:
+        x = bound(a.x)
+        if x is None:
+            return None
+        return (least if x[0] < 0.0 else 0.0, max(x[1], 0.0))
+
+    return transfer
+
+
+GELU = dips_below_zero(-0.1702)  # below every mode: EXACT -0.16997, TANH -0.17004, SIGMOID -0.16361
+SILU = dips_below_zero(-0.2785)  # x sigmoid(x) is least at x = -1.2785: -0.27846

@@ -29,7 +29,7 @@ from anekit.mil.ops.common import (
     axis_index,
     require,
 )
-from anekit.mil.ops.ranges import RangeFn, passes
+from anekit.mil.ops.ranges import RangeFn, moved
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -104,9 +104,6 @@ def x_param(dtypes: frozenset[DType] = T15) -> Param:
     return param("x", dtypes, domain="T")
 
 
-_PASSES_X = passes("x")  # a movement op's output bound is its input's
-
-
 def declare(
     name: str,
     params: tuple[Param, ...],
@@ -119,7 +116,7 @@ def declare(
     traits: frozenset[str] = frozenset({EXACT}),
     infer_values: frozenset[str] = frozenset(),
     numerics: Numerics | None = None,
-    ranges: RangeFn | None = _PASSES_X,
+    ranges: RangeFn | None = moved,
 ) -> OpDef:
     """Register a data-movement op (by default "exact": every output element is an input's, so
     its bound passes through)."""

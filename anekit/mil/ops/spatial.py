@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from anekit.mil.ops.common import FP, INT32, STRING, require
+from anekit.mil.ops.ranges import moved_or_zero, padded
 from anekit.mil.ops.registry import Args, Param, const_ints, param
 from anekit.mil.ops.shape import UINT32, const_axis, const_vector, declare, static_shape, x_param
 from anekit.mil.types import TensorType
@@ -91,6 +92,7 @@ declare(
     ),
     _pad_infer,
     _pad_reference,
+    ranges=padded,
     doc="""Pad the last dimensions of x.
 
     Args:
@@ -303,6 +305,7 @@ declare(
     (x_param(FP), const_vector("block_shape"), param("paddings", INT32, ranks=(2,), const=True)),
     _space_to_batch_infer,
     _space_to_batch,
+    ranges=moved_or_zero,
     doc=f"""Zero-pad H and W, then move b0 x b1 spatial blocks into the batch dimension.
 
     out[(i*b1 + j) * N + n, c, h, w] = padded[n, c, h*b0 + i, w*b1 + j].
