@@ -38,7 +38,11 @@ def environment(ctx: Context) -> None:
 
     facts = host.facts()
     ctx.observe("python", sys.version.split()[0])
-    ctx.observe("executable", sys.executable)
+    # the interpreter's name and whether it runs in a virtual environment, not its path: the
+    # report is shared, and docs/probe.md promises nothing about the user (a path names
+    # directories and volumes, inside the home directory or not)
+    ctx.observe("executable", Path(sys.executable).name)
+    ctx.observe("virtualenv", sys.prefix != sys.base_prefix)
     ctx.observe("os", platform.platform())
     for key, value in vars(facts).items():
         ctx.observe(key, value)
