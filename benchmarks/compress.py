@@ -167,7 +167,7 @@ def main() -> None:
                 llm_table(Path(tmp), ids, text)
         bert, ids = converted_bert()
         program_table("BERT, converted (4 layers, hidden 256, 128 tokens)", bert, [ids])
-        stack = transformer(TransformerShape(layers=4))
+        stack = transformer(TransformerShape(n_layers=4))
         x = [{"x": rng.standard_normal((1, 1, 256, 64)).astype(np.float16)} for _ in range(2)]
         program_table("decoder stack (4 layers, dim 256, 64 tokens)", stack, x)
         convs = chained_convs(8, channels=256, spatial=(1, 64))

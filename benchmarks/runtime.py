@@ -19,7 +19,6 @@ Usage: ``python benchmarks/runtime.py [--threads N] [--rounds R]``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import sys
@@ -59,12 +58,11 @@ def per_call_us(fn, calls: int = 2000) -> float:
 
 def shape_at(seq: int) -> TransformerShape:
     """The benchmark's 12-layer stack (``anekit.bench.programs``) at sequence length ``seq``."""
-    default = TransformerShape()
-    return TransformerShape(default.layers, dataclasses.replace(default.block, seq=seq))
+    return TransformerShape(seq=seq)
 
 
 def example_input(shape: TransformerShape) -> np.ndarray:
-    s = shape.block
+    s = shape
     return np.random.default_rng(1).standard_normal((1, 1, s.dim, s.tokens)).astype(np.float16)
 
 
@@ -76,7 +74,7 @@ def torch_forward(shape: TransformerShape, weights, x: np.ndarray):
     """
     import torch
 
-    s = shape.block
+    s = shape
     if s.group != 1:
         raise ValueError(f"torch_forward writes attention without GQA, found group {s.group}")
     tw = [{k: torch.from_numpy(v.astype(np.float32)) for k, v in w.items()} for w in weights]
@@ -178,7 +176,7 @@ def forward(seq: int, rounds: int) -> None:
     err = float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
     target = "<= 1.5x PyTorch fp32" if seq <= 256 else "(none at seq 1024)"
     for line in report(
-        f"{shape.layers}-layer transformer forward, dim {shape.block.dim}, seq {seq} "
+        f"{shape.n_layers}-layer transformer forward, dim {shape.dim}, seq {seq} "
         f"(anekit plans {planned / 2**20:.1f} MiB of buffers; max relative difference from "
         f"PyTorch {err:.1e}, fp16 storage vs fp32)",
         results,

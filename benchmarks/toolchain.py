@@ -242,7 +242,7 @@ SHAPES: dict[str, Callable[[], tuple[str, dict]]] = {
     "inline constants (1500 ops)": inline_constants,
     "BLOBFILE constants (1500 layers)": blobfile_constants,
     "ours: 128 chained 1x1 convs": _ours(lambda: chained_convs(128, channels=64, spatial=8)),
-    "ours: 12-layer transformer": _ours(lambda: transformer(TransformerShape(layers=12))),
+    "ours: 12-layer transformer": _ours(lambda: transformer(TransformerShape(n_layers=12))),
 }
 
 

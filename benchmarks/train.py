@@ -8,10 +8,9 @@
    default init runs into denormals on ``stories15m`` and makes its step about 15x
    slower, which would flatter anekit. Steps of the three candidates are interleaved
    (``harness``); target of issue 13: at least 0.5x PyTorch's tokens/s.
-2. The cost model's predicted ANE time per step for ``stories110m`` (batch 1, seq 256, the
-   published run's shape) on m4, next to the published 91.8-111 ms/step
-   (maderix/ANE, training/README.md: 106.7 static, 91.8 with ANE extras, 111 dynamic
-   weights; those include the CPU work, the prediction does not).
+2. The predicted step (``anekit.train.cost``: kernels and host work) next to every
+   published step in ``anekit/train/data/published.json`` (Stories110M 91 and 111 ms,
+   Qwen3-0.6B 412 ms on M4, maderix/ANE's dynamic pipeline).
 
 Data-parallel scaling (tokens/s at 1 and 2 ranks on MLX and Gloo, the all-reduce's share)
 is ``benchmarks/train_scaling.py``: it runs whole multi-process jobs, not steps in one process.
@@ -22,6 +21,10 @@ Usage: ``python benchmarks/train.py [--threads N] [--rounds R] [--configs tiny,s
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
+from pathlib import Path
 
 import numpy as np
 from harness import interleave, pinned, report
@@ -30,7 +33,6 @@ from anekit import fp16
 from anekit.train.config import get_config
 from anekit.train.data import default_corpus
 from anekit.train.loop import Trainer
-from anekit.train.model import Model
 from anekit.train.params import init_params
 
 
@@ -134,14 +136,7 @@ def load_anekit_init(net, named) -> None:
             block.w2.weight.copy_(torch.from_numpy(w["w2"]))  # f = w2 @ (silu(h1) * h3)
 
 
-def predicted_ms(config: str, chip: str = "m4") -> float | None:
-    """The cost model's ANE kernel time per step (batch 1), or None without the cost model."""
-    with Model(get_config(config).model, batch=1, backend="reference") as model:
-        seconds = model.predicted_ane_seconds(chip)
-    return None if seconds is None else seconds * 1e3
-
-
-def throughput(config: str, rounds: int) -> None:
+def throughput(config: str, rounds: int) -> dict:
     named = get_config(config)
     trainer = Trainer(named.model, named.train, default_corpus(), backend="reference")
     tokens = trainer.tokens_per_step
@@ -167,6 +162,11 @@ def throughput(config: str, rounds: int) -> None:
         target=">= 0.5x PyTorch fp32's tokens/s",
     ):
         print(line)
+    return {
+        "tokens_per_step": tokens,
+        "median_ms": {name: round(r.median * 1e3, 2) for name, r in results.items()},
+        "min_ms": {name: round(r.min * 1e3, 2) for name, r in results.items()},
+    }
 
 
 def main() -> None:
@@ -174,20 +174,32 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--configs", default="tiny,stories15m")
+    parser.add_argument("--json", metavar="FILE", help="write the medians, with the load, as JSON "
+                        "(benchmarks/results/train.json is what docs/training.md quotes)")  # fmt: skip
     args = parser.parse_args()
     print(f"threads pinned to {args.threads} (BLAS and torch), {args.rounds} interleaved rounds")
+    load_before = _load()
     with pinned(args.threads):
-        for config in args.configs.split(","):
-            throughput(config, args.rounds)
-    for config, published in (("stories110m", "91.8-111 ms (maderix/ANE training/README.md)"),
-                              ("qwen3-0.6b", "412 ms (ANE_NOTES section 5)")):  # fmt: skip
-        ms = predicted_ms(config)
-        if ms is None:
-            print(f"{config}: no cost model (anekit.hw) in this checkout")
-        else:
-            print(
-                f"{config} on m4: cost model {ms:.1f} ms/step of ANE kernels; published {published}"
-            )
+        measured = {config: throughput(config, args.rounds) for config in args.configs.split(",")}
+    if args.json:
+        record = {"threads": args.threads, "rounds": args.rounds, "machine": _machine(),
+                  "load_before": load_before, "load_after": _load(), "configs": measured}  # fmt: skip
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n", "utf-8")
+    from anekit.train.cost import compare_published
+
+    for r in compare_published():
+        print(f"{r['model']} on {r['chip']}: predicted {r['predicted_ms']} ms/step (ANE {r['ane_ms']} "
+              f"ms; anekit's serial schedule {r['serial_ms']} ms), published {r['published_ms']} ms "
+              f"({r['source']})")  # fmt: skip
+
+
+def _load() -> list[float]:
+    """The 1, 5 and 15 minute load averages (the machine is shared)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _machine() -> str:
+    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ import pytest
 
 import anekit
 from anekit.bench import programs, published, suites
-from anekit.nn import BlockShape
 
 
 def _run(program, **inputs):
@@ -154,10 +153,10 @@ def test_transformer_matches_torch_of_the_training_blocks(outlier):
     torch = pytest.importorskip("torch")
     from tests.test_nn_kernels import ref_attention, ref_ffn, ref_rmsnorm, rel_err
 
-    block = BlockShape(
-        n_layers=1, vocab_size=2, dim=32, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=48, seq=8
+    shape = programs.TransformerShape(
+        n_layers=2, dim=32, n_heads=4, n_kv_heads=2, head_dim=8, hidden_dim=48, seq=8
     )
-    shape = programs.TransformerShape(layers=2, block=block)
+    block = shape  # every block has the stack's shape
     x = np.random.default_rng(6).standard_normal((1, 1, block.dim, block.tokens))
     if outlier is not None:
         x[0, 0, 3] = outlier
@@ -176,3 +175,17 @@ def test_transformer_matches_torch_of_the_training_blocks(outlier):
     # at 600): a norm that lost the blocks would be off by 1
     added = y[0, 0].astype(np.float64) - x[0, 0]
     assert rel_err(added, h.T - torch.tensor(x[0, 0].astype(np.float64))) < 2e-2
+
+
+def test_transformer_shape_is_a_validated_decoder_shape():
+    """The stack's shape is the one DecoderShape: its sizes derived and validated there."""
+    from anekit.errors import ModelError
+    from anekit.nn.spec import BlockShape, DecoderShape
+
+    shape = programs.TransformerShape()
+    assert isinstance(shape, BlockShape) and isinstance(shape, DecoderShape)
+    assert (shape.n_layers, shape.dim, shape.q_dim, shape.tokens) == (12, 256, 256, 64)
+    with pytest.raises(ModelError, match="transformer shape: n_heads"):
+        programs.TransformerShape(n_heads=3, n_kv_heads=2)
+    with pytest.raises(ModelError, match="transformer shape: seq"):
+        programs.TransformerShape(seq=0)

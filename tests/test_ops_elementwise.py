@@ -303,3 +303,17 @@ def test_erf_is_vectorised_and_within_2e_7_of_math_erf() -> None:
     special = _erf(np.array([0.0, -0.0, np.inf, -np.inf, np.nan]))
     assert list(special[:4]) == [0.0, 0.0, 1.0, -1.0] and np.isnan(special[4])
     assert not np.signbit(special[0]) and np.signbit(special[1])
+
+
+def test_gelu_exact_keeps_relative_accuracy_in_the_tail_and_the_sign_of_zero() -> None:
+    from anekit.mil.ops.npmath import gelu_exact
+
+    # more than one chunk, both signs, the far negative tail where 1 + erf would cancel
+    x = np.concatenate([np.linspace(-12, 8, 40_001), [0.0, -0.0, 1e-30, -1e-30]])
+    x = x.astype(np.float32)
+    got = gelu_exact(x)
+    want = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=0)
+    assert np.signbit(got[-3]) and not np.signbit(got[-4])  # gelu(-0) = -0, gelu(0) = 0
+    assert gelu_exact(np.float32(np.inf)) == np.inf and np.isnan(gelu_exact(np.float32(-np.inf)))

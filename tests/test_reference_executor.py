@@ -21,7 +21,6 @@ from anekit import backends, mil
 from anekit.backends.reference import ReferenceKernel, forms
 from anekit.bench.programs import TransformerShape, transformer
 from anekit.mil.ops import registry
-from anekit.nn.spec import BlockShape
 from tests import reference_oracle
 from tests.opcases import Case, all_cases
 from tests.test_ops_generic import build, random_inputs
@@ -79,22 +78,28 @@ def test_every_form_names_a_registered_op_with_a_case() -> None:
     covered = {c.op for c in CASES}
     assert set(forms.FORMS) <= set(registry.names())
     assert set(forms.FORMS) <= covered
+    assert covered == set(registry.names())  # every op has a case
+
+
+def test_every_ufunc_op_runs_its_derived_form() -> None:
+    """Each op declaring a registry ``Ufunc`` is planned from it, not its reference, in a case;
+    and no form in the table restates an op the registry gives a ufunc."""
+    declared = {d.name for d in registry.all_ops() if d.ufunc is not None}
+    assert not declared & set(forms.FORMS)
+    planned = set()
+    for case in CASES:
+        if case.op in declared:
+            with ReferenceKernel(build(case)) as kernel:
+                planned |= {s.op.op_type for s in kernel.plan.steps if s.form is not None}
+    assert sorted(declared - planned) == []
 
 
 def test_the_transformer_forward_matches_the_previous_executor() -> None:
-    block = BlockShape(
-        n_layers=1,
-        vocab_size=2,
-        dim=64,
-        n_heads=2,
-        n_kv_heads=2,
-        head_dim=32,
-        hidden_dim=96,
-        seq=32,
+    shape = TransformerShape(
+        n_layers=2, dim=64, n_heads=2, n_kv_heads=2, head_dim=32, hidden_dim=96, seq=32
     )
-    shape = TransformerShape(layers=2, block=block)
     program = transformer(shape)
-    x = np.random.default_rng(1).standard_normal((1, 1, block.dim, block.tokens)).astype(np.float16)
+    x = np.random.default_rng(1).standard_normal((1, 1, shape.dim, shape.tokens)).astype(np.float16)
     want, got = run_both(program, {"x": x})
     assert same(got["y"], want["y"])
     kernel = ReferenceKernel(program)

@@ -163,21 +163,24 @@ def _int8_weight(b: Builder, name: str, w: np.ndarray) -> Value:
     )
 
 
-@dataclass(frozen=True)
-class TransformerShape:
-    """A Llama-style decoder stack: ``layers`` blocks of one shape (no embedding or classifier)."""
+@dataclass(frozen=True, kw_only=True)
+class TransformerShape(BlockShape):
+    """A Llama-style decoder stack of ``n_layers`` blocks of one shape, compiled for ``seq``
+    tokens: a :class:`~anekit.nn.spec.BlockShape` (validated there), with the benchmark's
+    sizes as defaults. It has no embedding or classifier (``vocab_size`` is unused)."""
 
-    layers: int = 12
-    block: BlockShape = BlockShape(
-        n_layers=1,
-        vocab_size=2,
-        dim=256,
-        n_heads=4,
-        n_kv_heads=4,
-        head_dim=64,
-        hidden_dim=688,
-        seq=64,
-    )
+    n_layers: int = 12
+    vocab_size: int = 2
+    dim: int = 256
+    n_heads: int = 4
+    n_kv_heads: int = 4
+    head_dim: int = 64
+    hidden_dim: int = 688
+    seq: int = 64
+
+    @property
+    def owner(self) -> str:
+        return "transformer shape"
 
 
 def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str, np.ndarray]]:
@@ -187,7 +190,7 @@ def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str
     deviation of ``1/sqrt(fan_in)``; the RMSNorm gains are ones.
     """
     rng = np.random.default_rng(seed)
-    s = shape.block
+    s = shape
 
     def mat(cols: int, fan_in: int) -> np.ndarray:
         return (rng.standard_normal((s.dim, cols)) / np.sqrt(fan_in)).astype(np.float16)
@@ -204,7 +207,7 @@ def transformer_weights(shape: TransformerShape, seed: int = 0) -> list[dict[str
             "attn_norm": np.ones(s.dim, np.float16),
             "ffn_norm": np.ones(s.dim, np.float16),
         }
-        for _ in range(shape.layers)
+        for _ in range(shape.n_layers)
     ]
 
 
@@ -216,7 +219,7 @@ def transformer(shape: TransformerShape, seed: int = 0) -> Program:
     with the residual adds; the weights are what :func:`~anekit.nn.kernels.kernel_weights`
     packs for the forward kernels, here as weight files.
     """
-    s = shape.block
+    s = shape
     b = Builder()
     h = b.input("x", (1, 1, s.dim, s.tokens), "fp16")
     tables = A.attention_tables(b, s)

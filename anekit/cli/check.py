@@ -1,4 +1,9 @@
-"""``anekit check FILE``: will this program compile and run correctly on a chip?"""
+"""``anekit check FILE``: will this program compile and run correctly on a chip?
+
+A program made by the convert pipeline records what the converter chose
+(:mod:`anekit.passes.provenance`); findings about those choices are counted as converter
+facts, apart from the advice (``--facts`` lists them; ``--json`` marks each row's
+``converter`` with the reason, null for advice)."""
 
 from __future__ import annotations
 
@@ -27,12 +32,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="sample inputs (one, or a stack along a new first axis): the range rules use the "
         "ranges the golden model observes on them (loads the weights; repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--facts", action="store_true",
+        help="list each finding about what the converter chose (recorded in a converted "
+        "model: not advice), not only their count",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
     from anekit.hw.compat import check
     from anekit.hw.kinds import Severity
+    from anekit.passes.provenance import split
 
     if args.ranges and args.calibrate:
         raise UsageError("give --range or --calibrate, not both")
@@ -42,15 +53,26 @@ def run(args: argparse.Namespace) -> int:
     observed = calibrated(program, args.calibrate) if args.calibrate else None
     input_ranges = dict(parse_range(spec) for spec in args.ranges) if args.ranges else None
     diagnostics = check(program, chip, input_ranges, observed=observed)
+    advice, facts = split(program, diagnostics)
     if args.json:
-        print(json.dumps([dataclasses.asdict(d) for d in diagnostics], indent=1))
+        rows = [{**dataclasses.asdict(d), "converter": None} for d in advice]
+        rows += [{**dataclasses.asdict(f.diagnostic), "converter": f.reason} for f in facts]
+        print(json.dumps(rows, indent=1))
     else:
-        for d in diagnostics:
+        for d in advice:
             print(d.format(args.path))
-        counts = {s: sum(d.severity == s for d in diagnostics) for s in Severity}
+        for f in facts if args.facts else ():
+            print(f.format(args.path))
+        counts = {s: sum(d.severity == s for d in advice) for s in Severity}
         print(
             f"{chip.name}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)"
+            + (f"; {len(facts)} converter fact(s)" if facts else "")
         )
+        if facts and not args.facts:
+            print(
+                f"({len(facts)} finding(s) about what the converter chose, recorded in the model "
+                "when it was converted: facts, not advice; --facts lists them with the reasons)"
+            )
     return 1 if any(d.severity is Severity.ERROR for d in diagnostics) else 0
 
 

@@ -160,13 +160,15 @@ def _save_llm(args: argparse.Namespace) -> int:
     encodings = sum(len(p["encodings"]) for p in manifest["programs"].values())
     record = {"out": args.out, "scheme": manifest["scheme"], "chip": manifest["chip"],
               "layout": manifest["layout"], "encodings": encodings, "seconds": round(seconds, 2),
+              "residual_scale": manifest["residual_scale"],
               "files": sorted(manifest["checksums"])}  # fmt: skip
     if args.json:
         print(json.dumps(record, indent=1))
     else:
         print(f"wrote {args.out}: {encodings} weights encoded with {manifest['scheme']} for "
-              f"{manifest['chip']}'s layout in {seconds:.1f} s; load, generate, chat and serve "
-              "open it without compressing again")  # fmt: skip
+              f"{manifest['chip']}'s layout in {seconds:.1f} s, residual scale alpha "
+              f"{manifest['residual_scale']:g}; load, generate, chat and serve open it without "
+              "compressing or calibrating again")  # fmt: skip
     return 0
 
 
@@ -222,7 +224,9 @@ def _as_json(result: Any, chip: str) -> dict:
         "statements": len(result.program.main.ops),
         "fidelity": None if result.fidelity is None else result.fidelity.to_dict(),
         "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
-        "converter_notes": [dataclasses.asdict(d) for d in result.converter_notes],
+        "converter_notes": [
+            {**dataclasses.asdict(f.diagnostic), "reason": f.reason} for f in result.converter_notes
+        ],
         "estimate": None
         if est is None
         else {"seconds": est.seconds, "flops": est.flops, "bytes": est.bytes},
@@ -257,8 +261,9 @@ def _print_text(args: argparse.Namespace, result: Any, chip: str) -> None:
         )
         if result.converter_notes:
             print(
-                f"({len(result.converter_notes)} layout finding(s) on tensors inside the program, "
-                "placed by the converter, are not advice: --json lists them as converter_notes)"
+                f"({len(result.converter_notes)} finding(s) about what the converter chose, "
+                "recorded in the model and not advice: `anekit check --facts` shows them, "
+                "--json lists them as converter_notes)"
             )
     if args.estimate:
         print(estimate_table(result.estimate))

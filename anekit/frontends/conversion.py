@@ -14,6 +14,7 @@ from anekit import hw
 from anekit.frontends.fidelity import Fidelity
 from anekit.mil import Program
 from anekit.passes.dialect import save_dialect
+from anekit.passes.provenance import Fact, split
 
 if TYPE_CHECKING:
     from anekit.compression import CompressReport
@@ -31,25 +32,9 @@ class Conversion:
     estimate: hw.Estimate | None = None
     compression: CompressReport | None = None  # what ``compress=`` did, if asked
     renamed: dict[str, str] = field(default_factory=dict)  # source I/O name -> MIL name
-    # findings about layouts the converter chose inside the program (not advice to the user)
-    converter_notes: list[hw.Diagnostic] = field(default_factory=list)
-
-
-# Rules whose findings on a tensor inside a converted program are about the layout the
-# converter gave it (the user cannot change it): recorded, not shown as advice.
-CONVERTER_LAYOUT_RULES = frozenset({"last-axis-padding"})
-
-
-def split_converter_notes(
-    program: Program, diagnostics: list[hw.Diagnostic]
-) -> tuple[list[hw.Diagnostic], list[hw.Diagnostic]]:
-    """(diagnostics for the user, notes on layouts the converter chose inside the program)."""
-    boundary = {v.name for v in (*program.main.inputs, *program.main.outputs)}
-    shown, notes = [], []
-    for d in diagnostics:
-        inside = d.rule in CONVERTER_LAYOUT_RULES and d.name is not None and d.name not in boundary
-        (notes if inside else shown).append(d)
-    return shown, notes
+    # findings about what the converter chose (layouts inside the program, the comparisons
+    # of its lookups and masks), each with the reason: facts, not advice to the user
+    converter_notes: list[Fact] = field(default_factory=list)
 
 
 def save_conversion(
@@ -75,7 +60,7 @@ def save_conversion(
         )
         program, report = packed.program, packed.report
     out = program.save(out_dir, dialect=save_dialect(program))
-    shown, notes = split_converter_notes(program, hw.check(program, chip=chip) if check else [])
+    shown, notes = split(program, hw.check(program, chip=chip) if check else [])
     return Conversion(
         program=program,
         out_dir=out,

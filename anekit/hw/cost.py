@@ -32,8 +32,10 @@ Every tensor is sized as the hardware lays it out: the last axis padded to 64 by
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from anekit.errors import MilTypeError
@@ -367,3 +369,30 @@ def _op_row(op: OpWork, chip: Chip) -> OpEstimate:
         seconds = compute_s + spill_s
     bound = "compute" if compute_s >= memory_s else "memory"
     return OpEstimate(op.op, op.name, op.line, op.flops, op.bytes, seconds, bound)
+
+
+def stream_efficiency() -> float:
+    """How much of the ANE's measured DRAM bandwidth weights taken as program inputs reach.
+
+    ``ane_dram_bw_gbps`` was measured streaming one 1 GB constant layer; the decoder's
+    per-layer programs that take their weights as inputs stream below it. The factor is
+    fitted to the published decode figures, every source weighted alike, and validated
+    leaving each source out (``benchmarks/cost_model.py --write-stream``); it is stored in
+    ``anekit/hw/data/chips.json`` (``shared_cost``), the same for every chip.
+    """
+    global _EFFICIENCY
+    if _EFFICIENCY is None:
+        raw = json.loads(
+            resources.files("anekit.hw").joinpath("data/chips.json").read_text("utf-8")
+        )
+        _EFFICIENCY = float(raw["shared_cost"]["input_weight_stream_efficiency"]["value"])
+    return _EFFICIENCY
+
+
+_EFFICIENCY: float | None = None  # read once; benchmarks/cost_model.py sets it while fitting
+
+
+def input_weight_bytes(nbytes: float) -> float:
+    """The weight bytes an op streams for ``nbytes`` of weights taken as a program input,
+    scaled so that the chip's weight bandwidth, times :func:`stream_efficiency`, is their rate."""
+    return nbytes / stream_efficiency() if nbytes else 0.0

@@ -28,7 +28,14 @@ import numpy as np
 
 from anekit.errors import UsageError
 from anekit.hw.chips import Chip, get_chip
-from anekit.hw.cost import ProgramWork, analyze, estimate_work, likely_range, padded_bytes
+from anekit.hw.cost import (
+    ProgramWork,
+    analyze,
+    estimate_work,
+    input_weight_bytes,
+    likely_range,
+    padded_bytes,
+)
 from anekit.llm import kernels as K
 from anekit.llm.config import LlmConfig, config_from_hf
 from anekit.llm.model import DEFAULT_CHUNK, DEFAULT_MAX_SEQ
@@ -243,17 +250,20 @@ def weights_as_constants(program: Program, names: set[str]) -> ProgramWork:
     """The program's work with the named inputs moved from program I/O to op weights.
 
     An op reading such an input streams it like a constant weight (from on-chip memory
-    if small, else from DRAM, overlapped with its MACs); it no longer counts as input I/O.
+    if small, else from DRAM, overlapped with its MACs), at the fitted efficiency of
+    weights taken as inputs (:func:`input_weight_bytes`); it no longer counts as input I/O.
     """
     fn = program.main
     weights = {id(v): v for v in fn.inputs if v.name in names}
     work = analyze(program)
     ops = []
     for op, op_work in zip(fn.ops, work.ops):
-        extra = sum(
-            math.prod(v.type.shape) * v.type.dtype.itemsize
-            for v in op.input_values()
-            if id(v) in weights
+        extra = input_weight_bytes(
+            sum(
+                math.prod(v.type.shape) * v.type.dtype.itemsize
+                for v in op.input_values()
+                if id(v) in weights
+            )
         )
         ops.append(
             dataclasses.replace(op_work, weight_bytes=op_work.weight_bytes + extra)

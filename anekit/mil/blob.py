@@ -111,9 +111,20 @@ def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
         bad = flat[(flat < low) | (flat > high)][0]
         kind = f"int{bits}" if signed else f"uint{bits}"
         raise ValueError(f"value {int(bad)} is outside the {kind} range [{low}, {high}]")
-    fields = flat.astype(np.int64) & ((1 << bits) - 1)  # two's complement low bits for int4
-    planes = (fields[:, None] >> np.arange(bits)) & 1  # one row of bits per element, LSB first
-    return np.packbits(planes.astype(np.uint8).reshape(-1), bitorder="little")
+    # a chunk of a multiple of 8 values fills whole bytes: chunks pack one after another,
+    # so the temporaries stay at one chunk's bits (not 40 bytes per value of the whole)
+    wide = np.int64 if bits > 8 else np.uint8
+    shifts = np.arange(bits, dtype=wide)
+    parts = []
+    for start in range(0, flat.size, _PACK_CHUNK):
+        # two's complement low bits for int4 (astype wraps negative values)
+        fields = flat[start : start + _PACK_CHUNK].astype(wide) & wide((1 << bits) - 1)
+        planes = (fields[:, None] >> shifts) & wide(1)  # one row of bits per element, LSB first
+        parts.append(np.packbits(planes.astype(np.uint8).reshape(-1), bitorder="little"))
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+_PACK_CHUNK = 1 << 20  # values per chunk of pack_bits: a multiple of 8
 
 
 def unpack_bits(data: np.ndarray, bits: int, count: int, signed: bool) -> np.ndarray:

@@ -55,6 +55,7 @@ from anekit.passes.logic import bool_logic
 from anekit.passes.masks import finite_masks
 from anekit.passes.packing import MAX_DIM, InputPacking, pack_inputs
 from anekit.passes.precision import fp16
+from anekit.passes.provenance import record
 from anekit.passes.split import split_wide
 from anekit.passes.stable import stable_forms
 
@@ -107,14 +108,18 @@ def convert(
     """The convert pipeline: ``passes`` (default: CONVERT_PASSES) in order for ``chip``.
 
     The result records the passes that ran (``Program.passes_run``), so the device
-    pipeline does not fold the constants a second time.
+    pipeline does not fold the constants a second time, and, in its ``buildInfo``, what the
+    passes chose (:mod:`anekit.passes.provenance`: ``anekit check`` shows it as facts).
     """
     profile = chip_profile(chip)
-    ran = set(program.passes_run)
-    for p in resolve_passes(passes):
+    ran, before = set(program.passes_run), program
+    todo = resolve_passes(passes)
+    for p in todo:
         program = p(program, profile)
         ran.add(p.name)
     program.passes_run = frozenset(ran)
+    if todo:  # what the passes chose, for ``anekit check`` (provenance.py)
+        record(program, layouts="ane_layout" in ran, before=before)
     return program
 
 

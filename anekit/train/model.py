@@ -173,13 +173,19 @@ class Model:
     def predicted_ane_seconds(self, chip: str) -> float | None:
         """The cost model's ANE time of one micro-batch (every kernel, every layer); None without it.
 
-        CPU work (embedding, norms, classifier, weight gradients, optimizer) is not included.
+        CPU work (embedding, norms, classifier, weight gradients, optimizer) is not included:
+        :func:`anekit.train.cost.estimate_step` predicts the whole step.
         """
         try:
-            from anekit.hw import estimate
+            from anekit.hw.chips import get_chip
+            from anekit.hw.cost import estimate_work
+            from anekit.train.cost import packed_work
         except ImportError:
             return None
-        per_layer = sum(estimate(kd.program, chip).seconds for kd in self.defs.values())
+        profile = get_chip(chip)
+        per_layer = sum(
+            estimate_work(packed_work(kd), profile).seconds for kd in self.defs.values()
+        )
         return per_layer * self.cfg.n_layers
 
     # -- plumbing -----------------------------------------------------------------------------

@@ -6,7 +6,8 @@ float32 arrays that are exactly fp16-representable, so a consumer never converts
 again.
 
 Execution is planned at compile time (``planner.py``): one prepared step per op, with
-constants bound, and for the ops of ``forms.py`` a form that writes with ``out=`` into
+constants bound, and for the elementwise ops that declare a ``registry.Ufunc`` and the ops
+of ``forms.py`` a form that writes with ``out=`` into
 preallocated buffers, shared by values whose lives do not overlap, and rounded in
 place (:mod:`anekit.fp16`). Other ops run their registry ``reference``. Each evaluation
 in flight has its own buffers, allocated when first needed, so ``submit()`` is safe.

@@ -1,19 +1,22 @@
 """Planned forms: ops rewritten to write into preallocated buffers, bit-identical to the registry.
 
-Each entry of :data:`FORMS` maps an op name to a factory. At compile time the factory gets
+An elementwise op declares its NumPy ufunc (or an ``out=`` formula) once, on its ``OpDef``
+(:class:`~anekit.mil.ops.registry.Ufunc`): :func:`ufunc_form` derives its form from that.
+Every other op with a form has an entry in :data:`FORMS` (conv, matmul, linear, softmax,
+reductions and layout ops), mapping its name to a factory. At compile time a factory gets
 a :class:`~anekit.backends.reference.planner.Context` (the op's value slots, its constants
 already held as the reference receives them, its output types) and returns a
 :class:`Form`, or None where this op instance has no planned form (another dtype, a
 runtime weight, ...): the executor then calls the op's registry ``reference``.
 
-Why a table here and not a field of ``OpDef``: a form is an execution strategy of this
-backend (buffer slots, ``out=`` aliasing, liveness, in-place reuse), not a fact about the
-op, and ``mil/`` must not learn about buffers. The registry stays the one definition of
+Why these forms live here and not on ``OpDef``: they are execution strategies of this
+backend (scratch buffers, views, resolved window geometry), and ``mil/`` must not learn
+about buffers; a ufunc is a fact about the op. The registry stays the one definition of
 what an op computes: every form replays its op's reference step by step on the same
 operands (same NumPy calls in the same order, same memory layouts), only writing with
 ``out=``, so the results are the same bits. ``tests/test_reference_executor.py`` proves it
-on every op case against the previous executor, and checks that every entry names a
-registered op and is exercised by a case.
+on every op case against the readable interpreter, and checks that every entry names a
+registered op exercised by a case and that every ufunc op runs its derived form.
 
 Layout rule: a NumPy ufunc allocates its result in the memory order of its inputs, so
 for a transposed input it is not C-ordered, and SIMD loops and reduction orders follow
@@ -61,150 +64,38 @@ def _float32(*dtypes: np.dtype) -> bool:
     return all(d == np.float32 for d in dtypes)
 
 
-# -- elementwise ------------------------------------------------------------------------------
-def _binary(ufunc: np.ufunc, *, floats_only: bool = False, boolean: bool = False) -> Callable:
-    """``ufunc(x, y)``, broadcasting, as the registry's elementwise binary reference."""
+# -- elementwise: derived from the op's registry.Ufunc ----------------------------------------
+def ufunc_form(c: Any) -> Form | None:
+    """The form of an op that declares a :class:`~anekit.mil.ops.registry.Ufunc`.
 
-    def factory(c: Any) -> Form | None:
-        x, y, o = c.slot("x"), c.slot("y"), c.out()
-        dx, dy = c.dtype(x), c.dtype(y)
-        if floats_only and not _float32(dx, dy):
-            return None
-        if not boolean and np.result_type(dx, dy) != c.dtype(o):
+    A ufunc runs on the tensor operands (``x``, or ``x`` and ``y`` broadcasting) into the
+    output buffer, where NumPy would compute in the buffer's dtype (or the output is bool);
+    an ``into`` formula runs on float32 ``x`` and float32 constant attributes.
+    """
+    spec = c.op.opdef.ufunc
+    o = c.out()
+    operands = tuple(c.slot(n) for n in ("x", "y") if n in c.op.opdef.by_name)
+    dtypes = [c.dtype(s) for s in operands]
+    if spec.floats and not _float32(*dtypes):
+        return None
+    inplace = c.same_layout(o, *operands) if spec.inplace else ()
+    if spec.ufunc is not None:
+        ufunc, out_dtype = spec.ufunc, c.dtype(o)
+        if out_dtype != np.bool_ and np.result_type(*dtypes) != out_dtype:
             return None  # NumPy would compute in another dtype than the buffer's
+        if len(operands) == 1:
+            (x,) = operands
+            return Form(lambda env: ufunc(env[x], out=env[o]), ordered=operands, inplace=inplace)
+        x, y = operands
         return Form(
-            lambda env: ufunc(env[x], env[y], out=env[o]),
-            ordered=(x, y),
-            inplace=c.same_layout(o, x, y),
+            lambda env: ufunc(env[x], env[y], out=env[o]), ordered=operands, inplace=inplace
         )
-
-    return factory
-
-
-def _unary(ufunc: np.ufunc, *, floats_only: bool = False) -> Callable:
-    """``ufunc(x)``, as the registry's unary references ``lambda x: f(x)``."""
-
-    def factory(c: Any) -> Form | None:
-        x, o = c.slot("x"), c.out()
-        if c.dtype(x) != c.dtype(o) or (floats_only and not _float32(c.dtype(x))):
-            return None
-        return Form(lambda env: ufunc(env[x], out=env[o]), ordered=(x,), inplace=(x,))
-
-    return factory
-
-
-def _float_chain(build: Callable[[int, int, Any], Run], *, inplace: bool = True) -> Callable:
-    """A float32 formula of x (and const attributes) written as a chain of ``out=`` ufuncs."""
-
-    def factory(c: Any) -> Form | None:
-        x, o = c.slot("x"), c.out()
-        if not _float32(c.dtype(x), c.dtype(o)):
-            return None
-        attrs = {n: c.const(n) for n in c.op.opdef.by_name if n != "x"}
-        if not all(_float32(np.asarray(v).dtype) for v in attrs.values()):
-            return None
-        return Form(build(x, o, attrs), ordered=(x,), inplace=(x,) if inplace else ())
-
-    return factory
-
-
-def _sigmoid_into(x: np.ndarray, o: np.ndarray) -> None:
-    # 1.0 / (1.0 + np.exp(-x)), one ufunc at a time
-    np.negative(x, out=o)
-    np.exp(o, out=o)
-    np.add(o, 1.0, out=o)
-    np.divide(1.0, o, out=o)
-
-
-def _sigmoid(x: int, o: int, a: dict) -> Run:
-    return lambda env: _sigmoid_into(env[x], env[o])
-
-
-def _silu(x: int, o: int, a: dict) -> Run:
-    def run(env: Env) -> None:
-        _sigmoid_into(env[x], env[o])
-        np.multiply(env[x], env[o], out=env[o])
-
-    return run
-
-
-def _relu(x: int, o: int, a: dict) -> Run:
-    return lambda env: np.maximum(env[x], 0, out=env[o])
-
-
-def _relu6(x: int, o: int, a: dict) -> Run:
-    def run(env: Env) -> None:
-        np.maximum(env[x], 0, out=env[o])
-        np.minimum(env[o], 6, out=env[o])
-
-    return run
-
-
-def _clip(x: int, o: int, a: dict) -> Run:
-    lo, hi = a["alpha"], a["beta"]
-
-    def run(env: Env) -> None:
-        np.maximum(env[x], lo, out=env[o])
-        np.minimum(env[o], hi, out=env[o])
-
-    return run
-
-
-def _threshold(x: int, o: int, a: dict) -> Run:
-    lo = a["alpha"]
-    return lambda env: np.maximum(env[x], lo, out=env[o])
-
-
-def _rsqrt(x: int, o: int, a: dict) -> Run:
-    eps = a["epsilon"]
-
-    def run(env: Env) -> None:  # 1.0 / np.sqrt(x + epsilon)
-        np.add(env[x], eps, out=env[o])
-        np.sqrt(env[o], out=env[o])
-        np.divide(1.0, env[o], out=env[o])
-
-    return run
-
-
-def _inverse(x: int, o: int, a: dict) -> Run:
-    eps = a["epsilon"]
-
-    def run(env: Env) -> None:  # 1.0 / (x + epsilon)
-        np.add(env[x], eps, out=env[o])
-        np.divide(1.0, env[o], out=env[o])
-
-    return run
-
-
-def _log(x: int, o: int, a: dict) -> Run:
-    eps = a["epsilon"]
-
-    def run(env: Env) -> None:  # np.log(x + epsilon)
-        np.add(env[x], eps, out=env[o])
-        np.log(env[o], out=env[o])
-
-    return run
-
-
-def _linear_activation(x: int, o: int, a: dict) -> Run:
-    alpha, beta = a["alpha"], a["beta"]
-
-    def run(env: Env) -> None:  # alpha * x + beta
-        np.multiply(alpha, env[x], out=env[o])
-        np.add(env[o], beta, out=env[o])
-
-    return run
-
-
-def _scaled_tanh(x: int, o: int, a: dict) -> Run:
-    alpha, beta = a["alpha"], a["beta"]
-
-    def run(env: Env) -> None:  # alpha * np.tanh(beta * x)
-        np.multiply(beta, env[x], out=env[o])
-        np.tanh(env[o], out=env[o])
-        np.multiply(alpha, env[o], out=env[o])
-
-    return run
+    (x,) = operands
+    attrs = {n: c.const(n) for n in c.op.opdef.by_name if n != "x"}
+    if not _float32(c.dtype(x), c.dtype(o), *(np.asarray(v).dtype for v in attrs.values())):
+        return None
+    into = spec.into
+    return Form(lambda env: into(env[o], env[x], **attrs), ordered=(x,), inplace=inplace)
 
 
 # -- reductions, softmax ----------------------------------------------------------------------
@@ -395,51 +286,8 @@ def _concat(c: Any) -> Form | None:
     return Form(run, ordered=values)
 
 
-# Integer arithmetic that can overflow or divide by zero has no form: the registry's exact
-# integer path (mil/ops/integers.py) runs instead, and raises where int32 would wrap.
+# Elementwise ops have no entry: their form derives from their registry.Ufunc (ufunc_form).
 FORMS: dict[str, Callable[[Any], Form | None]] = {
-    # elementwise binary (elementwise.py _binary)
-    "add": _binary(np.add, floats_only=True),
-    "sub": _binary(np.subtract, floats_only=True),
-    "mul": _binary(np.multiply, floats_only=True),
-    "real_div": _binary(np.true_divide, floats_only=True),
-    "pow": _binary(np.power, floats_only=True),
-    "maximum": _binary(np.maximum),
-    "minimum": _binary(np.minimum),
-    "floor_div": _binary(np.floor_divide, floats_only=True),
-    "mod": _binary(np.remainder, floats_only=True),
-    "equal": _binary(np.equal, boolean=True),
-    "not_equal": _binary(np.not_equal, boolean=True),
-    "less": _binary(np.less, boolean=True),
-    "less_equal": _binary(np.less_equal, boolean=True),
-    "greater": _binary(np.greater, boolean=True),
-    "greater_equal": _binary(np.greater_equal, boolean=True),
-    "logical_and": _binary(np.logical_and, boolean=True),
-    "logical_or": _binary(np.logical_or, boolean=True),
-    "logical_xor": _binary(np.logical_xor, boolean=True),
-    # elementwise unary (elementwise.py, the unary math loops)
-    "exp": _unary(np.exp),
-    "sqrt": _unary(np.sqrt),
-    "ceil": _unary(np.ceil),
-    "floor": _unary(np.floor),
-    "sin": _unary(np.sin),
-    "cos": _unary(np.cos),
-    "tanh": _unary(np.tanh),
-    "abs": _unary(np.abs, floats_only=True),
-    "square": _unary(np.square, floats_only=True),
-    "logical_not": _unary(np.logical_not),
-    # activations and attribute formulas
-    "relu": _float_chain(_relu),
-    "relu6": _float_chain(_relu6),
-    "sigmoid": _float_chain(_sigmoid),
-    "silu": _float_chain(_silu, inplace=False),
-    "clip": _float_chain(_clip),
-    "threshold": _float_chain(_threshold),
-    "rsqrt": _float_chain(_rsqrt),
-    "inverse": _float_chain(_inverse),
-    "log": _float_chain(_log),
-    "linear_activation": _float_chain(_linear_activation),
-    "scaled_tanh": _float_chain(_scaled_tanh),
     # reductions (reduction.py)
     "reduce_sum": _reduce(np.sum),
     "reduce_mean": _reduce(np.mean),

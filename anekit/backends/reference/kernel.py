@@ -12,7 +12,7 @@ import numpy as np
 from anekit import fp16
 from anekit.backends.base import Buffer, BufferSet, Kernel
 from anekit.backends.reference.device import CliffEvents, CliffRow, DeviceRounder, StepStore
-from anekit.backends.reference.planner import ALIGN, Plan, Planner, Step, held_dtype
+from anekit.backends.reference.planner import ALIGN, Plan, Planner, SlotKind, Step, held_dtype
 from anekit.config import physical_memory
 from anekit.errors import AnekitError, EvaluationError
 from anekit.hw.numerics import NumericsProfile, ideal
@@ -41,9 +41,9 @@ class _State:
         stores = _step_stores(self.counts)
         env: list[Any] = [None] * len(plan.slots)
         for i, s in enumerate(plan.slots):
-            if s.kind == "const":
+            if s.kind is SlotKind.CONST:
                 env[i] = s.const
-            elif s.kind == "buffer":
+            elif s.kind is SlotKind.BUFFER:
                 shape = tuple(int(d) for d in s.type.shape)
                 env[i] = self.arenas[s.arena][: s.nbytes].view(s.dtype).reshape(shape)
         self.env = env
@@ -107,7 +107,7 @@ def _bind(
         return form.run
     run = form.run
     finish = _finisher(step, rounder, store)
-    checks = tuple(s for s in form.ordered if plan.slots[s].kind == "runtime")
+    checks = tuple(s for s in form.ordered if plan.slots[s].kind is SlotKind.RUNTIME)
     if not checks:
         if finish is None:
             return run

@@ -19,13 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from anekit import fp16
 from anekit.backends.reference.device import SATURATED, Storage, storage_for
-from anekit.backends.reference.forms import FORMS, Form
+from anekit.backends.reference.forms import FORMS, Form, ufunc_form
 from anekit.errors import CompileError, EvaluationError
 from anekit.hw.numerics import ideal
 from anekit.mil.ops.registry import received
@@ -37,12 +38,20 @@ ALIGN = 64  # bytes: arena views start on a cache line
 _IDEAL = ideal()
 
 
+class SlotKind(Enum):
+    """Where a slot's value lives while the program runs (see the module docstring)."""
+
+    CONST = "const"  # held from compile time
+    BUFFER = "buffer"  # a view into a per-evaluation arena, written with out=
+    RUNTIME = "runtime"  # set on each evaluation: a view, or a reference result
+
+
 @dataclass
 class Slot:
     """One value of the program in the environment."""
 
     name: str
-    kind: str  # "const", "buffer" or "runtime"
+    kind: SlotKind | None  # None: a slot only described (the budget check), never planned
     type: TensorType | None = None
     dtype: np.dtype | None = None  # the held dtype (float32 for fp16)
     nbytes: int = 0  # held bytes, 0 when unknown (a dynamic shape)
@@ -128,7 +137,7 @@ class Context:
 
     def is_const(self, name: str) -> bool:
         s = self._args.get(name)
-        return isinstance(s, int) and self._planner.slots[s].kind == "const"
+        return isinstance(s, int) and self._planner.slots[s].kind is SlotKind.CONST
 
     def const(self, name: str) -> Any:
         """A constant parameter's held value (None if omitted without default, or not const)."""
@@ -149,7 +158,9 @@ class Context:
     def scratch(self, shape: tuple[int, ...], dtype: Any) -> int:
         """A buffer of ``shape`` that lives only while this op runs."""
         t = self._planner.slots[self.out()].type
-        s = self._planner.new_slot(f"{self.op.name}/scratch{len(self.scratch_slots)}", "buffer")
+        s = self._planner.new_slot(
+            f"{self.op.name}/scratch{len(self.scratch_slots)}", SlotKind.BUFFER
+        )
         slot = self._planner.slots[s]
         slot.dtype, slot.type = np.dtype(dtype), TensorType(t.dtype, tuple(shape))
         slot.nbytes = math.prod(shape) * slot.dtype.itemsize
@@ -179,11 +190,11 @@ class Planner:
         self.slots: list[Slot] = []
         self.slot_of: dict[int, int] = {}
 
-    def new_slot(self, name: str, kind: str) -> int:
+    def new_slot(self, name: str, kind: SlotKind) -> int:
         self.slots.append(Slot(name, kind))
         return len(self.slots) - 1
 
-    def _value_slot(self, v: Value, kind: str) -> int:
+    def _value_slot(self, v: Value, kind: SlotKind) -> int:
         s = self.new_slot(v.name, kind)
         slot = self.slots[s]
         slot.type, slot.dtype = v.type, held_dtype(v.type.dtype)
@@ -194,7 +205,7 @@ class Planner:
     def _const_slot(self, v: Value) -> int:
         s = self.slot_of.get(id(v))
         if s is None:
-            s = self._value_slot(v, "const")
+            s = self._value_slot(v, SlotKind.CONST)
             self.slots[s].const = received(v.const)
         return s
 
@@ -204,7 +215,7 @@ class Planner:
         values = [*fn.inputs, *(v for op in fn.ops for v in op.outputs)]
         largest = max(values, key=lambda v: _held_bytes(v.type), default=None)
         if largest is not None and _held_bytes(largest.type) > self.budget:
-            slot = Slot(largest.name, "", largest.type, nbytes=_held_bytes(largest.type))
+            slot = Slot(largest.name, None, largest.type, nbytes=_held_bytes(largest.type))
             slot.producer = largest.producer
             raise CompileError(
                 f"{_describe(slot)}, more than the reference backend's memory budget of "
@@ -216,7 +227,7 @@ class Planner:
     def plan(self) -> Plan:
         self._check_sizes()
         fn = self.program.main
-        inputs = [(v.name, self._value_slot(v, "buffer")) for v in fn.inputs]
+        inputs = [(v.name, self._value_slot(v, SlotKind.BUFFER)) for v in fn.inputs]
         steps: list[Step] = []
         for op in fn.ops:
             if CONST in op.opdef.traits:
@@ -232,9 +243,9 @@ class Planner:
         arenas = self._assign(steps, [s for _, s in inputs])
         peak = sum(arenas) + self._runtime_peak(steps)
         if peak > self.budget:
-            biggest = sorted((s for s in self.slots if s.kind != "const"), key=lambda s: -s.nbytes)[
-                :3
-            ]
+            biggest = sorted(
+                (s for s in self.slots if s.kind is not SlotKind.CONST), key=lambda s: -s.nbytes
+            )[:3]
             raise CompileError(
                 f"the program needs {peak:,} bytes ({_gib(peak)}) of buffers at its peak, more "
                 f"than the reference backend's memory budget of {self.budget:,} bytes "
@@ -244,7 +255,7 @@ class Planner:
             )
         dead: list[tuple[int, ...]] = [() for _ in steps]
         for i, s in enumerate(self.slots):
-            if s.kind == "runtime" and 0 <= s.last_use < len(steps):
+            if s.kind is SlotKind.RUNTIME and 0 <= s.last_use < len(steps):
                 dead[s.last_use] += (i,)
         return Plan(self.slots, steps, arenas, inputs, outputs, peak, dead)
 
@@ -283,11 +294,19 @@ class Planner:
         stores = [
             _store(v.type.dtype, self._rounds(op, v), st) for v, st in zip(op.outputs, storages)
         ]
-        folded = all(self.slots[s].kind == "const" for s in ins) and CONSTEXPR in op.opdef.traits
+        folded = (
+            all(self.slots[s].kind is SlotKind.CONST for s in ins) and CONSTEXPR in op.opdef.traits
+        )
         statics = all(v.type.is_static and held_dtype(v.type.dtype) for v in op.outputs)
         hook = self._hook(op)
-        factory = FORMS.get(op.op_type) if hook is None else None  # a hook reads the reference
-        kind = "const" if folded else "buffer" if statics and factory else "runtime"
+        factory = None if hook is not None else _factory(op)  # a hook reads the reference
+        kind = (
+            SlotKind.CONST
+            if folded
+            else SlotKind.BUFFER
+            if statics and factory
+            else SlotKind.RUNTIME
+        )
         outs = tuple(self._value_slot(v, kind) for v in op.outputs)
         fallback = _fallback(op, args, self.slots, outs, stores, hook, self.profile)
         if folded:
@@ -295,11 +314,11 @@ class Planner:
             return None
         form = None
         ctx = Context(self, op, args)
-        if kind == "buffer":
+        if kind is SlotKind.BUFFER:
             form = factory(ctx)
             if form is None or form.view:
                 for s in outs:
-                    self.slots[s].kind = "runtime"
+                    self.slots[s].kind = SlotKind.RUNTIME
                 ctx.scratch_slots.clear()
         kept = [
             (s, st)
@@ -358,7 +377,7 @@ class Planner:
                 continue
             last = max(slots[s].last_use for s in step.outs)
             for s in step.ins:
-                if slots[s].kind != "const":
+                if slots[s].kind is not SlotKind.CONST:
                     slots[s].last_use = max(slots[s].last_use, last)
 
     def _assign(self, steps: list[Step], inputs: list[int]) -> list[int]:
@@ -395,7 +414,7 @@ class Planner:
 
         ends: dict[int, list[int]] = {}
         for i, slot in enumerate(slots):
-            if slot.kind == "buffer":
+            if slot.kind is SlotKind.BUFFER:
                 ends.setdefault(slot.last_use, []).append(i)
         for s in inputs:
             take(s)
@@ -404,13 +423,13 @@ class Planner:
         for step in steps:
             inplace = step.form.inplace if step.form is not None else ()
             for s in step.outs:
-                if slots[s].kind != "buffer":
+                if slots[s].kind is not SlotKind.BUFFER:
                     continue
                 donor = next(
                     (
                         i
                         for i in inplace
-                        if slots[i].kind == "buffer"
+                        if slots[i].kind is SlotKind.BUFFER
                         and slots[i].last_use == step.index
                         and slots[i].arena >= 0
                         and holder.get(slots[i].arena) == i
@@ -436,7 +455,7 @@ class Planner:
         ends: dict[int, int] = {}
         for step in steps:
             for s in step.outs:
-                if self.slots[s].kind == "runtime" and step.form is None:
+                if self.slots[s].kind is SlotKind.RUNTIME and step.form is None:
                     live += self.slots[s].nbytes
                     ends[self.slots[s].last_use] = (
                         ends.get(self.slots[s].last_use, 0) + self.slots[s].nbytes
@@ -444,6 +463,11 @@ class Planner:
             peak = max(peak, live)
             live -= ends.pop(step.index, 0)
         return peak
+
+
+def _factory(op: Operation) -> Callable[[Context], Form | None] | None:
+    """The op's planned form: derived from its registry ``ufunc``, else the ``FORMS`` table."""
+    return ufunc_form if op.opdef.ufunc is not None else FORMS.get(op.op_type)
 
 
 def _store(dtype: DType, rounds: bool, storage: Storage | None) -> Callable[[Any, Any], Any]:
@@ -499,7 +523,7 @@ def _fallback(
     for name, s in args.items():
         if isinstance(s, tuple):
             variadic.append((name, s))
-        elif slots[s].kind == "const":
+        elif slots[s].kind is SlotKind.CONST:
             consts[name] = slots[s].const
         else:
             runtime.append((name, s))

@@ -6,6 +6,7 @@ from anekit.mil.ops import (  # noqa: F401  (each module registers its ops on im
     conv,
     core,
     elementwise,
+    elementwise17,
     indexing,
     linear,
     norm,

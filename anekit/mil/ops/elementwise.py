@@ -3,7 +3,8 @@
 Names, parameters, dtypes and defaults follow coremltools' iOS15 definitions
 (``ops/defs/iOS15/elementwise_unary.py``, ``elementwise_binary.py``,
 ``activation.py``, ``control_flow.py`` for ``select``) and the iOS17 changes
-(``ops/defs/iOS17/elementwise_unary.py``, ``activation.py``), read at commit e0e2f42.
+(``ops/defs/iOS17/elementwise_unary.py``, ``activation.py``: :mod:`.elementwise17`), read at
+commit e0e2f42.
 
 References compute in the input's precision (fp16 arrives as float32) and
 follow NumPy where MIL says nothing more: ``maximum``/``minimum``/``relu``/
@@ -22,7 +23,6 @@ never wrapped or invented values; integer ``real_div`` truncates toward zero
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from functools import reduce
 from typing import Any
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops import device, integers
+from anekit.mil.ops import device, integers, npmath
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
 from anekit.mil.ops.npmath import GELU_MODES, channel_vector, erf, exp2, quiet, real_div, sigmoid
 from anekit.mil.ops.ranges import GELU, SILU, RangeFn, bounded, interval_binary, monotone, power
-from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
+from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, Ufunc, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
 
@@ -79,12 +79,13 @@ def _unary(
     numerics: Numerics | None = None,
     ranges: RangeFn | None = None,
     flush_sensitive: frozenset[str] = frozenset(),
+    ufunc: Ufunc | None = None,
 ) -> OpDef:
     """Declare ``y = fn(x, **attrs)`` with y of x's type (``ranges``: its range transfer).
 
     ``attrs`` are const scalars in x's domain as (name, description, default or
     _REQUIRED); ``extra`` are other parameters with their doc line; ``check``
-    validates const values in inference.
+    validates const values in inference. A NumPy ufunc ``fn`` is also the op's ``ufunc``.
     """
     scalars = tuple((_scalar(n, dtypes, d), f"{n} (const T): {text}") for n, text, d in attrs)
     declared = scalars + extra
@@ -94,6 +95,8 @@ def _unary(
             check(a)
         return a.x.type
 
+    if isinstance(fn, np.ufunc):  # passed x positionally: ufuncs take no x= keyword
+        fn, ufunc = (lambda x, f=fn: f(x)), Ufunc(fn)
     return register(
         OpDef(
             name=name,
@@ -101,6 +104,7 @@ def _unary(
             infer=infer,
             reference=quiet(fn),
             traits=frozenset({ELEMENTWISE, *traits}),
+            ufunc=ufunc,
             flops_per_element=flops,
             numerics=numerics,
             ranges=ranges,
@@ -146,13 +150,17 @@ def _binary(
     mask_operands: frozenset[str] = frozenset(),
     ranges: RangeFn | None = None,
     flush_sensitive: frozenset[str] = frozenset(),
+    ufunc: np.ufunc | None = None,
+    bounded_ints: bool = False,
 ) -> OpDef:
     """Declare ``fn(x, y)`` with NumPy broadcasting; the result has x's dtype unless ``output``.
 
     Integer operands run :func:`.integers.binary` (``exact``: their formula, else ``fn`` in
-    int64; ``divides``: a zero divisor is an error).
+    int64; ``divides``: a zero divisor is an error). The op's ``ufunc``: ``fn`` if a NumPy
+    ufunc, for float32 operands only unless ``bounded_ints`` (integers cannot leave int32).
     """
     out_text = output.value if output else "T"
+    ufunc = ufunc or fn
 
     def infer(a: Args) -> TensorType:
         return TensorType(output or a.x.dtype, _broadcast_all(name, a, ("x", "y")))
@@ -164,6 +172,7 @@ def _binary(
             infer=infer,
             reference=quiet(integers.binary(name, fn, divides=divides, exact=exact)),
             traits=frozenset({ELEMENTWISE, BINARY, *traits}),
+            ufunc=Ufunc(ufunc, floats=not bounded_ints) if isinstance(ufunc, np.ufunc) else None,
             flops_per_element=flops,
             mask_operands=mask_operands,
             ranges=ranges,
@@ -187,6 +196,7 @@ def _compare(name: str, fn: Callable[[np.ndarray, np.ndarray], Any], relation: s
         f"Return ``{relation}`` elementwise, with broadcasting.",
         output=DType.bool,
         traits=(COMPARISON,),
+        bounded_ints=True,
     )
 
 
@@ -197,18 +207,8 @@ def _logical(name: str, fn: Callable[[np.ndarray, np.ndarray], Any], relation: s
         f"Return ``{relation}`` elementwise, with broadcasting.",
         dtypes=BOOL,
         output=DType.bool,
+        bounded_ints=True,
     )
-
-
-def _ios17_own_domain(opdef: OpDef, names: tuple[str, ...]) -> OpDef:
-    """iOS17: the named const parameters may have a float dtype other than x's (domain U)."""
-    params = tuple(
-        dataclasses.replace(p, domain="U", dtypes=FP) if p.name in names else p
-        for p in opdef.params
-    )
-    note = f"iOS17: {', '.join(names)} may be fp16 or fp32 whatever x's dtype (type domain U)."
-    doc = opdef.doc.replace("\n\nArgs:", f"\n\n{note}\n\nArgs:", 1)
-    return register(opdef.evolve(since="ios17", params=params, doc=doc))
 
 
 # -- checks of const values -----------------------------------------------------------------
@@ -219,16 +219,6 @@ def _check_gelu_mode(a: Args) -> None:
         "gelu",
         "mode",
         lambda: f"expected one of {sorted(GELU_MODES)}, found {mode!r}",
-    )
-
-
-def _check_clip_order(a: Args) -> None:
-    alpha, beta = float(a.const("alpha")), float(a.const("beta"))
-    require(
-        alpha < beta,
-        "clip",
-        "beta",
-        lambda: f"expected alpha < beta (iOS17), found {alpha} >= {beta}",
     )
 
 
@@ -258,7 +248,7 @@ def _check_prelu(a: Args) -> None:
 # -- unary math ---------------------------------------------------------------------------
 _unary(
     "exp",
-    lambda x: np.exp(x),
+    np.exp,
     "Return e**x.",
     flops=_T,
     numerics=device.EXP_SATURATES,
@@ -286,15 +276,16 @@ for _name, _fn, _summary, _flops, _ranges in (  # _ranges: the range transfer (N
     ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T, None),
     ("erf", erf, "Return the Gauss error function erf(x).", _T, _SIGN),
     ("tanh", np.tanh, "Return tanh(x).", _T, _SIGN),
-):  # the lambda passes x positionally: ufuncs take no x= keyword
-    _unary(_name, lambda x, f=_fn: f(x), _summary, flops=_flops, ranges=_ranges)
+):
+    _unary(_name, _fn, _summary, flops=_flops, ranges=_ranges)
 
 for _name, _fn, _summary, _flops in (
     ("abs", np.abs, "Return |x|.", 1),
     ("sign", np.sign, "Return -1, 0 or 1 by the sign of x (NaN stays NaN).", 1),
     ("square", np.square, "Return x * x.", 1),
 ):
-    _unary(_name, integers.unary(_name, _fn), _summary, dtypes=FP_I32, flops=_flops)
+    _form = Ufunc(_fn, floats=True)  # integers: the exact path
+    _unary(_name, integers.unary(_name, _fn), _summary, dtypes=FP_I32, flops=_flops, ufunc=_form)
 _unary(
     "exp2",
     integers.unary("exp2", exp2),
@@ -302,6 +293,7 @@ _unary(
     dtypes=FP_I32,
     flops=_T,
     numerics=device.EXP_SATURATES,
+    ufunc=Ufunc(np.exp2, floats=True),  # integers: the exact path
 )
 
 _EPSILON_DOC = "added to x first, in x's dtype (an fp16 x rounds 1e-12 and 1e-45 to 0)."
@@ -312,6 +304,7 @@ LOG = _unary(
     attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-45.", _x_dtype_default(1e-45)),),
     flops=1 + _T,
     flush_sensitive=frozenset({"x"}),
+    ufunc=Ufunc(into=npmath.log_into),
 )
 RSQRT = _unary(
     "rsqrt",
@@ -320,6 +313,7 @@ RSQRT = _unary(
     attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-12.", _x_dtype_default(1e-12)),),
     flops=2 + _T,
     flush_sensitive=frozenset({"x"}),
+    ufunc=Ufunc(into=npmath.rsqrt_into),
 )
 INVERSE = _unary(
     "inverse",
@@ -328,6 +322,7 @@ INVERSE = _unary(
     attrs=(("epsilon", f"{_EPSILON_DOC} Default: 1e-4.", _x_dtype_default(1e-4)),),
     flops=2,
     flush_sensitive=frozenset({"x"}),
+    ufunc=Ufunc(into=npmath.inverse_into),
 )
 CLIP = _unary(
     "clip",
@@ -335,6 +330,7 @@ CLIP = _unary(
     "Return min(max(x, alpha), beta) (beta wins if alpha > beta; NaN propagates).",
     attrs=(("alpha", "lower bound.", _REQUIRED), ("beta", "upper bound.", _REQUIRED)),
     flops=2,
+    ufunc=Ufunc(into=npmath.clip_into),
 )
 _unary(
     "threshold",
@@ -342,10 +338,11 @@ _unary(
     "Return max(x, alpha).",
     dtypes=FP_I32,
     attrs=(("alpha", "lower bound.", _REQUIRED),),
+    ufunc=Ufunc(into=npmath.threshold_into),
 )
 _unary(
     "logical_not",
-    lambda x: np.logical_not(x),
+    np.logical_not,
     "Return NOT x.",
     dtypes=BOOL,
 )
@@ -361,6 +358,7 @@ _unary(
     "Return max(x, 0).",
     traits=_ACT,
     ranges=monotone(lambda v: max(v, 0.0)),
+    ufunc=Ufunc(into=npmath.relu_into),
 )
 _unary(
     "relu6",
@@ -368,6 +366,7 @@ _unary(
     "Return min(max(x, 0), 6).",
     traits=_ACT,
     flops=2,
+    ufunc=Ufunc(into=npmath.relu6_into),
 )
 _unary(
     "sigmoid",
@@ -376,6 +375,7 @@ _unary(
     traits=_ACT,
     flops=2 + _T,
     ranges=bounded(0.0, 1.0),
+    ufunc=Ufunc(into=npmath.sigmoid_into),
 )
 _unary(
     "silu",
@@ -384,6 +384,7 @@ _unary(
     traits=_ACT,
     flops=3 + _T,
     ranges=SILU,
+    ufunc=Ufunc(into=npmath.silu_into, inplace=False),
 )
 _unary(
     "softplus",
@@ -393,7 +394,14 @@ _unary(
     flops=1 + 2 * _T,
     numerics=device.SOFTPLUS_EXP_CLIFF,
 )
-_unary("softsign", lambda x: x / (1 + np.abs(x)), "Return x / (1 + |x|).", traits=_ACT, flops=3)
+_unary(
+    "softsign",
+    lambda x: x / (1 + np.abs(x)),
+    "Return x / (1 + |x|).",
+    traits=_ACT,
+    flops=3,
+    ufunc=Ufunc(into=npmath.softsign_into, inplace=False),
+)
 GELU = _unary(
     "gelu",
     lambda x, mode: GELU_MODES[mode](x),
@@ -434,6 +442,7 @@ SIGMOID_HARD = _unary(
     attrs=(_ALPHA, _BETA),
     traits=_ACT,
     flops=4,
+    ufunc=Ufunc(into=npmath.sigmoid_hard_into),
 )
 SCALED_TANH = _unary(
     "scaled_tanh",
@@ -442,6 +451,7 @@ SCALED_TANH = _unary(
     attrs=(_ALPHA, _BETA),
     traits=_ACT,
     flops=2 + _T,
+    ufunc=Ufunc(into=npmath.scaled_tanh_into),
 )
 LINEAR_ACTIVATION = _unary(
     "linear_activation",
@@ -450,6 +460,7 @@ LINEAR_ACTIVATION = _unary(
     attrs=(_ALPHA, _BETA),
     traits=_ACT,
     flops=2,
+    ufunc=Ufunc(into=npmath.linear_into),
 )
 PRELU = _unary(
     "prelu",
@@ -492,6 +503,7 @@ _binary(
     real_div,
     "Return x / y elementwise, with broadcasting (integers: truncated toward zero).",
     divides=True,
+    ufunc=np.true_divide,
     ranges=interval_binary("div"),
     flush_sensitive=frozenset({"y"}),
 )
@@ -521,12 +533,14 @@ _binary(
     "maximum",
     np.maximum,
     "Return max(x, y) elementwise; NaN propagates (NumPy).",
+    bounded_ints=True,
     ranges=interval_binary("max"),
 )
 _binary(
     "minimum",
     np.minimum,
     "Return min(x, y) elementwise; NaN propagates (NumPy).",
+    bounded_ints=True,
     ranges=interval_binary("min"),
 )
 
@@ -560,38 +574,6 @@ register(
                 "b (tensor<T, [*]>): values elsewhere.",
             ],
             "tensor<T, [*]>: the broadcast shape of cond, a and b.",
-        ),
-    )
-)
-
-# -- iOS17 ----------------------------------------------------------------------------------
-# epsilon, alpha and beta may have a float dtype other than x's (type domain U).
-for _opdef, _names in (
-    (LOG, ("epsilon",)),
-    (RSQRT, ("epsilon",)),
-    (INVERSE, ("epsilon",)),
-    (LEAKY_RELU, ("alpha",)),
-    (ELU, ("alpha",)),
-    (PRELU, ("alpha",)),
-    (SIGMOID_HARD, ("alpha", "beta")),
-    (SCALED_TANH, ("alpha", "beta")),
-    (LINEAR_ACTIVATION, ("alpha", "beta")),
-):
-    _ios17_own_domain(_opdef, _names)
-
-
-def _clip_strict_infer(a: Args) -> TensorType:
-    _check_clip_order(a)
-    return a.x.type
-
-
-register(
-    CLIP.evolve(
-        since="ios17",
-        infer=_clip_strict_infer,
-        doc=CLIP.doc.replace(
-            "(beta wins if alpha > beta; NaN propagates)",
-            "(iOS17: alpha < beta is required; NaN propagates)",
         ),
     )
 )

@@ -82,10 +82,147 @@ def channel_vector(alpha: np.ndarray, rank: int) -> np.ndarray:
     return np.reshape(alpha, (1, -1) + (1,) * (rank - 2))
 
 
+_GELU_CHUNK = 1 << 14  # elements per pass: a chunk and its three temporaries stay in L2
+_ERFC_FIT32 = tuple(np.float32(c) for c in reversed(_ERFC_FIT))  # Horner order, float32
+_HALF, _ONE, _RSQRT2 = np.float32(0.5), np.float32(1.0), np.float32(1.0 / math.sqrt(2.0))
+
+
+def gelu_exact(x: np.ndarray) -> np.ndarray:
+    """x Phi(x) = 0.5x erfc(-x/sqrt 2) in float32, to a relative error of a few 1e-7.
+
+    Phi(-|x|) = erfc(|x|/sqrt 2)/2 by the fit of :func:`erf` (the tail keeps its relative
+    accuracy: no 1 + erf cancellation), Phi(|x|) = 1 - Phi(-|x|), selected on x's sign bit
+    (so -0 gives -0). Computed a cache-sized chunk at a time with ``out=`` ufuncs: about
+    ten times faster than :func:`erf` in float64 (the 12-layer BERT's GELUs cost more than
+    its matmuls that way). gelu(+inf) = inf, gelu(-inf) = NaN (0 x -inf), as
+    0.5x(1 + erf(x/sqrt 2)).
+    """
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(x.shape, np.float32)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    n = min(_GELU_CHUNK, xf.size)
+    z, t, p = (np.empty(n, np.float32) for _ in range(3))
+    for i in range(0, xf.size, _GELU_CHUNK):
+        xs, o = xf[i : i + _GELU_CHUNK], of[i : i + _GELU_CHUNK]
+        m = xs.size
+        zz, tt, pp = z[:m], t[:m], p[:m]
+        np.abs(xs, out=zz)
+        zz *= _RSQRT2  # z = |x| / sqrt 2
+        np.multiply(zz, _HALF, out=tt)
+        tt += _ONE
+        np.divide(_ONE, tt, out=tt)  # t = 1 / (1 + z/2)
+        pp.fill(_ERFC_FIT32[0])
+        for c in _ERFC_FIT32[1:]:
+            pp *= tt
+            pp += c
+        np.square(zz, out=zz)
+        pp -= zz
+        np.exp(pp, out=pp)
+        pp *= tt  # erfc(z)
+        pp *= _HALF  # Phi(-|x|)
+        np.subtract(_ONE, pp, out=o)  # Phi(|x|)
+        # Phi(x): Phi(-|x|) where the sign bit of x is set, else Phi(|x|), as bits
+        sign = zz.view(np.int32)
+        np.right_shift(xs.view(np.int32), 31, out=sign)  # all ones where negative
+        pu, ou = pp.view(np.int32), o.view(np.int32)
+        np.bitwise_and(pu, sign, out=pu)
+        np.invert(sign, out=sign)
+        np.bitwise_and(ou, sign, out=ou)
+        np.bitwise_or(ou, pu, out=ou)
+        o *= xs
+    return out
+
+
 GELU_MODES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "EXACT": lambda x: 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))),
+    "EXACT": gelu_exact,
     "TANH_APPROXIMATION": lambda x: (
         0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     ),
     "SIGMOID_APPROXIMATION": lambda x: x * sigmoid(1.702 * x),
 }
+
+
+# -- out= forms: a formula of the elementwise ops, one ufunc at a time into ``out`` ---------------
+# Each replays its op's reference on float32 operands (same ufuncs, same order, same operands), so
+# it gives the same bits; the reference backend runs it into a planned buffer (registry.Ufunc).
+def sigmoid_into(out: np.ndarray, x: np.ndarray) -> None:
+    """1.0 / (1.0 + np.exp(-x))"""
+    np.negative(x, out=out)
+    np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.divide(1.0, out, out=out)
+
+
+def silu_into(out: np.ndarray, x: np.ndarray) -> None:
+    """x * sigmoid(x) (reads x after writing out: never in place)"""
+    sigmoid_into(out, x)
+    np.multiply(x, out, out=out)
+
+
+def relu_into(out: np.ndarray, x: np.ndarray) -> None:
+    """np.maximum(x, 0)"""
+    np.maximum(x, 0, out=out)
+
+
+def relu6_into(out: np.ndarray, x: np.ndarray) -> None:
+    """np.minimum(np.maximum(x, 0), 6)"""
+    np.maximum(x, 0, out=out)
+    np.minimum(out, 6, out=out)
+
+
+def clip_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """np.minimum(np.maximum(x, alpha), beta)"""
+    np.maximum(x, alpha, out=out)
+    np.minimum(out, beta, out=out)
+
+
+def threshold_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray) -> None:
+    """np.maximum(x, alpha)"""
+    np.maximum(x, alpha, out=out)
+
+
+def rsqrt_into(out: np.ndarray, x: np.ndarray, epsilon: np.ndarray) -> None:
+    """1.0 / np.sqrt(x + epsilon)"""
+    np.add(x, epsilon, out=out)
+    np.sqrt(out, out=out)
+    np.divide(1.0, out, out=out)
+
+
+def inverse_into(out: np.ndarray, x: np.ndarray, epsilon: np.ndarray) -> None:
+    """1.0 / (x + epsilon)"""
+    np.add(x, epsilon, out=out)
+    np.divide(1.0, out, out=out)
+
+
+def log_into(out: np.ndarray, x: np.ndarray, epsilon: np.ndarray) -> None:
+    """np.log(x + epsilon)"""
+    np.add(x, epsilon, out=out)
+    np.log(out, out=out)
+
+
+def linear_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """alpha * x + beta"""
+    np.multiply(alpha, x, out=out)
+    np.add(out, beta, out=out)
+
+
+def scaled_tanh_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """alpha * np.tanh(beta * x)"""
+    np.multiply(beta, x, out=out)
+    np.tanh(out, out=out)
+    np.multiply(alpha, out, out=out)
+
+
+def softsign_into(out: np.ndarray, x: np.ndarray) -> None:
+    """x / (1 + np.abs(x)) (reads x after writing out: never in place)"""
+    np.abs(x, out=out)
+    np.add(1, out, out=out)
+    np.divide(x, out, out=out)
+
+
+def sigmoid_hard_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """np.minimum(np.maximum(alpha * x + beta, 0), 1)"""
+    np.multiply(alpha, x, out=out)
+    np.add(out, beta, out=out)
+    np.maximum(out, 0, out=out)
+    np.minimum(out, 1, out=out)

@@ -126,6 +126,28 @@ class Numerics:
     reads: str | None = None
 
 
+@dataclass(frozen=True)
+class Ufunc:
+    """An elementwise op as NumPy ufuncs writing into a given array (``out=``): the same bits as
+    its ``reference`` wherever it applies. The reference backend plans its fast form from this
+    (``mil/`` knows no buffers: the backend decides slots, aliasing and reuse).
+
+    Attributes:
+        ufunc: the NumPy ufunc of the op's tensor operands (``x``, or ``x`` and ``y``), in their
+            dtype; or None when ``into`` is given.
+        into: ``into(out, x, **consts)``: the reference's formula, one ``out=`` ufunc at a time,
+            in the same order on the same operands (float32 only).
+        floats: applies to float32 operands only (integers take the reference's exact path).
+        inplace: the output may take x's buffer (False where the formula reads x after it
+            has written ``out``).
+    """
+
+    ufunc: np.ufunc | None = None
+    into: Callable[..., None] | None = None
+    floats: bool = False
+    inplace: bool = True
+
+
 InferFn = Callable[["Args"], "TensorType | tuple[TensorType, ...]"]
 CostFn = Callable[["Args", "tuple[TensorType, ...]"], Cost]
 
@@ -173,6 +195,8 @@ class OpDef:
     # For an op with an index output: the length of the axis its indices count along (the
     # index-precision rule: fp16 indices are exact only below 2048, N22).
     indexes_along: Callable[[Args], Dim] | None = None
+    # An elementwise op as NumPy ufuncs writing with ``out=`` (the reference backend's fast form).
+    ufunc: Ufunc | None = None
     by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
     readable: frozenset[str] = field(init=False, repr=False, compare=False)
 
