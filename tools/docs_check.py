@@ -71,7 +71,7 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?\s?(ms|us|µs|s|tok/s|tokens/s|T
                     r"Gb/s|GB|MB|MiB|GiB|x|%)(?![\w/])")  # fmt: skip
 # a paragraph that says where its numbers come from
 SOURCED = re.compile(r"https?://|benchmarks/|results/|ANE_NOTES|published|measured|"
-                     r"maderix|ANEForge|anemll|tinygrad|arXiv|\(source|profile|`[\w/.-]+\.json`")  # fmt: skip
+                     r"maderix|ANEForge|anemll|tinygrad|arXiv|\(source|profile|`[\w/.-]+\.json`", re.I)  # fmt: skip
 BASELINE = "tools/docs_numbers_baseline.txt"
 
 
