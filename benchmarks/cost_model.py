@@ -366,6 +366,50 @@ def spread(loso: list[dict]) -> str:
             f"{TARGET}x; 10-90% of ratios {low:.2f}-{high:.2f}")  # fmt: skip
 
 
+def contradictions(entries: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
+    """Pairs of one source's entries that no cost model can put both within 1.25x.
+
+    ``(a, b)``: same source, chip, path and program kind, ``a`` at least as large as ``b``
+    in every size of the program description (so at least as much work, for any model that
+    does not get faster with more work), yet published more than 1.25^2 times faster than
+    ``b``: a prediction within 1.25x of ``b`` is then more than 1.25x off ``a``.
+    """
+    out = []
+    for a in entries:
+        for b in entries:
+            if (
+                a is b
+                or _source(a) != _source(b)
+                or (a["chip"], a["path"]) != (b["chip"], b["path"])
+            ):
+                continue
+            pa, pb = a["program"], b["program"]
+            if pa.keys() != pb.keys() or pa == pb:
+                continue
+            sizes = [k for k, v in pa.items() if isinstance(v, int) and not isinstance(v, bool)]
+            same = all(pa[k] == pb[k] for k in pa if k not in sizes)
+            if (
+                same
+                and all(pa[k] >= pb[k] for k in sizes)
+                and a["seconds"] * TARGET**2 < b["seconds"]
+            ):
+                out.append((a, b))
+    return out
+
+
+def contradiction_table(entries: list[dict[str, Any]]) -> str:
+    """Per source, the published pairs no cost model can fit together (``contradictions``)."""
+    pairs = contradictions(entries)
+    if not pairs:
+        return "  none"
+    lines = []
+    for a, b in sorted(pairs, key=lambda p: (_source(p[0]), p[0]["id"])):
+        lines.append(f"  {a['chip']:7} {a['id']:28} {a['seconds'] * 1e3:7.3f} ms  <  {b['id']:28} "
+                     f"{b['seconds'] * 1e3:7.3f} ms / 1.25^2 (x{b['seconds'] / a['seconds']:.2f}): "
+                     f"more work published faster  [{_source(a)[-40:]}]")  # fmt: skip
+    return "\n".join(lines)
+
+
 def write_floors(entries: list[dict[str, Any]], path: Any = CHIPS_JSON) -> None:
     """Write the family floors and the leave-one-source-out band into ``chips.json``.
 
@@ -506,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper chip and source: before, after, and with the source left out of the fit:")
     print(per_source_table(before, rows, loso))
     print(spread(loso))
+    print("\npublished pairs no monotone cost model can fit within 1.25x together (same source):")
+    print(contradiction_table(entries))
     print("\nlanguage models: predicted decode vs published (anekit/llm/data/published.json):")
     print(llm_table())
     print("\ntraining steps: predicted vs published (anekit/train/data/published.json):")

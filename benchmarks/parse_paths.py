@@ -1,13 +1,11 @@
-"""Does the parser's statement fast path pay, and does pausing the collector? Measured per shape.
+"""What pausing the collector during a parse buys, measured per shape.
 
-The parser has one grammar (``any_statement``) plus two fast paths: whole-line const
-statements (``fast_const``) and ``plain_statement``, a second reading of the common
-statement by indexing the token list. This compares, in one process, on the foreign
-shapes of ``benchmarks/toolchain.py`` (written as coremltools writes them), a cold parse:
+The parser has one grammar (``read_statement``) plus the whole-line const fast path
+(``fast_const``). This compares, in one process, on the foreign shapes of
+``benchmarks/toolchain.py`` (written as coremltools writes them), a cold parse:
 
-- ``plain+gc``: both fast paths, the collector paused during the parse;
-- ``plain``: both fast paths, the collector left running;
-- ``grammar``: the const fast path only (``plain_statement`` switched off), collector running.
+- ``gc paused``: the collector paused during the parse (``pause_gc=True``, the CLI's choice);
+- ``gc running``: the collector left running (the library's default).
 
 Candidates run interleaved (the order rotates every round), one BLAS thread; each figure
 is the median statements/s of the rounds, wall clock and this process's CPU time (the
@@ -29,36 +27,29 @@ sys.path.insert(0, os.path.dirname(__file__))
 from toolchain import SHAPES  # noqa: E402  (the shapes, written beside this file)
 
 from anekit import mil  # noqa: E402
-from anekit.mil import parser, reader, verify  # noqa: E402
+from anekit.mil import reader, verify  # noqa: E402
 
-CANDIDATES = ("plain+gc", "plain", "grammar")
+CANDIDATES = ("gc paused", "gc running")
 
 
-def cold_parse(text: str, files: dict, *, plain: bool, pause_gc: bool) -> None:
-    """One parse with the caches emptied, with or without the plain fast path and the pause."""
+def cold_parse(text: str, files: dict, *, pause_gc: bool) -> None:
+    """One parse with the caches emptied, with or without the collector paused."""
     reader.clear_caches()
     verify.clear_cache()
-    saved = parser._Parser.plain_statement
-    if not plain:
-        parser._Parser.plain_statement = lambda self, start, opset: None  # the grammar alone
-    try:
-        mil.parse(text, files, pause_gc=pause_gc)
-    finally:
-        parser._Parser.plain_statement = saved
+    mil.parse(text, files, pause_gc=pause_gc)
 
 
 def main(rounds: int = 7) -> None:
     shapes = {label: make() for label, make in SHAPES.items() if not label.startswith("ours")}
     runs: dict[str, Callable[[str, dict], None]] = {
-        "plain+gc": lambda t, f: cold_parse(t, f, plain=True, pause_gc=True),
-        "plain": lambda t, f: cold_parse(t, f, plain=True, pause_gc=False),
-        "grammar": lambda t, f: cold_parse(t, f, plain=False, pause_gc=False),
+        "gc paused": lambda t, f: cold_parse(t, f, pause_gc=True),
+        "gc running": lambda t, f: cold_parse(t, f, pause_gc=False),
     }
     wall: dict[tuple[str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
     with threadpool_limits(1):
         for r in range(rounds):
-            order = CANDIDATES[r % 3 :] + CANDIDATES[: r % 3]
+            order = CANDIDATES[r % 2 :] + CANDIDATES[: r % 2]
             for label, (text, files) in shapes.items():
                 for name in order:
                     t0, c0 = time.perf_counter(), time.process_time()

@@ -37,3 +37,23 @@ def test_unknown_blocks_and_unused_generators_are_reported(tool, tmp_path: Path)
         "README.md: block 'other' has no generator",
         "generator 'answer' is used by no document",
     ]
+
+
+def test_hand_written_numbers_need_a_source(tool, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("no numbers\n")
+    (tmp_path / "tools").mkdir()
+    doc = tmp_path / "docs" / "a.md"
+    doc.write_text(
+        "<!-- docs-check: answer -->\n42 tok/s\n<!-- /docs-check -->\n\nIt runs at 12 ms.\n"
+    )
+    problems = tool.check_numbers()
+    assert len(problems) == 1 and "It runs at 12 ms." in problems[0]
+    assert tool.main([]) == 1
+    doc.write_text("<!-- docs-check: answer -->\n42 tok/s\n<!-- /docs-check -->\n\n"
+                   "It runs at 12 ms (measured: `benchmarks/x.py`).\n")  # fmt: skip
+    assert tool.check_numbers() == [] and tool.main([]) == 0
+    doc.write_text(
+        "<!-- docs-check: answer -->\n42 tok/s\n<!-- /docs-check -->\n\nIt runs at 12 ms.\n"
+    )
+    tool.check_numbers(write_baseline=True)  # a number the baseline lists passes
+    assert tool.check_numbers() == []

@@ -214,8 +214,8 @@ def test_a_parse_makes_no_garbage_cycles() -> None:
         gc.enable() if was else gc.disable()
 
 
-def test_a_type_error_in_a_plain_statement_points_at_its_parameter() -> None:
-    """The plain-token reader keeps no positions; an error reads the statement again for them."""
+def test_a_type_error_points_at_its_parameter() -> None:
+    """Where each argument was given is kept: a type error points at the parameter."""
     text = SMALL.replace("tensor<fp16, [2]> x)", "tensor<fp16, [2]> x, tensor<int32, [2]> k)")
     text = text.replace("y = tensor<fp16, [2]>([1, 2])", "y = k")
     with pytest.raises(MilTypeError, match="dtype int32 differs from fp16") as info:
@@ -252,3 +252,75 @@ def test_a_const_lines_list_reads_as_the_token_path_reads_it(values, dtype) -> N
         return op.inputs["y"].const.tolist()
 
     assert outcome(CONST_LINE) == outcome(LIST)
+
+
+def long_statement(n: int, last: str) -> str:
+    """A program whose concat names ``n`` values, one per line, commas first: the statement
+    spans batches of tokens, which may end between a name and its comma."""
+    head = "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 2]> x) {\n"
+    relus = "".join(
+        f'        tensor<fp16, [1, 2]> v{i} = relu(x = x)[name = string("v{i}")];\n'
+        for i in range(n)
+    )
+    names = "            v0" + "".join(f"\n            , v{i}" for i in range(1, n - 1))
+    names += f"\n            , {last}"
+    concat = (
+        f"        tensor<fp16, [{n}, 2]> c = concat(axis = int32(0), interleave = bool(false), "
+        f'values = (\n{names}))[name = string("c")];\n'
+    )
+    return head + relus + concat + "    } -> (c);\n}\n"
+
+
+@pytest.mark.parametrize(("fill_chars", "ahead"), [(1 << 16, 1024), (1 << 10, 4)])
+def test_a_statement_longer_than_a_batch_of_tokens_is_read_whole(
+    monkeypatch, fill_chars, ahead
+) -> None:
+    """Tokens are made a batch at a time; a statement running past them is read again, once
+    more are made, and gives what it gives when read at once, errors at the same place."""
+    from anekit.mil import lexer
+
+    monkeypatch.setattr(lexer, "_FILL_CHARS", fill_chars)
+    monkeypatch.setattr(parser, "_STATEMENT_TOKENS", ahead)
+    again = []
+    monkeypatch.setattr(parser._Unfinished, "__init__", lambda self: again.append(1))
+    n = 5000
+    program = mil.parse(long_statement(n, f"v{n - 1}"))
+    concat = program.ops[-1]
+    assert len(concat.inputs["values"]) == n and concat.outputs[0].type.shape == (n, 2)
+    assert [v.name for v in concat.inputs["values"]][-2:] == [f"v{n - 2}", f"v{n - 1}"]
+    # read again a few times: as many tokens again are made each time, not one batch more
+    assert 0 < len(again) < 20
+    text = long_statement(n, "nowhere")
+    with pytest.raises(MilTypeError, match="undefined value 'nowhere'") as info:
+        mil.parse(text)
+    lines = text.splitlines()
+    row = next(k for k, line in enumerate(lines) if line.strip().startswith(", nowhere))"))
+    assert (info.value.line, info.value.column) == (row + 1, 15)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_a_float_list_is_stored_as_numpy_stores_it_or_refused_as_storage_loss_says(dtype) -> None:
+    """Lists are packed by struct (rounding to nearest even, refusing an overflow): the values
+    are NumPy's conversion exactly, and a list is refused exactly where storage_loss says."""
+    from anekit.mil.types import storage_loss
+
+    rng = np.random.default_rng(7)
+    np_dtype = np.float16 if dtype == "fp16" else np.float32
+    info = np.finfo(np_dtype)
+    edges = [0.0, -0.0, float(info.max), float(info.tiny), float(info.smallest_subnormal)]
+    edges += [float(info.max) * (1 + 2.0**-12), float(info.smallest_subnormal) / 2]
+    edges += [float(info.smallest_subnormal) * 0.5000001, 65519.99, 65520.0, 3.4028235e38]
+    for trial in range(300):
+        values = [float(x) for x in rng.standard_normal(4) * 10.0 ** rng.integers(-45, 40, 4)]
+        values[trial % 4] = edges[trial % len(edges)] * (-1) ** trial
+        wide = np.array(values)
+        expected_loss = storage_loss(wide, DType(dtype))
+        spelled = [v.hex() for v in values]
+        if expected_loss is None:
+            got = parse_list(spelled, dtype)
+            assert got.dtype == np_dtype
+            np.testing.assert_array_equal(got, wide.astype(np_dtype))
+            assert list(np.signbit(got)) == list(np.signbit(wide.astype(np_dtype)))
+        else:
+            with pytest.raises(MilSyntaxError):
+                parse_list(spelled, dtype)

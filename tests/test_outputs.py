@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import stat
@@ -128,3 +129,18 @@ def test_a_ladder_report_writes_the_home_directory_as_a_tilde(tmp_path: Path, mo
     assert ctx.observed == {"executable": "~/venv/bin/python",
                             "modules": {"objc": ["~/venv/objc/__init__.py", 3]}}  # fmt: skip
     assert "alice" not in (tmp_path / "log.jsonl").read_text()
+
+
+def test_the_doctor_environment_rung_records_no_interpreter_path(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import sys
+
+    from anekit.doctor.ladder import environment
+    from anekit.ladder.runner import Context
+
+    monkeypatch.setattr(sys, "executable", "/Volumes/alice-work/envs/x/bin/python3.12")
+    ctx = Context({}, None, tmp_path)
+    environment(ctx)
+    assert ctx.observed["executable"] == "python3.12"
+    assert "alice" not in json.dumps(ctx.observed, default=str)

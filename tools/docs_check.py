@@ -66,18 +66,76 @@ def check(write: bool) -> list[str]:
     return problems
 
 
+# a measured-looking number: a value with a unit of time, rate, size, or a ratio
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?\s?(ms|us|µs|s|tok/s|tokens/s|TFLOPS|TOPS|GB/s|"
+                    r"Gb/s|GB|MB|MiB|GiB|x|%)(?![\w/])")  # fmt: skip
+# a paragraph that says where its numbers come from
+SOURCED = re.compile(r"https?://|benchmarks/|results/|ANE_NOTES|published|measured|"
+                     r"maderix|ANEForge|anemll|tinygrad|arXiv|\(source|profile|`[\w/.-]+\.json`", re.I)  # fmt: skip
+BASELINE = "tools/docs_numbers_baseline.txt"
+
+
+def unsourced_lines() -> list[str]:
+    """``path: line`` of every hand-written number (outside generated blocks and code) whose
+    paragraph names no source (a link, a benchmark or results file, a data file, a source)."""
+    found = []
+    for doc in documents():
+        text = BLOCK.sub("", doc.read_text("utf-8"))
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        for paragraph in re.split(r"\n\s*\n", text):
+            if not NUMBER.search(paragraph) or SOURCED.search(paragraph):
+                continue
+            for line in paragraph.splitlines():
+                if NUMBER.search(line):
+                    found.append(f"{doc.relative_to(ROOT)}: {line.strip()}")
+    return found
+
+
+def check_numbers(write_baseline: bool = False) -> list[str]:
+    """Hand-written numbers without a source that the baseline does not list yet.
+
+    The baseline (``tools/docs_numbers_baseline.txt``) holds the unsourced numbers the docs
+    had when this check was added; it may only shrink: give a new number a generated block
+    or a source in its paragraph.
+    """
+    lines = unsourced_lines()
+    path = ROOT / BASELINE
+    if write_baseline:
+        path.write_text("".join(f"{line}\n" for line in sorted(set(lines))), "utf-8")
+        return []
+    known = set(path.read_text("utf-8").splitlines()) if path.exists() else set()
+    return [f"hand-written number without a source (generate it or name its source in the "
+            f"paragraph): {line}" for line in lines if line not in known]  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="regenerate every block in place")
     parser.add_argument("--list", action="store_true", help="list the blocks and their documents")
+    parser.add_argument(
+        "--numbers",
+        action="store_true",
+        help="list every hand-written number whose paragraph names no source",
+    )
+    parser.add_argument(
+        "--write-baseline",
+        action="store_true",
+        help=f"record today's unsourced numbers in {BASELINE} (shrink it only)",
+    )
     args = parser.parse_args(argv)
+    if args.numbers:
+        print("\n".join(unsourced_lines()))
+        return 0
+    if args.write_baseline:
+        check_numbers(write_baseline=True)
+        return 0
     if args.list:
         for name in sorted(load_generators()):
             where = [str(d.relative_to(ROOT)) for d in documents()
                      if f"<!-- docs-check: {name} -->" in d.read_text("utf-8")]  # fmt: skip
             print(f"{name:28} {', '.join(where) or '(unused)'}")
         return 0
-    problems = check(args.write)
+    problems = check(args.write) + check_numbers()
     for problem in problems:
         print(f"docs-check: {problem}", file=sys.stderr)
     drifted = [p for p in problems if not p.endswith("(rewritten)")]

@@ -152,11 +152,11 @@ def palette(
         raise UsageError(
             f"palette granularity {granularity!r} is not per_grouped_channel or per_tensor"
         )
-    rows = moved.reshape(w.shape[axis] // group, -1).astype(np.float64)
+    rows = moved.reshape(w.shape[axis] // group, -1)  # its dtype: k-means works a chunk at a time
     centroids = kmeans_1d(rows, k, seed=seed)
     table = np.sort(centroids.astype(dtype), axis=1)  # the values the device holds
-    labels = nearest(rows, table.astype(np.float64))
-    indices = np.moveaxis(labels.reshape(moved.shape), 0, axis).astype(np.uint8)
+    labels = nearest(rows, table.astype(np.float64), dtype=np.uint8)
+    indices = np.moveaxis(labels.reshape(moved.shape), 0, axis)
     detail = {"group_size": group}
     if granularity == "per_tensor":
         operands = {

@@ -103,8 +103,9 @@ def bundle(ctx: Context) -> None:
     """``objc.loadBundle`` of the framework; which classes it defines."""
     import objc
 
-    objc.loadBundle("AppleNeuralEngine", {}, bundle_path=framework.FRAMEWORK_PATH,
-                    scan_classes=False)  # fmt: skip
+    objc.loadBundle(
+        "AppleNeuralEngine", {}, bundle_path=framework.FRAMEWORK_PATH, scan_classes=False
+    )
     found = {}
     for name in sorted(framework.SELECTORS):
         try:
@@ -138,9 +139,16 @@ def selectors(ctx: Context) -> None:
             found = encoding is not None or framework.responds(fw, cls_name, kind, sel)
             optional = sel in framework.OPTIONAL_SELECTORS
             client = framework.is_client_path(cls_name, sel)
-            rows.append({"class": cls_name, "selector": f"{kind}{sel}", "found": found,
-                         "encoding": encoding, "optional": optional,
-                         "client_path_only": client})  # fmt: skip
+            rows.append(
+                {
+                    "class": cls_name,
+                    "selector": f"{kind}{sel}",
+                    "found": found,
+                    "encoding": encoding,
+                    "optional": optional,
+                    "client_path_only": client,
+                }
+            )
             if not found and not optional:
                 (client_missing if client else missing).append(f"{kind}[{cls_name} {sel}]")
     ctx.observe("selectors", rows)
@@ -159,8 +167,11 @@ def metadata(ctx: Context) -> None:
             try:
                 meta = fw.selector_metadata(cls_name, sel)
                 arg = meta["arguments"][sel.count(":") + 1]
-                row.update(type=_text(arg.get("type")), retval=_text(meta["retval"].get("type")),
-                           out_parameter=framework.is_out_parameter(arg))  # fmt: skip
+                row.update(
+                    type=_text(arg.get("type")),
+                    retval=_text(meta["retval"].get("type")),
+                    out_parameter=framework.is_out_parameter(arg),
+                )
             except Exception as e:  # a missing class or selector is this row's answer
                 row.update(out_parameter=False, error=f"{type(e).__name__}: {e}")
             rows.append(row)
@@ -205,8 +216,10 @@ def _model(fw: Any, program: Program, dialect: str) -> tuple[Any, str, dict[str,
 def descriptor(ctx: Context) -> None:
     """Descriptor and model build; is the hex identifier stable, and does it see the weights?"""
     fw, dialect = _fw(ctx), ctx.observe("dialect", _host_dialect())
-    hexes = [str(_model(fw, weighted_program(w), dialect)[0].hexStringIdentifier())
-             for w in (0.5, 0.5, 0.25)]  # fmt: skip
+    hexes = [
+        str(_model(fw, weighted_program(w), dialect)[0].hexStringIdentifier())
+        for w in (0.5, 0.5, 0.25)
+    ]
     ctx.observe("hex", hexes[0])
     ctx.observe("same_program_same_hex", hexes[0] == hexes[1])
     covers = ctx.observe("hex_changes_with_weight_bytes_only", hexes[0] != hexes[2])
@@ -225,8 +238,14 @@ def compile_rung(ctx: Context) -> None:
         with fw.pool():
             result = model.compileWithQoS_options_error_(QOS, fw.empty_options(), None)
         ctx.observe("compile_s", time.perf_counter() - start)
-        ctx.observe("files_after", {str(p.relative_to(workdir)): p.stat().st_size
-                                    for p in sorted(workdir.rglob("*")) if p.is_file()})  # fmt: skip
+        ctx.observe(
+            "files_after",
+            {
+                str(p.relative_to(workdir)): p.stat().st_size
+                for p in sorted(workdir.rglob("*"))
+                if p.is_file()
+            },
+        )
         compile_step(result, "compile")
     finally:
         WORKDIRS.release(workdir)
@@ -241,16 +260,23 @@ def load(ctx: Context) -> None:
     try:
         with fw.pool():
             inner = loaded.inner_models()
-            for label, obj in (("inner_model_attributes", inner[0] if inner else None),
-                               ("model_attributes", loaded.model)):  # fmt: skip
+            for label, obj in (
+                ("inner_model_attributes", inner[0] if inner else None),
+                ("model_attributes", loaded.model),
+            ):
                 getter = getattr(obj, "modelAttributes", None)
                 ctx.observe(label, framework.plain(getter()) if getter is not None else None)
         try:
             io = parse_attributes(loaded.attributes())
-            ctx.observe("parsed", {"inputs": [vars(e) for e in io.inputs],
-                                   "outputs": [vars(e) for e in io.outputs],
-                                   "input_symbols": io.input_symbols,
-                                   "output_symbols": io.output_symbols})  # fmt: skip
+            ctx.observe(
+                "parsed",
+                {
+                    "inputs": [vars(e) for e in io.inputs],
+                    "outputs": [vars(e) for e in io.outputs],
+                    "input_symbols": io.input_symbols,
+                    "output_symbols": io.output_symbols,
+                },
+            )
             ctx.observe("outputs_named_by", _named_by(io.outputs, io.output_symbols))
         except CompileError as e:
             ctx.observe("parsed", f"unusable: {e}")
@@ -382,8 +408,14 @@ def threads(ctx: Context) -> None:
             pool = [threading.Thread(target=work, args=(s,)) for s in range(n)]
             [t.start() for t in pool]
             [t.join() for t in pool]
-            ctx.observe(f"threads_{n}", {"seconds": time.perf_counter() - start,
-                                         "errors": errors[:20], "error_count": len(errors)})  # fmt: skip
+            ctx.observe(
+                f"threads_{n}",
+                {
+                    "seconds": time.perf_counter() - start,
+                    "errors": errors[:20],
+                    "error_count": len(errors),
+                },
+            )
             if errors:
                 raise EvaluationError(f"{len(errors)} errors with {n} threads: {errors[0]}")
 
@@ -391,9 +423,12 @@ def threads(ctx: Context) -> None:
 def stats(ctx: Context) -> None:
     """Hardware time without stats, with a stats object but no counter mask, and with both."""
     case = cases.affine((1, 64, 1, 64), "fp16")
-    for label, options in (("stats_off", {}), ("stats_without_mask", {"stats": True, "stats_mask": 0}),
-                           ("stats_with_mask", {"stats": True}),
-                           ("stats_attached_only", {"stats": True, "stats_read": "attached"})):  # fmt: skip
+    for label, options in (
+        ("stats_off", {}),
+        ("stats_without_mask", {"stats": True, "stats_mask": 0}),
+        ("stats_with_mask", {"stats": True}),
+        ("stats_attached_only", {"stats": True, "stats_read": "attached"}),
+    ):
         with _compile(ctx, case.program, **options) as k:
             k(**case.inputs)
             ctx.observe(label, k.last_stats())
@@ -406,8 +441,13 @@ def _rss_kb() -> int | None:
     import os
 
     try:
-        out = subprocess.run(["ps", "-o", "rss=", "-p", str(os.getpid())], capture_output=True,
-                             text=True, timeout=10, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["ps", "-o", "rss=", "-p", str(os.getpid())],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
         return int(out.stdout.strip())
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
@@ -426,8 +466,10 @@ def memory(ctx: Context) -> None:
                 k(**case.inputs)
             after = _rss_kb()
         growth = None if before is None or after is None else after - before
-        ctx.observe(f"pools_{'on' if pools else 'off'}", {"evaluations": n, "rss_before_kb": before,
-                                                           "growth_kb": growth})  # fmt: skip
+        ctx.observe(
+            f"pools_{'on' if pools else 'off'}",
+            {"evaluations": n, "rss_before_kb": before, "growth_kb": growth},
+        )
 
 
 def unload(ctx: Context) -> None:

@@ -49,8 +49,12 @@ class Culprit:
     predicted_by: tuple[str, ...]  # the checker rules that flagged it (empty: none did)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "kind": self.kind, "line": self.line,
-                "predicted_by": list(self.predicted_by)}  # fmt: skip
+        return {
+            "op": self.op,
+            "kind": self.kind,
+            "line": self.line,
+            "predicted_by": list(self.predicted_by),
+        }
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,10 @@ class Bisection:
 
     def lines(self) -> list[str]:
         """What ``anekit doctor --bisect`` prints."""
-        head = (f"{len(self.ops)} op(s) of {self.ops_in_program} make the compile fail "
-                f"({self.compiles} compiles):")  # fmt: skip
+        head = (
+            f"{len(self.ops)} op(s) of {self.ops_in_program} make the compile fail "
+            f"({self.compiles} compiles):"
+        )
         out = [head]
         for c in self.ops:
             where = f"line {c.line}" if c.line is not None else "no line (a built program)"
@@ -209,8 +215,15 @@ def _described(program: Program, culprits: list[Operation]) -> tuple[Culprit, ..
     out = []
     for op in culprits:
         names = {op.name, *(v.name for v in op.outputs)}
-        rules = tuple(sorted({d.rule for d in findings if d.name in names
-                              or (d.line is not None and d.line == op.line)}))  # fmt: skip
+        rules = tuple(
+            sorted(
+                {
+                    d.rule
+                    for d in findings
+                    if d.name in names or (d.line is not None and d.line == op.line)
+                }
+            )
+        )
         out.append(Culprit(op.name, op.op_type, op.line, rules))
     return tuple(out)
 
@@ -241,8 +254,14 @@ def compile_in_fresh_process(
     options = ANE_OPTIONS if options is None else options
     with tempfile.TemporaryDirectory(prefix="anekit-bisect-") as scratch:
         where = program.save(Path(scratch) / "program")
-        command = [sys.executable, "-m", "anekit.doctor.bisect", str(where), backend,
-                   json.dumps(options)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "anekit.doctor.bisect",
+            str(where),
+            backend,
+            json.dumps(options),
+        ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -267,8 +286,11 @@ def _child(path: str, backend: str, options: str) -> int:
     try:
         anekit.compile(load_path(path), backend=backend, **json.loads(options)).close()
     except AnekitError as e:
-        print(json.dumps({"type": type(e).__name__, "message": str(e),
-                          "line": getattr(e, "line", None)}))  # fmt: skip
+        print(
+            json.dumps(
+                {"type": type(e).__name__, "message": str(e), "line": getattr(e, "line", None)}
+            )
+        )
         return 1
     return 0
 

@@ -27,8 +27,14 @@ def listing(fw: Any, names: list[str], *, macos: str | None, build: str | None) 
     classes = {}
     for name in names:
         classes[name] = {kind + sel: enc for kind, sel, enc in fw.methods(name)}
-    return {"format": FORMAT, "macos": macos, "build": build, "machine": platform.machine(),
-            "anekit": anekit.__version__, "classes": classes}  # fmt: skip
+    return {
+        "format": FORMAT,
+        "macos": macos,
+        "build": build,
+        "machine": platform.machine(),
+        "anekit": anekit.__version__,
+        "classes": classes,
+    }
 
 
 def read_listing(path: str | Path) -> dict[str, Any]:
@@ -37,8 +43,10 @@ def read_listing(path: str | Path) -> dict[str, Any]:
     data = read_json(p, limit=MAX_LISTING_BYTES, what="a listing (anekit classes --json)")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise UsageError(f"expected an {FORMAT} listing (anekit classes --json), found "
-                         f"format {found!r}", path=str(p))  # fmt: skip
+        raise UsageError(
+            f"expected an {FORMAT} listing (anekit classes --json), found format {found!r}",
+            path=str(p),
+        )
     classes = data.get("classes")
     if not isinstance(classes, dict):
         raise UsageError("'classes' must map class names to methods", path=str(p))
@@ -46,8 +54,10 @@ def read_listing(path: str | Path) -> dict[str, Any]:
         if not isinstance(methods, dict) or not all(
             isinstance(k, str) and k[:1] in "+-" and isinstance(v, str) for k, v in methods.items()
         ):
-            raise UsageError(f"class {name!r}: expected {{'+selector' or '-selector': type "
-                             "encoding}}", path=str(p))  # fmt: skip
+            raise UsageError(
+                f"class {name!r}: expected {{'+selector' or '-selector': type encoding}}}}",
+                path=str(p),
+            )
     return data
 
 
@@ -98,6 +108,8 @@ def format_diff(d: dict[str, Any]) -> str:
     if is_empty(d):
         lines.append("no differences")
     else:
-        lines.append(f"{len(d['classes_added'])} classes added, {len(d['classes_removed'])} "
-                     f"removed, {len(d['classes_changed'])} changed")  # fmt: skip
+        lines.append(
+            f"{len(d['classes_added'])} classes added, {len(d['classes_removed'])} "
+            f"removed, {len(d['classes_changed'])} changed"
+        )
     return "\n".join(lines)

@@ -25,8 +25,9 @@ from typing import Any
 from xml.parsers.expat import ExpatError
 
 IOREG = ("ioreg", "-a", "-r", "-c", "H11ANEIn")
-POWERMETRICS = ("powermetrics", "--samplers", "cpu_power,gpu_power,ane_power", "-i", "200",
-                "-n", "1", "-f", "plist")  # fmt: skip
+POWERMETRICS = tuple(
+    "powermetrics --samplers cpu_power,gpu_power,ane_power -i 200 -n 1 -f plist".split()
+)
 TIMEOUT_S = 20.0
 MAX_OUTPUT_BYTES = 32 << 20  # of either command's output parsed
 MAX_ENTRIES = 256  # registry entries kept (the ANE has a handful)
@@ -38,8 +39,15 @@ ANE_KEY = re.compile(r"(^|[^a-z])ane([^a-z]|$)", re.IGNORECASE)
 
 Run = Callable[..., subprocess.CompletedProcess]
 # what plistlib raises on bytes that are not a plist (XML or binary)
-PLIST_ERRORS = (plistlib.InvalidFileException, ExpatError, ValueError, OverflowError, IndexError,
-                LookupError, TypeError)  # fmt: skip
+PLIST_ERRORS = (
+    plistlib.InvalidFileException,
+    ExpatError,
+    ValueError,
+    OverflowError,
+    IndexError,
+    LookupError,
+    TypeError,
+)
 
 
 def plain(value: Any, depth: int = 0) -> Any:
@@ -66,29 +74,44 @@ def parse_ioreg(data: bytes) -> dict[str, Any]:
         return {"available": False, "reason": f"ioreg printed no readable plist ({e})"}
     tops = root if isinstance(root, list) else [root]
     entries: list[dict[str, Any]] = []
-    stack = [(entry, str(entry.get("IORegistryEntryName", "?")), 0) for entry in reversed(tops)
-             if isinstance(entry, dict)]  # fmt: skip
+    stack = [
+        (entry, str(entry.get("IORegistryEntryName", "?")), 0)
+        for entry in reversed(tops)
+        if isinstance(entry, dict)
+    ]
     while stack and len(entries) < MAX_ENTRIES:
         entry, path, depth = stack.pop()
         children = entry.get("IORegistryEntryChildren", [])
         properties = {str(k): plain(v) for k, v in entry.items() if k != "IORegistryEntryChildren"}
-        entries.append({"path": path, "class": plain(entry.get("IOObjectClass")),
-                        "name": plain(entry.get("IORegistryEntryName")), "properties": properties,
-                        "power": plain(entry.get("IOPowerManagement")),
-                        "dvfs": _matching({k: v for k, v in properties.items()
-                                           if k != "IOPowerManagement"}, DVFS, TRIGGER),
-                        "triggers": _matching(properties, TRIGGER)})  # fmt: skip
+        entries.append(
+            {
+                "path": path,
+                "class": plain(entry.get("IOObjectClass")),
+                "name": plain(entry.get("IORegistryEntryName")),
+                "properties": properties,
+                "power": plain(entry.get("IOPowerManagement")),
+                "dvfs": _matching(
+                    {k: v for k, v in properties.items() if k != "IOPowerManagement"}, DVFS, TRIGGER
+                ),
+                "triggers": _matching(properties, TRIGGER),
+            }
+        )
         if depth + 1 < MAX_DEPTH and isinstance(children, list):
             for child in reversed(children):
                 if isinstance(child, dict):
                     name = str(child.get("IORegistryEntryName", "?"))
                     stack.append((child, f"{path}/{name}", depth + 1))
-    return {"available": bool(entries), "reason": None if entries else "no H11ANEIn entry",
-            "entries": entries, "truncated": bool(stack)}  # fmt: skip
+    return {
+        "available": bool(entries),
+        "reason": None if entries else "no H11ANEIn entry",
+        "entries": entries,
+        "truncated": bool(stack),
+    }
 
 
-def _matching(properties: dict[str, Any], pattern: re.Pattern[str],
-              exclude: re.Pattern[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def _matching(
+    properties: dict[str, Any], pattern: re.Pattern[str], exclude: re.Pattern[str] | None = None
+) -> dict[str, Any]:
     """Every property (nested ones as ``a.b``) whose key matches ``pattern`` (not ``exclude``)."""
     found: dict[str, Any] = {}
     stack = [("", properties, 0)]
@@ -113,8 +136,9 @@ def ioreg_profile(run: Run = subprocess.run, platform: str = sys.platform) -> di
     return {"command": " ".join(IOREG), **parse_ioreg(out)}
 
 
-def power_profile(run: Run = subprocess.run, platform: str = sys.platform,
-                  euid: Callable[[], int] = os.geteuid) -> dict[str, Any]:  # fmt: skip
+def power_profile(
+    run: Run = subprocess.run, platform: str = sys.platform, euid: Callable[[], int] = os.geteuid
+) -> dict[str, Any]:
     """ANE values from one ``powermetrics`` sample when root; otherwise why not."""
     if platform != "darwin":
         return {
@@ -122,8 +146,10 @@ def power_profile(run: Run = subprocess.run, platform: str = sys.platform,
             "reason": f"powermetrics exists only on macOS; this is {platform}",
         }
     if euid() != 0:
-        return {"available": False,
-                "reason": "powermetrics needs root: run `sudo anekit doctor` to sample it"}  # fmt: skip
+        return {
+            "available": False,
+            "reason": "powermetrics needs root: run `sudo anekit doctor` to sample it",
+        }
     out = _output(run, POWERMETRICS)
     if isinstance(out, str):
         return {"available": False, "reason": out}
@@ -140,8 +166,11 @@ def parse_powermetrics(data: bytes) -> dict[str, Any]:
     if not isinstance(sample, dict):
         return {"available": False, "reason": "powermetrics' sample is not a dictionary"}
     values = _matching(plain(sample), ANE_KEY)
-    return {"available": bool(values), "ane": values,
-            "reason": None if values else "no key in the sample mentions the ANE"}  # fmt: skip
+    return {
+        "available": bool(values),
+        "ane": values,
+        "reason": None if values else "no key in the sample mentions the ANE",
+    }
 
 
 def _output(run: Run, command: tuple[str, ...]) -> bytes | str:

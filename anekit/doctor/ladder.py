@@ -38,7 +38,11 @@ def environment(ctx: Context) -> None:
 
     facts = host.facts()
     ctx.observe("python", sys.version.split()[0])
-    ctx.observe("executable", sys.executable)
+    # the interpreter's name and whether it runs in a virtual environment, not its path: the
+    # report is shared, and docs/probe.md promises nothing about the user (a path names
+    # directories and volumes, inside the home directory or not)
+    ctx.observe("executable", Path(sys.executable).name)
+    ctx.observe("virtualenv", sys.prefix != sys.base_prefix)
     ctx.observe("os", platform.platform())
     for key, value in vars(facts).items():
         ctx.observe(key, value)
@@ -83,62 +87,167 @@ def _rung(name: str, question: str, run: Any, needs: tuple[str, ...], **kw: Any)
 
 
 RUNGS: tuple[Rung, ...] = (
-    Rung("environment", "What is this machine: Python, architecture, Rosetta, virtual machine, "
-         "macOS, chip, package versions?", environment),
-    _rung("imports", "Do PyObjC's objc, Foundation and IOSurface import?", ane_rungs.imports,
-          ("environment",)),
-    _rung("bundle", "Does AppleNeuralEngine.framework load, with the classes anekit needs?",
-          ane_rungs.bundle, ("imports",)),
-    _rung("device_info", "What does _ANEDeviceInfo report (ANE, virtual machine, sub-type, "
-          "architecture, cores, ANE count)?", ane_rungs.device_info, ("bundle",)),
-    _rung("selectors", "Does every class and selector anekit sends exist, with which type "
-          "encoding?", ane_rungs.selectors, ("bundle",)),
-    _rung("metadata", "Is the NSError** of every error selector an out-parameter for PyObjC?",
-          ane_rungs.metadata, ("bundle",)),
-    _rung("iosurface", "Can an IOSurface be created, locked, written through its base address "
-          "and read back?", ane_rungs.iosurface, ("imports",)),
-    _rung("descriptor", "Do descriptor and model build, and does the hex identifier change when "
-          "only the weight bytes change?", ane_rungs.descriptor, ("bundle",)),
-    _rung("compile", "Does a small program compile, and which files are in its temporary "
-          "directory afterwards?", ane_rungs.compile_rung, ("descriptor", "metadata")),
-    _rung("load", "Does it load, what does modelAttributes hold, and does it name an output "
-          "by its variable or by its op's name?", ane_rungs.load, ("compile",)),
-    _rung("eval_aligned", "Do programs with 64-byte-multiple rows give the right numbers?",
-          ane_rungs.eval_aligned, ("load", "iosurface")),
-    _rung("eval_unaligned", "With unaligned rows, which layout (the model's, dense, 64-byte, "
-          "128-byte rows) gives the right numbers?", ane_rungs.eval_unaligned,
-          ("load", "iosurface"), timeout_s=180.0),
-    _rung("binding", "Which rule binds 3 inputs and 3 outputs: the symbol arrays, signature, "
-          "alphabetical or size order?", ane_rungs.binding, ("load", "iosurface"),
-          timeout_s=120.0),
-    _rung("shared_buffers", "Does one IOSurface serve two kernels' requests (an output bound "
-          "as the next kernel's input), and one request 14 separate inputs (an LLM block)?",
-          ane_rungs.shared_buffers, ("eval_aligned",)),
-    Rung("reference", "Do the same cases give the right numbers on the reference backend?",
-         reference),
-    _rung("dialect", "Which MIL dialect compiles and runs here: ios18 or legacy?",
-          ane_rungs.dialect_rung, ("load",)),
-    _rung("threads", "Do 2 and 8 threads evaluating one model get the right numbers?",
-          ane_rungs.threads, ("eval_aligned",)),
-    _rung("stats", "Does the framework report hardware time, without and with the counter "
-          "mask, and where: the request's perfStatsArray, its perfStats, or the object passed "
-          "in?", ane_rungs.stats, ("eval_aligned",)),
-    _rung("memory", "Does memory grow over 2,000 evaluations, with and without autorelease "
-          "pools?", ane_rungs.memory, ("eval_aligned",), timeout_s=300.0),
-    _rung("unload", "Does close unload and clean up, and can the program compile again?",
-          ane_rungs.unload, ("eval_aligned",)),
-    _rung("worker", "Does an isolated kernel (worker process) run on the ANE?", ane_rungs.worker,
-          ("eval_aligned",), timeout_s=180.0),
-    _rung("two_processes", "Do two processes evaluating at once get twice one process's ANE "
-          "throughput (two dies of an Ultra, for two training ranks)?", dist_rungs.two_processes,
-          ("worker",), timeout_s=300.0),
-    _rung("numerics", "How does the engine store fp16 results: matmul saturation, tie rule, "
-          "accumulator, subnormal flush, non-finite outputs, slice clamp, exp cliff? Writes a "
-          "numerics profile file (numerics=PATH)", numerics_rung.numerics, ("eval_aligned",),
-          timeout_s=300.0),
-    _rung("budget", "How many compiles does one process get before the framework fails?",
-          ane_rungs.compile_budget, ("eval_aligned",), timeout_s=1800.0, skip=_with_budget),
-)  # fmt: skip
+    Rung(
+        "environment",
+        "What is this machine: Python, architecture, Rosetta, virtual machine, "
+        "macOS, chip, package versions?",
+        environment,
+    ),
+    _rung(
+        "imports",
+        "Do PyObjC's objc, Foundation and IOSurface import?",
+        ane_rungs.imports,
+        ("environment",),
+    ),
+    _rung(
+        "bundle",
+        "Does AppleNeuralEngine.framework load, with the classes anekit needs?",
+        ane_rungs.bundle,
+        ("imports",),
+    ),
+    _rung(
+        "device_info",
+        "What does _ANEDeviceInfo report (ANE, virtual machine, sub-type, "
+        "architecture, cores, ANE count)?",
+        ane_rungs.device_info,
+        ("bundle",),
+    ),
+    _rung(
+        "selectors",
+        "Does every class and selector anekit sends exist, with which type encoding?",
+        ane_rungs.selectors,
+        ("bundle",),
+    ),
+    _rung(
+        "metadata",
+        "Is the NSError** of every error selector an out-parameter for PyObjC?",
+        ane_rungs.metadata,
+        ("bundle",),
+    ),
+    _rung(
+        "iosurface",
+        "Can an IOSurface be created, locked, written through its base address and read back?",
+        ane_rungs.iosurface,
+        ("imports",),
+    ),
+    _rung(
+        "descriptor",
+        "Do descriptor and model build, and does the hex identifier change when "
+        "only the weight bytes change?",
+        ane_rungs.descriptor,
+        ("bundle",),
+    ),
+    _rung(
+        "compile",
+        "Does a small program compile, and which files are in its temporary directory afterwards?",
+        ane_rungs.compile_rung,
+        ("descriptor", "metadata"),
+    ),
+    _rung(
+        "load",
+        "Does it load, what does modelAttributes hold, and does it name an output "
+        "by its variable or by its op's name?",
+        ane_rungs.load,
+        ("compile",),
+    ),
+    _rung(
+        "eval_aligned",
+        "Do programs with 64-byte-multiple rows give the right numbers?",
+        ane_rungs.eval_aligned,
+        ("load", "iosurface"),
+    ),
+    _rung(
+        "eval_unaligned",
+        "With unaligned rows, which layout (the model's, dense, 64-byte, "
+        "128-byte rows) gives the right numbers?",
+        ane_rungs.eval_unaligned,
+        ("load", "iosurface"),
+        timeout_s=180.0,
+    ),
+    _rung(
+        "binding",
+        "Which rule binds 3 inputs and 3 outputs: the symbol arrays, signature, "
+        "alphabetical or size order?",
+        ane_rungs.binding,
+        ("load", "iosurface"),
+        timeout_s=120.0,
+    ),
+    _rung(
+        "shared_buffers",
+        "Does one IOSurface serve two kernels' requests (an output bound "
+        "as the next kernel's input), and one request 14 separate inputs (an LLM block)?",
+        ane_rungs.shared_buffers,
+        ("eval_aligned",),
+    ),
+    Rung(
+        "reference", "Do the same cases give the right numbers on the reference backend?", reference
+    ),
+    _rung(
+        "dialect",
+        "Which MIL dialect compiles and runs here: ios18 or legacy?",
+        ane_rungs.dialect_rung,
+        ("load",),
+    ),
+    _rung(
+        "threads",
+        "Do 2 and 8 threads evaluating one model get the right numbers?",
+        ane_rungs.threads,
+        ("eval_aligned",),
+    ),
+    _rung(
+        "stats",
+        "Does the framework report hardware time, without and with the counter "
+        "mask, and where: the request's perfStatsArray, its perfStats, or the object passed "
+        "in?",
+        ane_rungs.stats,
+        ("eval_aligned",),
+    ),
+    _rung(
+        "memory",
+        "Does memory grow over 2,000 evaluations, with and without autorelease pools?",
+        ane_rungs.memory,
+        ("eval_aligned",),
+        timeout_s=300.0,
+    ),
+    _rung(
+        "unload",
+        "Does close unload and clean up, and can the program compile again?",
+        ane_rungs.unload,
+        ("eval_aligned",),
+    ),
+    _rung(
+        "worker",
+        "Does an isolated kernel (worker process) run on the ANE?",
+        ane_rungs.worker,
+        ("eval_aligned",),
+        timeout_s=180.0,
+    ),
+    _rung(
+        "two_processes",
+        "Do two processes evaluating at once get twice one process's ANE "
+        "throughput (two dies of an Ultra, for two training ranks)?",
+        dist_rungs.two_processes,
+        ("worker",),
+        timeout_s=300.0,
+    ),
+    _rung(
+        "numerics",
+        "How does the engine store fp16 results: matmul saturation, tie rule, "
+        "accumulator, subnormal flush, non-finite outputs, slice clamp, exp cliff? Writes a "
+        "numerics profile file (numerics=PATH)",
+        numerics_rung.numerics,
+        ("eval_aligned",),
+        timeout_s=300.0,
+    ),
+    _rung(
+        "budget",
+        "How many compiles does one process get before the framework fails?",
+        ane_rungs.compile_budget,
+        ("eval_aligned",),
+        timeout_s=1800.0,
+        skip=_with_budget,
+    ),
+)
 
 
 # -- the summary ----------------------------------------------------------------------------------
@@ -210,8 +319,14 @@ def main(
         print(_line(result), file=stream, flush=True)
 
     extra = {"numpy": np.__version__, "python": sys.version.split()[0]}
-    report = run_ladder(__name__, RUNGS, options={"budget": budget, "numerics_out": numerics_out}, report_path=path,
-                        on_result=progress, extra=extra)  # fmt: skip
+    report = run_ladder(
+        __name__,
+        RUNGS,
+        options={"budget": budget, "numerics_out": numerics_out},
+        report_path=path,
+        on_result=progress,
+        extra=extra,
+    )
     report["summary"] = summary = summarize(report)
     if path is not None:
         import json

@@ -157,9 +157,11 @@ def _iokit_line(io: dict[str, Any]) -> str:
         state = (
             (e["power"] or {}).get("CurrentPowerState") if isinstance(e["power"], dict) else None
         )
-        parts.append(f"{e['path']} ({e['class']}): {len(e['properties'])} properties, power state "
-                     f"{state if state is not None else '?'}, {len(e['dvfs'])} DVFS/clock, "
-                     f"{len(e['triggers'])} trigger")  # fmt: skip
+        parts.append(
+            f"{e['path']} ({e['class']}): {len(e['properties'])} properties, power state "
+            f"{state if state is not None else '?'}, {len(e['dvfs'])} DVFS/clock, "
+            f"{len(e['triggers'])} trigger"
+        )
     return "; ".join(parts[:4]) + (f"; {len(parts) - 4} more entries" if len(parts) > 4 else "")
 
 

@@ -70,8 +70,9 @@ def matmul_case() -> Case:
     b.output(b.matmul(x=x, y=y), "z")
     xv, yv = quarters((1, 64, 96), np.float16) / 8, quarters((1, 96, 32), np.float16, 7) / 8
     want = np.matmul(xv.astype(np.float32), yv.astype(np.float32)).astype(np.float16)
-    return Case("matmul[1,64,96]x[1,96,32]", b.build(), {"x": xv, "y": yv}, {"z": want},
-                MATMUL_ATOL)  # fmt: skip
+    return Case(
+        "matmul[1,64,96]x[1,96,32]", b.build(), {"x": xv, "y": yv}, {"z": want}, MATMUL_ATOL
+    )
 
 
 def aligned_cases() -> list[Case]:
@@ -97,12 +98,16 @@ def binding_case() -> Case:
     """
     b = Builder()
     values = {name: b.input(name, shape, "fp16") for name, shape in BINDING_INPUTS}
-    ops = {"b_big": b.mul(x=values["big"], y=3.0), "c_small": b.add(x=values["small"], y=5.0),
-           "a_mid": b.sub(x=values["mid"], y=7.0)}  # fmt: skip
+    ops = {
+        "b_big": b.mul(x=values["big"], y=3.0),
+        "c_small": b.add(x=values["small"], y=5.0),
+        "a_mid": b.sub(x=values["mid"], y=7.0),
+    }
     for name, _, _ in BINDING_OUTPUTS:
         b.output(ops[name], name)
-    inputs = {name: quarters(shape, np.float16, 11 * i) for i, (name, shape) in
-              enumerate(BINDING_INPUTS)}  # fmt: skip
+    inputs = {
+        name: quarters(shape, np.float16, 11 * i) for i, (name, shape) in enumerate(BINDING_INPUTS)
+    }
     expected = {out: fn(inputs[src]) for out, src, fn in BINDING_OUTPUTS}
     return Case("binding 3x3", b.build(), inputs, expected)
 

@@ -197,11 +197,24 @@ def run_rung(module: str, rung: Rung, options: dict[str, Any]) -> dict[str, Any]
     """Run one rung in a child process and read back what it observed."""
     with tempfile.TemporaryDirectory(prefix="anekit-rung-") as scratch:
         log = Path(scratch) / "observed.jsonl"
-        command = [sys.executable, "-m", "anekit.ladder.runner", module, rung.name,
-                   json.dumps(options), str(log), scratch]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "anekit.ladder.runner",
+            module,
+            rung.name,
+            json.dumps(options),
+            str(log),
+            scratch,
+        ]
         start = time.perf_counter()
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 env=child_env(), start_new_session=True)  # fmt: skip
+        child = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+            start_new_session=True,
+        )
         try:
             out, err = child.communicate(timeout=rung.timeout_s)
             timed_out = False
@@ -211,17 +224,27 @@ def run_rung(module: str, rung: Rung, options: dict[str, Any]) -> dict[str, Any]
             timed_out = True
         seconds = time.perf_counter() - start
         observed, ending = _read_log(log)
-    output = {k: v.decode("utf-8", "replace")[-MAX_OUTPUT_CHARS:] for k, v in
-              (("stdout", out), ("stderr", err)) if v}  # fmt: skip
+    output = {
+        k: v.decode("utf-8", "replace")[-MAX_OUTPUT_CHARS:]
+        for k, v in (("stdout", out), ("stderr", err))
+        if v
+    }
     if timed_out:
-        return _result(rung, "timeout", seconds, observed, output=output,
-                       reason=f"no answer within {rung.timeout_s:g} s; the process was killed")  # fmt: skip
+        return _result(
+            rung,
+            "timeout",
+            seconds,
+            observed,
+            output=output,
+            reason=f"no answer within {rung.timeout_s:g} s; the process was killed",
+        )
     if ending == "pass" and child.returncode == 0:
         return _result(rung, "pass", seconds, observed, output=output)
     if isinstance(ending, dict):
         return _result(rung, "fail", seconds, observed, error=ending, output=output)
-    return _result(rung, "crash", seconds, observed, output=output,
-                   reason=_exit_reason(child.returncode))  # fmt: skip
+    return _result(
+        rung, "crash", seconds, observed, output=output, reason=_exit_reason(child.returncode)
+    )
 
 
 def child_env() -> dict[str, str]:

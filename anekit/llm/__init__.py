@@ -66,6 +66,8 @@ def load(
     calibration: Sequence[int] | None = None,
     numerics: str | None = None,
     residual_scale: float | str = "auto",
+    residual: str = "auto",
+    strict: bool = False,
 ) -> Model:
     """Load a model: a Hugging Face directory, a GGUF file, or a llama2.c ``.bin`` checkpoint.
 
@@ -96,7 +98,17 @@ def load(
             ``calibration`` tokens first and picks the largest alpha that keeps it inside
             fp16 and the matmul range (1.0 for most models). ``m.config.residual_scale``
             says what was chosen, ``m.residual_calibration`` what was measured. A directory
-            written by ``anekit convert --llm`` is not calibrated (alpha 1 unless given).
+            written by ``anekit convert --llm`` uses the alpha stored in it (chosen when
+            it was saved; a number given here overrides it).
+        residual: where the residual stream lives between programs
+            (``anekit.llm.host_residual``): "auto" (default) keeps it in the
+            programs' fp16 until a step's stream overflows there, then carries it in float32
+            on the host (``m.residual_mode``, ``m.runner.host_reason``); "fp16" never,
+            "host" always.
+        strict: values the golden model saturated or replaced (its cliff events) raise
+            GarbageValues naming the step, layer and op; default False: they warn once
+            (``anekit.llm.guard``). Non-finite or saturated streams and garbage logits
+            always raise.
     """
     from anekit.llm.model import DEFAULT_CHUNK
 
@@ -110,6 +122,8 @@ def load(
         "compress": compress,
         "calibration": calibration,
         "numerics": numerics,
+        "residual": residual,
+        "strict": strict,
     }
     if p.is_file() and p.suffix == ".bin":
         from anekit.llm import llama2c
@@ -131,8 +145,10 @@ def load(
     from anekit.llm.weights import WeightStore
 
     config = read_config(p)
-    if is_saved(p):  # written by `anekit convert --llm`: its compression is stored
-        alpha = 1.0 if residual_scale == "auto" else _alpha(residual_scale)
+    if is_saved(p):  # written by `anekit convert --llm`: its compression and alpha are stored
+        from anekit.llm.saved import stored_alpha
+
+        alpha = stored_alpha(p) if residual_scale == "auto" else _alpha(residual_scale)
         return _load_saved(p, replace(config, residual_scale=alpha), options)
     opened = lambda: (read_config(p), WeightStore(p), load_tokenizer(p))  # noqa: E731
     return _scaled_model(opened, residual_scale, options)

@@ -12,17 +12,32 @@ the step's columns, next to the matrix products that made them):
 The first program (in order) whose output is bad names the layer; bad logits over a clean
 residual stream name the output head. Either raises :class:`~anekit.errors.GarbageValues`
 with the first bad token position.
+
+The golden model also says where it applied a cliff the engine applies silently
+(``Kernel.events``: values saturated to inf or non-finite values replaced; flushed
+subnormals are routine and ignored here). The runners keep them per program run
+(``CacheState.cliffs``; one kernel serves every layer), and :func:`check_cliffs` names the
+step's positions, the first layer (or the head) and its first op: a
+:class:`~anekit.errors.GarbageValues` when the caller asked for strictness
+(``llm.load(strict=True)``), else a :class:`GarbageWarning` (once per model), since such
+values may still cancel out (``inf * 0`` replaced by 0) and leave the tokens right.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from anekit.errors import GarbageValues
 
-__all__ = ["FP16_SATURATION", "check_step", "saturation_of"]
+__all__ = ["FP16_SATURATION", "GarbageWarning", "check_cliffs", "check_step", "saturation_of"]
+
+
+class GarbageWarning(RuntimeWarning):
+    """The golden model saturated or replaced values in a step (:func:`check_cliffs`, not strict)."""
+
 
 FP16_SATURATION = 65504.0  # fp16's largest finite value: a stored value there has overflowed
 
@@ -72,6 +87,41 @@ def check_step(
             )
     peak = max((float(np.abs(s[0, 0, :, :tokens]).max()) for _, s in residuals), default=0.0)
     _check_logits(logits, logit_start, peak)
+
+
+def check_cliffs(
+    cliffs: Sequence[tuple[range, Any]],
+    head: Any,
+    *,
+    start: int,
+    tokens: int,
+    strict: bool,
+) -> str | None:
+    """The step's first cliff event (values saturated or replaced), if any.
+
+    Args:
+        cliffs: each program run of the step that had events, in order: its layers and the
+            kernel's ``CliffEvents`` of that run (``CacheState.cliffs``).
+        head: the head's events of the step (or None).
+        start, tokens: the step's first position and its real columns.
+        strict: raise GarbageValues; else return the message (the caller warns).
+    """
+    runs = [(_layers(layers), events) for layers, events in cliffs]
+    if head is not None:
+        runs.append(("the output head", head))
+    for where, events in runs:
+        row = next((r for r in events.rows if r.saturated or r.replaced), None)
+        if row is None:
+            continue
+        span = f"positions {start}-{start + tokens - 1}" if tokens > 1 else f"position {start}"
+        message = (
+            f"under numerics {events.numerics!r} the engine would store garbage in the step "
+            f"at {span}: {row.describe()}"
+        )
+        if strict:
+            raise GarbageValues(message, position=start, where=f"{where}, op {row.name!r}")
+        return f"{where}: {message}"
+    return None
 
 
 def _check_logits(logits: np.ndarray, first: int, peak: float) -> None:

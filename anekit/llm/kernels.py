@@ -73,6 +73,7 @@ class BlockKey:
     tokens: int
     cache: int
     local: bool = False  # a sliding-window layer's program (its own tables; Gemma)
+    host: bool = False  # the fp32 host residual's form (:func:`block_program`)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def table_names(local: bool) -> tuple[str, ...]:
 
 def layer_key(cfg: LlmConfig, key: BlockKey, i: int) -> BlockKey:
     """The program that runs layer ``i`` in a step at ``key``'s shape (local or not)."""
-    return BlockKey(key.tokens, key.cache, i in cfg.local_layers)
+    return BlockKey(key.tokens, key.cache, i in cfg.local_layers, key.host)
 
 
 def block_kinds(cfg: LlmConfig) -> int:
@@ -148,6 +149,7 @@ def block_input_shapes(cfg: LlmConfig, key: BlockKey) -> dict[str, tuple[int, ..
         mask: (1, 1, cfg.group * t, s + t),
         "k_cache": (1, cfg.n_kv_heads, s, hd),
         "v_cache": (1, cfg.n_kv_heads, s, hd),
+        **({"rescale": (1, 1, 1, 1)} if key.host else {}),
         **block_weight_shapes(cfg),
     }
 
@@ -158,10 +160,16 @@ def block_program(cfg: LlmConfig, key: BlockKey, k_multiple: int = 1) -> Program
     ``k_multiple``: the attention's contractions (head_dim, the cache and chunk lengths) are
     zero-padded to a multiple of it, the chip's inner-dimension rule (M1: 32); zeros on a
     contracted axis leave the products unchanged.
+
+    ``key.host``: the fp32 host residual's form (``anekit.llm.host_residual``):
+    ``x`` is the stream at a scale ``s`` the host chose for this call (``s <= alpha``) and
+    ``rescale [1, 1, 1, 1]`` is ``s / alpha``; the output ``d`` (instead of ``y``) is what the
+    layer adds to the stream, at alpha, which the host adds to its float32 stream.
     """
     b = Builder()
     i = {n: b.input(n, shape, "fp16") for n, shape in block_input_shapes(cfg, key).items()}
-    for value in _block(b, cfg, key, i, "y", k_multiple):
+    host = (i["rescale"], None) if key.host else None
+    for value in _block(b, cfg, key, i, "d" if key.host else "y", k_multiple, host):
         b.output(value)
     return b.build()
 
@@ -180,24 +188,32 @@ def segment_program(
     from DRAM in its stored form, where a weight input crosses as fp16. Inputs: ``x``,
     ``cos``, ``sin``, ``mask`` as the block's (and the local tables if a layer is local), then ``k_cache{j}, v_cache{j}`` for each
     layer ``j`` of the segment. Outputs: ``y``, then ``k_new{j}, v_new{j}`` per layer.
-    ``k_multiple`` as :func:`block_program`'s.
+    ``k_multiple`` as :func:`block_program`'s. ``key.host``: the host residual's form, as
+    :func:`block_program`'s (inputs ``x`` and ``rescale``, output ``d``: the segment's layers'
+    sum of what they add, at alpha; inside, layer ``j`` reads ``x + rescale * d_j``).
     """
     b = Builder()
     keys = [layer_key(cfg, key, first + j) for j in range(len(layers))]
     shapes = {n: v for k in keys for n, v in block_input_shapes(cfg, k).items()}
     tables = dict.fromkeys(n for k in keys for n in table_names(k.local))
-    i = {n: b.input(n, shapes[n], "fp16") for n in ("x", *tables)}
+    names = ("x", "rescale", *tables) if key.host else ("x", *tables)
+    i = {n: b.input(n, shapes[n], "fp16") for n in names}
     caches = [
         {c: b.input(f"{c}{j}", shapes[c], "fp16") for c in ("k_cache", "v_cache")}
         for j in range(len(layers))
     ]
-    x, news = i["x"], []
+    x, news, d = i["x"], [], None
     for j, weights in enumerate(layers):
         consts = {n: b.weight(f"l{first + j}_{n}", _fp16(w)) for n, w in weights.items()}
+        if key.host and d is not None:
+            x = b.add(x=i["x"], y=b.mul(x=d, y=i["rescale"], name=f"d{j}_r"), name=f"s{j}")
         inputs = {**i, "x": x, **caches[j], **consts}
-        x, k_new, v_new = _block(b, cfg, keys[j], inputs, f"x{j + 1}", k_multiple)
+        host = (i["rescale"], d) if key.host else None
+        out = f"d{j + 1}" if key.host else f"x{j + 1}"
+        x, k_new, v_new = _block(b, cfg, keys[j], inputs, out, k_multiple, host)
+        d = x if key.host else None
         news += [(k_new, f"k_new{j}"), (v_new, f"v_new{j}")]
-    b.output(x, "y")
+    b.output(x, "d" if key.host else "y")
     for value, name in news:
         b.output(value, name)
     return b.build()
@@ -209,13 +225,26 @@ def _fp16(w: np.ndarray) -> np.ndarray:
 
 
 def _block(
-    b: Builder, cfg: LlmConfig, key: BlockKey, i: Mapping[str, Value], out: str, k_multiple: int
+    b: Builder,
+    cfg: LlmConfig,
+    key: BlockKey,
+    i: Mapping[str, Value],
+    out: str,
+    k_multiple: int,
+    host: tuple[Value, Value | None] | None = None,
 ) -> tuple[Value, Value, Value]:
     """One decoder block on the values ``i`` (block inputs or constants); (y, k_new, v_new).
 
     The attention half is :func:`anekit.nn.attention.attention` in Hugging Face's weight
     layout with the cache; the FFN is SwiGLU (GeGLU for Gemma) over the stacked gate and up
     projections. Gemma normalises each half's output again before adding it to the stream.
+
+    ``host``: ``(rescale, d)`` for the host residual's form: ``x`` is held at the host's
+    scale ``s``, each half's output at alpha (added to the stream as ``rescale * o``), and
+    the block returns ``d + o_attn + o_ffn`` (what the layers so far add, at alpha) as y.
+    The norms' epsilon stays ``eps * alpha**2``: read at ``s < alpha`` it grows by
+    ``(alpha / s)**2``, which the host only does for a stream whose peak is above
+    ``PEAK_LIMIT / alpha`` (its mean square then dwarfs the larger epsilon; runners).
     """
     s = cfg.kernel_shape(key.tokens)  # one sequence per call; the tables are inputs
     cos, sin, mask = table_names(key.local)
@@ -225,10 +254,18 @@ def _block(
     parts = A.attention(b, s, i["x"], i, tables, layout=A.HF, cache=cache, k_multiple=k_multiple,
                         residual_scale=cfg.residual_scale, prescaled_norm=True,
                         flavour=flavour)  # fmt: skip
-    h = b.add(x=i["x"], y=_post_norm(b, cfg, parts["o"], i, "post_attn"), name="h")
+    o = _post_norm(b, cfg, parts["o"], i, "post_attn")
+    rescale = None if host is None else host[0]
+    o_in = o if rescale is None else b.mul(x=o, y=rescale, name="o_r")
+    h = b.add(x=i["x"], y=o_in, name="h")
     xn = L.prescaled_rmsnorm(b, h, _gain(b, cfg, i, "ffn_norm"), cfg.residual_eps, "ffn_xn")
     ffn = _experts(b, cfg, xn, i) if cfg.experts else _ffn(b, cfg, xn, i, "")
-    y = b.add(x=h, y=_post_norm(b, cfg, ffn, i, "post_ffn"), name=out)
+    f = _post_norm(b, cfg, ffn, i, "post_ffn")
+    if host is None:
+        y = b.add(x=h, y=f, name=out)
+    else:  # what the block adds, at alpha (after what the layers before it in the segment add)
+        delta = b.add(x=o, y=f, name=out if host[1] is None else f"{out}_own")
+        y = delta if host[1] is None else b.add(x=host[1], y=delta, name=out)
     return y, parts["k_new"], parts["v_new"]
 
 

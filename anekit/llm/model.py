@@ -10,6 +10,7 @@ dynamic-weight blocks by default, segment programs with their weights compiled i
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,7 +23,13 @@ from anekit.errors import ModelClosed, UsageError
 from anekit.llm import kernels as K
 from anekit.llm.compressed import check_scheme
 from anekit.llm.config import LlmConfig
-from anekit.llm.guard import check_step, saturation_of
+from anekit.llm.guard import (
+    FP16_SATURATION,
+    GarbageWarning,
+    check_cliffs,
+    check_step,
+    saturation_of,
+)
 from anekit.llm.runners import CacheState, ResidentRunner, Runner, SegmentedRunner, decode_cache
 from anekit.llm.session import GenerationStats, Session
 from anekit.llm.source import TensorSource, check_shapes
@@ -55,6 +62,10 @@ class Model:
         runner: what runs the blocks and head (:class:`~anekit.llm.runners.Runner`).
         load_report: for a converted checkpoint (GGUF), what each stored tensor became, one
             line each; empty otherwise.
+        strict: cliff events (values the engine would saturate or replace) raise
+            GarbageValues; else they warn once (:func:`anekit.llm.guard.check_cliffs`).
+        residual_mode: "fp16" or "host" (the fp32 host residual; ``anekit.llm.runners``),
+            and ``runner.host_reason`` why.
     """
 
     load_report: list[str] = []  # noqa: RUF012 (set per instance by the loader)
@@ -75,6 +86,8 @@ class Model:
         compression_states: dict[str, Any] | None = None,
         numerics: str | None = None,
         compile_options: dict[str, Any] | None = None,
+        residual: str = "auto",
+        strict: bool = False,
     ) -> None:
         from anekit.hw.chips import resolve
 
@@ -100,7 +113,9 @@ class Model:
         # the garbage guard's saturation: the profile's matmul cliff (fp16's own without one)
         self._saturation = saturation_of(numerics if numerics is not None else self.chip)
         self.residual_calibration: Any = None  # what llm.load measured to choose alpha
+        self.strict, self._warned = bool(strict), False
         options = {"backend": self.backend, "chip": self.chip, "dtype": HOLD[hold]}
+        options.update(residual=residual, saturation=self._saturation)
         options["compile_options"] = extra  # numerics= (a reference profile), storage=...
         options.update(max_seq=max_seq, chunk=min(chunk, max_seq))
         self.runner: Runner
@@ -186,9 +201,7 @@ class Model:
                 logits, last = self.runner.head(h)[: len(part)], 0
             elif start + self.chunk >= len(ids):
                 logits = self.runner.head(h[..., last : last + 1])
-            check_step(self.runner.residuals(key, state), logits, start=start,
-                       saturation=self._saturation,
-                       tokens=len(part), logit_start=start + last)  # fmt: skip
+            self._guard(key, state, logits, start, len(part), start + last)
             rows.append(logits)
         return np.concatenate(rows, axis=0)
 
@@ -197,9 +210,36 @@ class Model:
         key = K.BlockKey(1, decode_cache(self.max_seq, pos))
         h = self.runner.blocks([token], pos, key, state)
         logits = self.runner.head(h)
-        check_step(self.runner.residuals(key, state), logits, start=pos, tokens=1, logit_start=pos,
-                   saturation=self._saturation)  # fmt: skip
+        self._guard(key, state, logits, pos, 1, pos)
         return logits[0]
+
+    def _guard(
+        self,
+        key: K.BlockKey,
+        state: CacheState,
+        logits: np.ndarray,
+        start: int,
+        tokens: int,
+        logit_start: int,
+    ) -> None:
+        """The garbage guard on a step just run (``anekit.llm.guard``): its stream and logits,
+        then the cliff events of its programs (and of the head, if it ran)."""
+        # the host residual's programs store what they add (sums, fp16's own range); the
+        # stream itself is float32 on the host
+        saturation = FP16_SATURATION if self.runner.host else self._saturation
+        check_step(self.runner.residuals(key, state), logits, start=start, tokens=tokens,
+                   logit_start=logit_start, saturation=saturation)  # fmt: skip
+        head = self.runner.head_cliffs if len(logits) else None
+        message = check_cliffs(state.cliffs, head, start=start, tokens=tokens, strict=self.strict)
+        if message is not None and not self._warned:
+            self._warned = True
+            warnings.warn(message + " (warned once per model; llm.load(strict=True) raises)",
+                          GarbageWarning, stacklevel=4)  # fmt: skip
+
+    @property
+    def residual_mode(self) -> str:
+        """Where the residual stream lives between programs: "fp16" or "host" (float32)."""
+        return "host" if self.runner.host else "fp16"
 
     # -- public API ---------------------------------------------------------------------------
     def session(self) -> Session:

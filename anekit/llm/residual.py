@@ -83,6 +83,7 @@ def calibrate(
         chunk=len(ids),
         hold="fp16",
         compile_options={"storage": "fp32"},
+        residual="fp16",  # the probe's stream is what is measured
     )
     with probe:
         ids = probe._tokens(ids)  # out-of-vocabulary ids: a ModelError about "calibration"

@@ -38,24 +38,34 @@ unpacked (``pack_inputs=False``) so that their surfaces can be shared.
 Buffers hold fp16 values in the backend's own form: fp16 on the ANE, float32 on the
 reference backend (``hold="fp16"`` keeps them in 2 bytes there and converts them on each
 run instead).
+
+The fp32 host residual (:mod:`anekit.llm.host_residual`): where one program cannot hold
+the residual stream in fp16, the runner carries it in float32 between programs. After
+each program run the runner keeps the kernel's cliff events (values saturated or
+replaced: ``Kernel.events``; one kernel serves every layer, so they are read per run) in
+``CacheState.cliffs`` for the garbage guard.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from anekit import backends, fp16
 from anekit.backends import Buffer, BufferSet, Kernel
+from anekit.errors import UsageError
 from anekit.hw.chips import get_chip
 from anekit.llm import kernels as K
 from anekit.llm.compressed import plan_segments
 from anekit.llm.config import LlmConfig
+from anekit.llm.guard import FP16_SATURATION
+from anekit.llm.host_residual import RESIDUAL_MODES, host_scale, overflow
 from anekit.llm.segmented import CompiledIn, SegmentKey
 from anekit.llm.source import Parts, TensorSource, fill, head_name, layer_parts
 from anekit.mil.program import Program
@@ -92,6 +102,7 @@ class CacheState:
     caches: dict[int, Pairs] = field(default_factory=dict)
     cache_of: dict[K.BlockKey, Pairs] = field(default_factory=dict)
     cache_at: Pairs | None = None
+    cliffs: list[tuple[range, Any]] = field(default_factory=list)  # the last step's events
 
 
 def decode_slots(max_seq: int) -> tuple[int, ...]:
@@ -138,8 +149,16 @@ class Runner(ABC):
         max_seq: int,
         chunk: int,
         compile_options: dict[str, Any] | None = None,
+        residual: str = "fp16",
+        saturation: float = FP16_SATURATION,
     ) -> None:
         self.config, self.backend, self.chip = config, backend, chip
+        if residual not in RESIDUAL_MODES:
+            raise UsageError(f"residual must be one of {RESIDUAL_MODES}, found {residual!r}")
+        self.residual, self.saturation = residual, saturation
+        self.host = residual == "host"  # the stream between programs is float32 on the host
+        self.host_reason: str | None = "residual='host'" if self.host else None
+        self.head_cliffs: Any = None  # the head's cliff events of its last run (or None)
         self._compile_options = compile_options or {}  # numerics=, storage= (the reference)
         profile = get_chip(chip)
         self.pieces = K.head_pieces(config.vocab_size, profile.max_dim_channel)
@@ -180,11 +199,31 @@ class Runner(ABC):
         """Run every layer on ``ids`` at positions ``start...`` (padded to the key's width).
 
         Writes the new keys and values into ``state``'s cache; returns the last residual
-        stream ``[1, 1, D, T]`` (a view of the last program's output buffer).
+        stream ``[1, 1, D, T]`` (a view of the last program's output buffer, or with the
+        host residual the host's stream as fp16 values at its scale for the head).
         """
+        key = replace(key, host=self.host)
+        h = self._blocks(ids, start, key, state)
+        if self.residual == "auto" and not self.host:
+            reason = overflow(self.residuals(key, state), start, len(ids), self.saturation)
+            if reason is not None:  # the stream does not fit one program: carry it on the host
+                self.host, self.host_reason = True, reason
+                warnings.warn(
+                    f"{reason}: the residual stream is carried in float32 on the host between "
+                    "programs from now on (anekit.llm.host_residual)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                h = self._blocks(ids, start, replace(key, host=True), state)
+        return h
+
+    def _blocks(
+        self, ids: Sequence[int], start: int, key: K.BlockKey, state: CacheState
+    ) -> np.ndarray:
         n, t = len(ids), key.tokens
         sets, runs = self._sets_for(key, state), self._runs(key)
         self._use_cache(key, start, state)
+        state.cliffs = []
         padded = np.zeros(t, np.int64)
         padded[:n] = ids
         first = sets[0]
@@ -197,31 +236,54 @@ class Runner(ABC):
                     bs.write(name, tables[name])
                     written.add(name)
         rows = self._embedding(padded).T[None, None]
-        # the stream is held at alpha * x (llm.residual), Gemma's embeddings times sqrt(dim)
-        scale = self.config.residual_scale * self.config.embed_scale
-        fp16.cast_into(first.input("x"), rows if scale == 1.0 else rows * np.float32(scale))
+        alpha = self.config.residual_scale
+        stream = None  # the host residual's float32 stream [D, T], at scale 1
+        if key.host:
+            stream = np.asarray(rows[0, 0], np.float32) * np.float32(self.config.embed_scale)
+        else:
+            # the stream is held at alpha * x (llm.residual), Gemma's embeddings times sqrt(dim)
+            scale = alpha * self.config.embed_scale
+            fp16.cast_into(first.input("x"), rows if scale == 1.0 else rows * np.float32(scale))
         for u, (bs, (_, layers)) in enumerate(zip(sets, runs)):
-            if u:
+            if stream is not None:
+                s = host_scale(stream, alpha)
+                fp16.cast_into(bs.input("x"), (stream * np.float32(s))[None, None])
+                bs.input("rescale")[...] = s / alpha  # a power of two: exact in fp16
+            elif u:
                 np.copyto(bs.input("x"), sets[u - 1].output("y"))
             bs.run()
+            events = bs.kernel.events  # of this run: one kernel serves every layer
+            if events is not None and (events.saturated or events.replaced):
+                state.cliffs.append((layers, events))
+            if stream is not None:
+                stream += np.asarray(bs.output("d")[0, 0], np.float32) * np.float32(1.0 / alpha)
             for j in range(len(layers)):  # only the chunk's new rows go into the cache, in place
                 for kind in "kv":
                     rows = bs.output(self._cache_name(f"{kind}_new", j))[0, :, :n]
                     bs.input(self._cache_name(f"{kind}_cache", j))[0, :, start : start + n] = rows
-        return sets[-1].output("y")
+        if stream is None:
+            return sets[-1].output("y")
+        out = np.empty((1, 1, *stream.shape), sets[-1].output("d").dtype)
+        fp16.cast_into(out, (stream * np.float32(host_scale(stream, alpha)))[None, None])
+        return out
 
     def residuals(self, key: K.BlockKey, state: CacheState) -> list[tuple[range, np.ndarray]]:
-        """Each program of a step at ``key``'s shape, in order: the layers it runs and its
-        output residual stream ``[1, 1, D, T]`` (as the last step left it)."""
+        """Each program of a step at ``key``'s shape, in order: the layers it runs and what it
+        stored of the residual stream ``[1, 1, D, T]`` (as the last step left it): its output
+        stream, or with the host residual what its layers add (``d``)."""
+        key = replace(key, host=self.host)
         sets = self._sets_for(key, state)
-        return [(layers, bs.output("y")) for bs, (_, layers) in zip(sets, self._runs(key))]
+        name = "d" if key.host else "y"
+        return [(layers, bs.output(name)) for bs, (_, layers) in zip(sets, self._runs(key))]
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """Logits ``[T, V]`` (float32) of a residual stream ``[1, 1, D, T]``."""
         key = K.HeadKey(h.shape[3], self.pieces)
         bs = self._head_set(key)
         np.copyto(bs.input("x"), h)
-        self._kernels[key].run(bs)
+        kernel = self._kernels[key]
+        kernel.run(bs)
+        self.head_cliffs = kernel.events
         rows = [bs.output(f"logits{j}")[0, 0] for j in range(len(self.pieces))]
         return np.concatenate(rows, axis=0).T.astype(np.float32)
 

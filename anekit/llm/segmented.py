@@ -17,7 +17,7 @@ shared per cache length, as the block programs' are).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -159,13 +159,15 @@ class CompiledIn:
         return x, {n: a.astype(np.float16).astype(self.dtype) for n, a in held.items()}
 
     def _segment_samples(self, key: SegmentKey) -> list[dict[str, np.ndarray]]:
-        xs, shared = self._dense_streams(key.block)
+        xs, shared = self._dense_streams(replace(key.block, host=False))
         c = self.config
         empty = np.zeros((1, c.n_kv_heads, key.block.cache, c.head_dim), self.dtype)
         caches = {f"{n}{j}": empty for j in range(len(key.layers)) for n in ("k_cache", "v_cache")}
         tables = {n: shared[n] for i in key.layers for n in K.table_names(i in c.local_layers)}
+        if key.block.host:  # the host residual's form, at the scale the stream has here
+            tables["rescale"] = np.ones((1, 1, 1, 1), self.dtype)
         return [{"x": xs[key.layers.start], **tables, **caches}]
 
     def _head_samples(self, key: K.HeadKey, prefill: K.BlockKey) -> list[dict[str, np.ndarray]]:
-        xs, _ = self._dense_streams(prefill)
+        xs, _ = self._dense_streams(replace(prefill, host=False))
         return [{"x": xs[-1][..., : key.tokens]}]

@@ -27,7 +27,6 @@ import numpy as np
 
 from anekit.errors import SessionReused, UsageError
 from anekit.llm import kernels as K
-from anekit.llm.guard import check_step
 from anekit.llm.sampling import Sampler
 
 if TYPE_CHECKING:
@@ -146,8 +145,7 @@ class Speculation:
             compiled = model.runner.compile_s
             h = model.runner.blocks(tokens, start, key, self.session.cache)
             logits = model.runner.head(h)[: len(tokens)]
-            check_step(model.runner.residuals(key, self.session.cache), logits, start=start,
-                       tokens=len(tokens), logit_start=start)  # fmt: skip
+            model._guard(key, self.session.cache, logits, start, len(tokens), start)
             self.compile_s += model.runner.compile_s - compiled
         return logits
 

@@ -51,7 +51,7 @@ MAX_DIGITS = 4000  # in an integer token (Python refuses to convert more than 43
 _FILL_CHARS = 1 << 16  # text tokenised per batch
 _LONG_LINE = 1 << 21  # a longer line is tokenised a chunk at a time (findall is faster)
 _CHUNK_TOKENS = 1 << 14
-_MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
+MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
 _COMMENT = ("//", "#")
 _GROUP = methodcaller("group", 1)  # a match's token
 
@@ -122,7 +122,7 @@ class TokenReader:
     def _fill(self) -> None:
         """Tokenise the next batch of text, after the tokens made so far (see the module doc)."""
         toks = self.toks
-        if toks and toks[-1] is _MORE:
+        if toks and toks[-1] is MORE:
             toks.pop()
         start, budget, findall = len(toks), _FILL_CHARS, TOKEN.findall
         lines, n_lines, line_starts, take_line = (
@@ -160,12 +160,12 @@ class TokenReader:
                 if found and found[-1].startswith(_COMMENT):
                     found.pop()
                 toks.extend(found)
-        toks.append(_MORE)
+        toks.append(MORE)
 
     def where(self, index: int) -> tuple[int, int]:
         """Return (line, column) of token ``index``, both 1-based."""
         index = min(index, len(self.toks) - 1)
-        if self.toks[index] == "" or (self.toks[index] is _MORE and index == len(self.toks) - 1):
+        if self.toks[index] == "" or (self.toks[index] is MORE and index == len(self.toks) - 1):
             line_no = len(self.lines) - 1  # end of input
             return line_no + 1, len(self.lines[line_no]) + 1
         line_no = bisect_right(self.line_starts, index) - 1
@@ -193,20 +193,20 @@ class TokenReader:
 
     def peek(self) -> str:
         tok = self.toks[self.i]
-        if tok is _MORE:
+        if tok is MORE:
             self._fill()
             tok = self.toks[self.i]
         return tok
 
     def peek_at(self, k: int) -> str:
         """The token ``k`` places ahead (0: the next one)."""
-        while self.toks[min(self.i + k, len(self.toks) - 1)] is _MORE:
+        while self.toks[min(self.i + k, len(self.toks) - 1)] is MORE:
             self._fill()
         return self.toks[min(self.i + k, len(self.toks) - 1)]
 
     def next(self) -> str:
         tok = self.toks[self.i]
-        if tok is _MORE:
+        if tok is MORE:
             self._fill()
             tok = self.toks[self.i]
         if not tok:
@@ -226,7 +226,7 @@ class TokenReader:
 
     def accept(self, tok: str) -> bool:
         found = self.toks[self.i]
-        if found is _MORE:
+        if found is MORE:
             found = self.peek()
         if found == tok:
             self.i += 1

@@ -12,33 +12,39 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from anekit.errors import AnekitError, MilTypeError
-from anekit.mil.lexer import is_name
+from anekit.errors import MilTypeError, WeightFileError
+from anekit.mil.lexer import MORE, show
 from anekit.mil.ops import registry
 from anekit.mil.ops.traits import CONST
 from anekit.mil.program import Function, Operation, Program, Value
-from anekit.mil.reader import _LITERALS, LiteralReader, remember_literal
+from anekit.mil.reader import LiteralReader
 from anekit.mil.types import DType, TensorType
 from anekit.mil.typetokens import SCALAR_NAMES, known_type
+from anekit.mil.values import BlobRef
 from anekit.mil.verify import check_op, check_returns
 from anekit.mil.weights import WeightSource
 
 # A whole-line const statement: `TYPE name = const()[name = string("op"), val = LITERAL];`,
-# the name also spelt as the legacy dialect does, tensor<string, []>("op").
+# the name also spelt as the legacy dialect does, tensor<string, []>("op"); a BLOBFILE literal
+# (either dialect's spelling) is matched in the same step.
 _CONST_LINE = re.compile(
     r"\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)"
-    r'\[name = (?:string|tensor<string, \[\]>)\("(?P<op_name>\w+)"\), val = (?P<literal>.*)\];\s*\Z',
+    r'\[name = (?:string|tensor<string, \[\]>)\("(?P<op_name>\w+)"\), val = (?P<literal>'
+    r'(?P<blob_type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
+    r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d{1,20})\)\)\)|.*)\];\s*\Z",
     re.ASCII,
 )
 _PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
+_REFERENCE_ENDS = (",", ")")  # what follows a value named as an argument
+_STATEMENT_TOKENS = 1024  # tokens made ahead of a statement before it is read (most need 20-60)
 # what a statement read is: declared (type, name, token) per output, the op, its inputs and
-# where each was given (None: not kept, read again on an error), its attributes, and where the
+# where each was given, its attributes, and where the
 # op's name is
 _Read = tuple[
     list[tuple[TensorType, str, int]],
     registry.OpDef,
     dict[str, Any],
-    dict[str, int] | None,
+    dict[str, int],
     dict,
     int,
 ]
@@ -68,6 +74,10 @@ def parse(
         return _Parser(text, source, file).program()
     with gc_paused():
         return _Parser(text, source, file).program()
+
+
+class _Unfinished(Exception):
+    """A statement runs past the tokens made so far (read it again once more are made)."""
 
 
 _GC_LOCK = threading.Lock()
@@ -182,8 +192,15 @@ class _Parser(LiteralReader):
         self.expect(")")
         self.expect("{")
         ops: list[Operation] = []
-        while self.peek() != "}":
-            ops.append(self.statement(opset))
+        fast, const_line, const = self.fast, self.const_line, _const_def(opset)
+        while True:
+            entry = fast.pop(self.i, None)  # a whole-line const, read when it was tokenised
+            if entry is not None:
+                ops.append(const_line(entry, const))
+            elif self.peek() == "}":
+                break
+            else:
+                ops.append(self.statement(opset))
         self.expect("}")
         self.expect("->")
         self.expect("(")
@@ -200,19 +217,24 @@ class _Parser(LiteralReader):
 
     def statement(self, opset: str) -> Operation:
         start = self.i
-        if start in self.fast:
-            return self.const_line(start, opset)
-        read = self.plain_statement(start, opset)
-        if read is None:
-            self.i = start
-            read = self.any_statement(opset)
-        declared, opdef, inputs, positions, attrs, op_index = read
+        entry = self.fast.pop(start, None)
+        if entry is not None:
+            return self.const_line(entry, _const_def(opset))
+        toks = self.toks
+        if toks[-1] is MORE and len(toks) - start < _STATEMENT_TOKENS:
+            self._fill()  # the statement's tokens, in all but a very long statement
+        while True:
+            try:
+                declared, opdef, inputs, positions, attrs, op_index = self.read_statement(opset)
+                break
+            except _Unfinished:  # it runs past the tokens made: make as many again, read again
+                self.i = start
+                made = len(toks) - start
+                while toks[-1] is MORE and len(toks) - start < 2 * made:
+                    self._fill()
         try:
             types = check_op(opdef, inputs)
         except MilTypeError as e:
-            if positions is None:  # plain_statement keeps none: read again to point at the place
-                self.i = start
-                positions = self.any_statement(opset)[3]
             raise self.type_error(e, positions.get(e.param or "", op_index)) from None
         if len(types) != len(declared):
             raise self.type_error(
@@ -247,143 +269,136 @@ class _Parser(LiteralReader):
             outs[0].const = inputs["val"].const
         return op
 
-    def plain_statement(self, start: int, opset: str) -> _Read | None:
-        """Read a statement made of plain tokens only, or None (nothing consumed) for anything else.
+    def read_statement(self, opset: str) -> _Read:
+        """Read ``TYPE name, ... = op(key = argument, ...)[key = literal, ...];``.
 
-        This is the grammar of :meth:`any_statement` for the tokens most statements are made
-        of (known types, names, ``name = string("...")``), read by indexing the token list
-        instead of a method call per token; a literal argument is read by the general
-        reader. Any surprise, an error included, returns None so that the general path
-        reads the statement again and reports the error at its exact place.
+        The tokens are read by index, the common ones (known types, names, value references,
+        ``name = string("...")``) without a method call each; a literal, a tuple holding one,
+        a type the tokenizer split and every error go through the readers of
+        :class:`LiteralReader`, at the token's exact place. A token not made yet (the
+        statement runs past the batch of tokens made) raises ``_Unfinished``.
         """
-        toks = self.toks
-        try:
-            end = toks.index(";", start)
-        except ValueError:
-            return None  # not tokenised yet (or missing): the general path fills and reports
-        env = self.env
+        toks, env, i = self.toks, self.env, self.i
         declared: list[tuple[TensorType, str, int]] = []
-        i = start
         while True:
             t = known_type(toks[i])
-            name = toks[i + 1]
-            if t is None or not (name.isidentifier() and name.isascii()) or name in env:
-                return None
-            declared.append((t, name, i + 1))
-            i += 2
+            if t is None:  # split, not a type, or not made yet: the type reader's, at its place
+                self.i = i
+                t = self.type()
+                i = self.i
+            else:
+                i += 1
+            name = toks[i]
+            if not (name.isidentifier() and name.isascii()):
+                raise self.unexpected(i, "a value name")
+            declared.append((t, name, i))
+            i += 1
             if toks[i] != ",":
                 break
             i += 1
-        if toks[i] != "=" or toks[i + 2] != "(":
-            return None
-        op_index = i + 1
-        opdef = _opdef(toks[op_index], opset)
+        if toks[i] != "=":
+            raise self.unexpected(i, "'='")
+        op_index = i = i + 1
+        opdef = _OPDEFS.get((toks[i], opset))
         if opdef is None:
-            return None
+            opdef = self.opdef(i, opset)
+        i += 1
+        if toks[i] != "(":
+            raise self.unexpected(i, "'('")
+        i += 1
         inputs: dict[str, Any] = {}
-        i += 3
+        positions: dict[str, int] = {}
         while toks[i] != ")":
             key = toks[i]
-            if toks[i + 1] != "=" or key in inputs or not (key.isidentifier() and key.isascii()):
-                return None
+            if not (key.isidentifier() and key.isascii()):
+                raise self.unexpected(i, "a parameter name")
+            if key in inputs:
+                raise self.error(f"parameter {key!r} is given twice", i)
+            if toks[i + 1] != "=":
+                raise self.unexpected(i + 1, "'='")
+            positions[key] = i
             known = env.get(toks[i + 2])
-            if known is not None:
+            if known is not None and toks[i + 3] in _REFERENCE_ENDS:
                 inputs[key] = known
                 i += 3
-            elif toks[i + 3] == "(" and toks[i + 4] != "BLOBFILE" and toks[i + 2] != "dict":
-                # an inline literal: remembered by its tokens, like a whole-line const's
-                close = toks.index(")", i + 3)  # strings are one token: the first ")" ends it
-                if close > end:
-                    return None
-                text = " ".join(toks[i + 2 : close + 1])
-                literal = _LITERALS.get(text)
-                if literal is None:
-                    self.i = i + 2
-                    try:
-                        literal = self.literal()
-                    except AnekitError:
-                        return None
-                    if self.i != close + 1:
-                        return None
-                    remember_literal(text, literal)
-                inputs[key] = literal
-                i = close + 1
+            elif toks[i + 2] == "(":
+                inputs[key], i = self.value_tuple(i + 3)
+            elif known_type(toks[i + 2]) is not None and toks[i + 3] == "(":
+                self.i = i + 2  # a literal, TYPE(...) (a type is never the last token)
+                inputs[key] = self.literal()
+                i = self.i
             else:
                 self.i = i + 2
-                try:
-                    inputs[key] = self.argument()
-                except AnekitError:
-                    return None
+                inputs[key] = self.value_ref()
                 i = self.i
-                if i > end:
-                    return None
             if toks[i] != ",":
                 break
             i += 1
         if toks[i] != ")":
-            return None
-        attrs: dict[str, Any] = {}
+            raise self.unexpected(i, "')'")
         i += 1
-        if toks[i] == "[":
-            name = toks[i + 5]
-            if (
-                toks[i + 1] == "name"
-                and toks[i + 2] == "="
-                and toks[i + 3] == "string"
-                and toks[i + 4] == "("
-                and toks[i + 6] == ")"
-                and toks[i + 7] == "]"
-                and _PLAIN_STRING.match(name)
-            ):
-                attrs["name"] = name[1:-1]
-                i += 8
-            else:
-                self.i = i + 1
-                try:
-                    self.attributes(opdef, inputs, {}, attrs)
-                except AnekitError:
-                    return None
-                i = self.i
-        if i != end:
-            return None
-        self.i = end + 1
-        return declared, opdef, inputs, None, attrs, op_index
-
-    def any_statement(self, opset: str) -> _Read:
-        """Read any statement, token by token, raising the error at its exact place."""
-        declared: list[tuple[TensorType, str, int]] = []
-        while True:
-            t = self.type()
-            index = self.i
-            declared.append((t, self.ident("a value name"), index))
-            if not self.accept(","):
-                break
-        self.expect("=")
-        op_index = self.i
-        op_type = self.ident("an op name")
-        try:
-            opdef = registry.get(op_type, opset)
-        except MilTypeError as e:
-            raise self.type_error(e, op_index) from None
-        inputs: dict[str, Any] = {}
-        positions: dict[str, int] = {}
-        self.expect("(")
-        while self.peek() != ")":
-            key_index = self.i
-            key = self.ident("a parameter name")
-            if key in inputs:
-                raise self.error(f"parameter {key!r} is given twice", key_index)
-            self.expect("=")
-            positions[key] = key_index
-            inputs[key] = self.argument()
-            if not self.accept(","):
-                break
-        self.expect(")")
         attrs: dict[str, Any] = {}
-        if self.accept("["):
-            self.attributes(opdef, inputs, positions, attrs)
-        self.expect(";")
+        if toks[i] == "[":
+            i += 1
+            if (
+                toks[i] == "name"
+                and toks[i + 1] == "="
+                and toks[i + 2] == "string"
+                and toks[i + 3] == "("
+                and _PLAIN_STRING.match(toks[i + 4])
+                and toks[i + 5] == ")"
+                and toks[i + 6] == "]"
+            ):  # the op's name, as nearly every statement ends: a string without escapes
+                attrs["name"] = toks[i + 4][1:-1]
+                i += 7
+            else:
+                self.i = i
+                self.attributes(opdef, inputs, positions, attrs)
+                i = self.i
+        if toks[i] != ";":
+            raise self.unexpected(i, "';'")
+        self.i = i + 1
         return declared, opdef, inputs, positions, attrs, op_index
+
+    def value_tuple(self, i: int) -> tuple[tuple[Value, ...], int]:
+        """The values of ``(a, b, ...)`` from token ``i`` (after the ``(``), and the index after it."""
+        toks, env = self.toks, self.env
+        items: list[Value] = []
+        while toks[i] != ")":
+            known = env.get(toks[i])
+            if known is not None and toks[i + 1] in _REFERENCE_ENDS:
+                i += 1
+            else:
+                self.i = i
+                known = self.value_ref()
+                i = self.i
+            items.append(known)
+            if toks[i] != ",":
+                break
+            i += 1
+        if toks[i] != ")":
+            raise self.unexpected(i, "')'")
+        return tuple(items), i + 1
+
+    def unexpected(self, index: int, what: str) -> Exception:
+        """The error for token ``index`` where ``what`` should be (``_Unfinished`` if not made yet)."""
+        tok = self.toks[index]
+        if tok is MORE:
+            return _Unfinished()
+        return self.error(f"expected {what}, found {show(tok) if tok else 'end of input'}", index)
+
+    def opdef(self, index: int, opset: str) -> registry.OpDef:
+        """The registered op named by token ``index``; an error at it if there is none."""
+        tok = self.toks[index]
+        if not (tok.isidentifier() and tok.isascii()):
+            raise self.unexpected(index, "an op name")
+        try:
+            found = registry.get(tok, opset)
+        except MilTypeError as e:
+            raise self.type_error(e, index) from None
+        if len(_OPDEFS) < _OPDEF_ENTRIES:
+            _OPDEFS[(tok, opset)] = found
+        return found
 
     def attributes(
         self, opdef: registry.OpDef, inputs: dict, positions: dict[str, int], attrs: dict
@@ -420,21 +435,32 @@ class _Parser(LiteralReader):
         m = _CONST_LINE.match(line)
         if m is None:
             return False
-        type_text, name, op_name, text = m.group("type", "name", "op_name", "literal")
+        type_text, name, op_name, path = m.group("type", "name", "op_name", "path")
         declared = known_type(type_text)
-        if declared is None or not is_name(name):
+        if declared is None or not (name.isidentifier() and name.isascii()):
             return False
-        literal = self.literal_text(text)
-        if literal is None or (literal.type is not declared and literal.type != declared):
-            return False
+        if path is None:
+            literal = self.literal_text(m.group("literal"))
+            if literal is None or (literal.type is not declared and literal.type != declared):
+                return False
+        else:  # a weight: read as the declared type, spelt again by the literal
+            if m.group("blob_type") != type_text or not declared.is_static:
+                return False
+            offset = int(m.group("offset"))
+            try:
+                array = self.weights.tensor(path, offset, declared)
+            except WeightFileError:
+                return False  # the general path reports it, at the BLOBFILE's line
+            literal = Value("", declared, None, array, BlobRef(path, offset))
         self.fast[len(self.toks)] = (name, declared, literal, line_no, op_name)
         self.toks.append(line.strip())  # readable if an error message ever shows it
         return True
 
-    def const_line(self, start: int, opset: str) -> Operation:
-        """The const op of a line ``fast_const`` took (the statement at token ``start``)."""
-        name, declared, literal, line_no, op_name = self.fast[start]
-        if name in self.env:
+    def const_line(self, entry: tuple, const: registry.OpDef) -> Operation:
+        """The const op of a line ``fast_const`` took (``entry``, the statement at ``self.i``)."""
+        name, declared, literal, line_no, op_name = entry
+        env = self.env
+        if name in env:
             line = self.lines[line_no]
             raise MilTypeError(
                 f"value {name!r} is defined twice",
@@ -443,23 +469,11 @@ class _Parser(LiteralReader):
                 file=self.file,
             )
         out = Value(name, declared, None, literal.const)
-        opdef = _const_def(opset)
-        op = Operation(opdef, {"val": literal}, (out,), {"name": op_name}, line_no + 1)
+        op = Operation(const, {"val": literal}, (out,), {"name": op_name}, line_no + 1)
         out.producer = op
-        self.env[name] = out
-        self.i = start + 1
+        env[name] = out
+        self.i += 1
         return op
-
-    def argument(self) -> Value | tuple[Value, ...]:
-        if self.accept("("):
-            items: list[Value] = []
-            while self.peek() != ")":
-                items.append(self.value_ref())
-                if not self.accept(","):
-                    break
-            self.expect(")")
-            return tuple(items)
-        return self.value_ref()
 
     def value_ref(self) -> Value:
         tok = self.peek()
@@ -494,15 +508,5 @@ def _const_def(opset: str) -> registry.OpDef:
     return registry.get("const", opset)
 
 
-_OPDEFS: dict[tuple[str, str], registry.OpDef] = {}  # registered ops only: bounded
-
-
-def _opdef(name: str, opset: str) -> registry.OpDef | None:
-    """The registered op (None if there is none: the general path reports why)."""
-    found = _OPDEFS.get((name, opset))
-    if found is None:
-        try:
-            found = _OPDEFS[(name, opset)] = registry.get(name, opset)
-        except MilTypeError:
-            return None
-    return found
+_OPDEFS: dict[tuple[str, str], registry.OpDef] = {}  # (op name, opset) -> its OpDef
+_OPDEF_ENTRIES = 4096  # bounded: registered ops only, in the opsets there are

@@ -9,7 +9,9 @@ error at its place; nesting is bounded (:data:`MAX_NESTING`).
 from __future__ import annotations
 
 import re
+import sys
 from collections import OrderedDict
+from struct import pack as _pack
 from typing import Any
 
 import numpy as np
@@ -63,6 +65,13 @@ _INF = (float("inf"), float("-inf"))
 # magnitudes below the first are stored without overflow (to inf), and above the second
 # (half the smallest subnormal) without underflow (to 0)
 _FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
+# struct's codes of the float dtypes, little-endian (its standard sizes, which check range:
+# packing rounds to nearest even as NumPy's conversion does, and raises OverflowError where a
+# value would be stored as inf); used where little-endian is NumPy's native order
+_PACK_CODES = {DType.fp16: "e", DType.fp32: "f"} if sys.byteorder == "little" else {}
+# the members the readers test for, as module globals: ``DType.string`` is an attribute
+# lookup through the Enum metaclass, several times the cost of a global
+_STR, _BOOL, _INT32 = DType.string, DType.bool, DType.int32
 # literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
 # deleting a dict's first key is not once many have gone
 _LITERALS: OrderedDict[str, Value] = OrderedDict()
@@ -120,7 +129,7 @@ class LiteralReader(TokenReader):
         self.expect(",")
         if _is_list(self.peek()):  # [1, 2] of numbers, one token
             index = self.i
-            dims = self.number_list(self.next(), DType.int32, index, check=dim_message)
+            dims = self.number_list(self.next(), _INT32, index, check=dim_message)
             if len(dims) > MAX_RANK:
                 raise self.error(rank_message(len(dims)), index)
             self.expect(">")
@@ -130,7 +139,7 @@ class LiteralReader(TokenReader):
         while self.peek() != "]":
             if len(dims) >= MAX_RANK:
                 raise self.error(rank_message(None))  # the rest is not read
-            self.number_run(DType.int32, dims, check=dim_message, limit=MAX_RANK)
+            self.number_run(_INT32, dims, check=dim_message, limit=MAX_RANK)
             tok = self.peek()
             if is_name(tok):
                 dims.append(self.next())
@@ -183,8 +192,8 @@ class LiteralReader(TokenReader):
             raise self.error("uint64 literal outside BLOBFILE", index)
         t = self.type()
         self.expect("(")
-        if t.dtype is DType.string and not t.shape and self.peek_at(1) == ")":
-            value = Value("", t, None, self.element(DType.string))  # names: the common case
+        if t.dtype is _STR and not t.shape and self.peek_at(1) == ")":
+            value = Value("", t, None, self.element(_STR))  # names: the common case
         elif self.peek() == "BLOBFILE":
             value = self.blobfile(t, index)
         else:
@@ -200,7 +209,7 @@ class LiteralReader(TokenReader):
             flat = [self.element_of(body, t.dtype, index + 2)]
         if len(flat) != t.numel:
             raise self.error(f"{t} needs {t.numel} values, found {len(flat)}", index)
-        if t.dtype is DType.string:
+        if t.dtype is _STR:
             const: Any = flat[0] if t.is_scalar else np.array(flat, dtype=object).reshape(t.shape)
             return Value("", t, None, const)
         return Value("", t, None, self.checked_array(flat, t, index))
@@ -215,7 +224,7 @@ class LiteralReader(TokenReader):
             flat.append(self.element(t.dtype))
         if len(flat) != t.numel:
             raise self.error(f"{t} needs {t.numel} values, found {len(flat)}", index)
-        if t.dtype is DType.string:
+        if t.dtype is _STR:
             const: Any = flat[0] if t.is_scalar else np.array(flat, dtype=object).reshape(t.shape)
         else:
             const = self.checked_array(flat, t, index)
@@ -229,7 +238,7 @@ class LiteralReader(TokenReader):
                 bad = next(x for x in flat if not lo <= x <= hi)
                 raise self.error(f"value {bad} out of range for {t.dtype} ({lo}..{hi})", index)
             return _shaped(flat, t)
-        if t.dtype is DType.bool:
+        if t.dtype is _BOOL:
             return _shaped(flat, t)
         largest, smallest = _FLOAT_LIMITS[t.dtype]
         # the common cases, decided without the exact check below (a NaN takes it):
@@ -237,11 +246,17 @@ class LiteralReader(TokenReader):
             v = flat[0]
             if -largest < v < largest and (v == 0 or not -smallest <= v <= smallest):
                 return _shaped(flat, t)
-        elif not flat or (-largest < min(flat) and max(flat) < largest):
-            # a list: two C loops over it and one over the array; no nonzero value became 0
-            array = _shaped(flat, t)
-            if np.count_nonzero(array) + flat.count(0.0) == len(flat):
-                return array
+        elif not flat:
+            return _shaped(flat, t)
+        elif t.dtype in _PACK_CODES:  # a list: packed by struct, which refuses an overflow
+            try:
+                packed = bytearray(_pack(f"<{len(flat)}{_PACK_CODES[t.dtype]}", *flat))
+            except OverflowError:
+                packed = None
+            if packed is not None:
+                array = np.frombuffer(packed, t.dtype.numpy)
+                if np.count_nonzero(array) + flat.count(0.0) == len(flat):  # no value became 0
+                    return array if len(t.shape) == 1 else array.reshape(t.shape)
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
@@ -369,7 +384,7 @@ class LiteralReader(TokenReader):
             elif dtype.is_int:
                 message = f"expected an integer for {dtype}, found {show(text)}"
             else:
-                what = "true or false" if dtype is DType.bool else "a string literal"
+                what = "true or false" if dtype is _BOOL else "a string literal"
                 message = f"expected {what}, found {show(text)}"
         raise self.error_in(index, offset, message)
 
@@ -379,12 +394,12 @@ class LiteralReader(TokenReader):
 
     def element_of(self, tok: str, dtype: DType, index: int) -> Any:
         """The value of token ``index``, ``tok``, as an element of ``dtype``."""
-        if dtype is DType.string:
+        if dtype is _STR:
             if not _STRING.match(tok):
                 what = "an unterminated string" if tok.startswith('"') else show(tok)
                 raise self.error(f"expected a string literal, found {what}", index)
             return _unquote(tok)
-        if dtype is DType.bool:
+        if dtype is _BOOL:
             if tok not in ("true", "false"):
                 raise self.error(f"expected true or false, found {show(tok)}", index)
             return tok == "true"
@@ -485,9 +500,9 @@ class LiteralReader(TokenReader):
         result: dict[str, Any] = {}
         while self.peek() != "}":
             self.expect("{")
-            key = self.element(DType.string)
+            key = self.element(_STR)
             self.expect(",")
-            result[key] = self.dict_entries(depth - 1) if depth else self.element(DType.string)
+            result[key] = self.dict_entries(depth - 1) if depth else self.element(_STR)
             self.expect("}")
             if not self.accept(","):
                 break

@@ -68,8 +68,9 @@ def compile_cache(ctx: Context) -> None:
     ctx.observe("cache_files_after_second", len(snapshot(roots)) - len(after))
 
 
-def _compile_once(ctx: Context, fw: Any, label: str, text: str,
-                  weights: dict[str, bytes]) -> dict[str, Any]:  # fmt: skip
+def _compile_once(
+    ctx: Context, fw: Any, label: str, text: str, weights: dict[str, bytes]
+) -> dict[str, Any]:
     """Descriptor, model, work directory, then timed compile and load; unload and clean up."""
     with fw.pool():
         model = in_memory_model(fw, text, weights)
@@ -78,20 +79,32 @@ def _compile_once(ctx: Context, fw: Any, label: str, text: str,
     opts = fw.empty_options()
     try:
         budget.BUDGET.charge()
-        for phase, selector, args in (("compile", "compileWithQoS:options:error:", (QOS, opts)),
-                                      ("load", "loadWithQoS:options:error:", (QOS, opts))):  # fmt: skip
+        for phase, selector, args in (
+            ("compile", "compileWithQoS:options:error:", (QOS, opts)),
+            ("load", "loadWithQoS:options:error:", (QOS, opts)),
+        ):
             start = time.perf_counter()
             with fw.pool():
-                outcome = step(ctx, f"{label}_{phase}", call, fw, "_ANEInMemoryModel", model,
-                               selector, *args)  # fmt: skip
+                outcome = step(
+                    ctx, f"{label}_{phase}", call, fw, "_ANEInMemoryModel", model, selector, *args
+                )
             record[f"{phase}_s"] = time.perf_counter() - start
             record[f"{phase}_ok"] = outcome is True
-        record["workdir_files"] = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")
-                                         if p.is_file())  # fmt: skip
+        record["workdir_files"] = sorted(
+            str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file()
+        )
         _client_queries(ctx, fw, label, model)
         if record["load_ok"]:
-            step(ctx, f"{label}_unload", call, fw, "_ANEInMemoryModel", model,
-                 "unloadWithQoS:error:", QOS)  # fmt: skip
+            step(
+                ctx,
+                f"{label}_unload",
+                call,
+                fw,
+                "_ANEInMemoryModel",
+                model,
+                "unloadWithQoS:error:",
+                QOS,
+            )
     finally:
         WORKDIRS.release(workdir)
     return record
@@ -104,8 +117,11 @@ def _client_queries(ctx: Context, fw: Any, label: str, model: Any) -> None:
         if inner is None or not has(fw, "_ANEClient", "-", selector):
             continue
         argument = inner if selector.endswith("For:") else model.hexStringIdentifier()
-        step(ctx, f"{label}_{selector.rstrip(':')}", lambda s=selector, a=argument: bool(
-            getattr(client(fw), s.replace(":", "_"))(a)))  # fmt: skip
+        step(
+            ctx,
+            f"{label}_{selector.rstrip(':')}",
+            lambda s=selector, a=argument: bool(getattr(client(fw), s.replace(":", "_"))(a)),
+        )
 
 
 def compile_cache_headline(seen: dict[str, Any]) -> str:

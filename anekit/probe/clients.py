@@ -37,16 +37,23 @@ from anekit.probe.common import (
     step,
 )
 
-VIRTUAL_PROPERTIES = ("connect", "hostBuildVersion", "hostCapabilityMask",
-                      "hostDataInterfaceVersion")  # fmt: skip
+VIRTUAL_PROPERTIES = (
+    "connect",
+    "hostBuildVersion",
+    "hostCapabilityMask",
+    "hostDataInterfaceVersion",
+)
 STATS_CLASSES = ("_ANEPerformanceStats", "_ANEPerformanceStatsIOSurface")
 MASKS = (0, 1, 2, 4, 8, 15)  # no counters, each of the four bits, all of them
 # Zero-argument instance methods that are not read-only getters: never called blind.
-NOT_GETTERS = frozenset({"dealloc", ".cxx_destruct", "init", "new", "copy", "mutableCopy",
-                         "retain", "release", "autorelease"})  # fmt: skip
+NOT_GETTERS = frozenset(
+    "dealloc .cxx_destruct init new copy mutableCopy retain release autorelease".split()
+)
 # Names that read as actions, not properties: skipped too (a probe must not change state).
-ACTION_PREFIXES = ("reset", "clear", "emit", "start", "stop", "begin", "end", "flush", "print",
-                   "dump", "invalidate", "release", "free", "remove", "update", "set")  # fmt: skip
+ACTION_PREFIXES = tuple(
+    "reset clear emit start stop begin end flush print dump invalidate release free remove "
+    "update set".split()
+)
 MAX_DATA_READ = 1 << 20  # an NSData longer than this is reported by length only
 MAX_COUNTER_BYTES = 4096  # of perfCounterData kept in the report (as hex)
 
@@ -74,9 +81,19 @@ def virtual_client(ctx: Context) -> None:
         parts = k.objc_parts()
         fill(k, case)
         with parts.device_owned():
-            ran = step(ctx, "evaluate", call, fw, "_ANEVirtualClient", vc,
-                       "evaluateWithModel:options:request:qos:error:", inner_model(parts),
-                       parts.loaded.options, parts.request, parts.loaded.qos)  # fmt: skip
+            ran = step(
+                ctx,
+                "evaluate",
+                call,
+                fw,
+                "_ANEVirtualClient",
+                vc,
+                "evaluateWithModel:options:request:qos:error:",
+                inner_model(parts),
+                parts.loaded.options,
+                parts.request,
+                parts.loaded.qos,
+            )
         numbers = ctx.observe("numbers", outputs_match(k, case))
     ctx.observe("usable", ran is not FAILED and numbers["match"])
 
@@ -103,8 +120,15 @@ def perf_counters(ctx: Context) -> None:
     methods = classes.get("_ANEPerformanceStats") or {}
     if "+driverMaskForANEFMask:" in methods:
         cls = fw.cls("_ANEPerformanceStats")
-        ctx.observe("driver_masks", {str(m): step(ctx, f"driver_mask_{m}", lambda m=m: int(
-            cls.driverMaskForANEFMask_(m))) for m in MASKS})  # fmt: skip
+        ctx.observe(
+            "driver_masks",
+            {
+                str(m): step(
+                    ctx, f"driver_mask_{m}", lambda m=m: int(cls.driverMaskForANEFMask_(m))
+                )
+                for m in MASKS
+            },
+        )
     factories = {name: step(ctx, f"factory_{name}", make, fw) for name, make in _FACTORIES.items()}
     made = {name: obj for name, obj in factories.items() if obj not in (FAILED, None)}
     ctx.observe("factories_that_work", sorted(made))
@@ -138,8 +162,12 @@ def _init_with_counters(fw: Any) -> Any:
     )
 
 
-_FACTORIES = {"new": _new, "alloc_init": _alloc_init, "statsWithHardwareExecutionNS": _with_ns,
-              "initWithHardwareExecution_perfCounterData": _init_with_counters}  # fmt: skip
+_FACTORIES = {
+    "new": _new,
+    "alloc_init": _alloc_init,
+    "statsWithHardwareExecutionNS": _with_ns,
+    "initWithHardwareExecution_perfCounterData": _init_with_counters,
+}
 
 
 def _getters(methods: dict[str, str]) -> list[str]:
@@ -157,11 +185,13 @@ def _getters(methods: dict[str, str]) -> list[str]:
     return out
 
 
-def _evaluate_with(fw: Any, parts: Any, k: Any, case: cases.Case, stats: Any,
-                   getters: list[str]) -> dict[str, Any]:  # fmt: skip
+def _evaluate_with(
+    fw: Any, parts: Any, k: Any, case: cases.Case, stats: Any, getters: list[str]
+) -> dict[str, Any]:
     """One evaluation with ``stats`` as the request's perfStats; every getter's value after."""
-    request = request_for(fw, parts.inputs, parts.outputs, parts.input_indices,
-                          parts.output_indices, stats)  # fmt: skip
+    request = request_for(
+        fw, parts.inputs, parts.outputs, parts.input_indices, parts.output_indices, stats
+    )
     fill(k, case)
     with parts.device_owned():
         dispatch(parts, request)
@@ -173,8 +203,11 @@ def _evaluate_with(fw: Any, parts: Any, k: Any, case: cases.Case, stats: Any,
             fields[sel] = f"raised {type(e).__name__}: {e}"
             continue
         fields[sel] = _field(value)
-    return {"numbers_match": outputs_match(k, case)["match"], "fields": fields,
-            "description": describe(stats)}  # fmt: skip
+    return {
+        "numbers_match": outputs_match(k, case)["match"],
+        "fields": fields,
+        "description": describe(stats),
+    }
 
 
 def _field(value: Any) -> Any:

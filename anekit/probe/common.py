@@ -58,11 +58,12 @@ def step(ctx: Context, key: str, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         value = fn(*args)
     except Exception as e:  # PyObjC raises objc.error and friends: all of it is an answer
-        ctx.observe(key, {"ok": False, "seconds": time.perf_counter() - start,
-                          "error": describe_exception(e)})  # fmt: skip
+        ctx.observe(
+            key,
+            {"ok": False, "seconds": time.perf_counter() - start, "error": describe_exception(e)},
+        )
         return FAILED
-    ctx.observe(key, {"ok": True, "seconds": time.perf_counter() - start,
-                      "value": summary(value)})  # fmt: skip
+    ctx.observe(key, {"ok": True, "seconds": time.perf_counter() - start, "value": summary(value)})
     return value
 
 
@@ -147,8 +148,9 @@ class Arg:
     scalar: int
 
 
-def build(fw: Any, class_name: str, receiver: Any, selector: str, enc: str,
-          values: dict[str, Any]) -> Any:  # fmt: skip
+def build(
+    fw: Any, class_name: str, receiver: Any, selector: str, enc: str, values: dict[str, Any]
+) -> Any:
     """Send a constructor whose arguments are named by its selector's parts.
 
     A part's key is its text after ``With`` (``initWithInputs:`` -> ``inputs``), else the
@@ -237,9 +239,14 @@ def timings(samples_s: list[float]) -> dict[str, Any]:
     if not samples_s:
         return {"n": 0}
     ms = np.asarray(samples_s, np.float64) * 1e3
-    return {"n": int(ms.size), "min_ms": float(ms.min()), "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
-            "mean_ms": float(ms.mean())}  # fmt: skip
+    return {
+        "n": int(ms.size),
+        "min_ms": float(ms.min()),
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "max_ms": float(ms.max()),
+        "mean_ms": float(ms.mean()),
+    }
 
 
 def timed(fn: Callable[[], Any]) -> float:

@@ -47,8 +47,13 @@ from anekit.probe.common import (
 )
 
 SHAPE = (1, 64, 1, 64)  # 128-byte rows: every layout rule agrees on it
-CHAINING_CLASSES = ("_ANEChainingRequest", "_ANEBuffer", "_ANEIOSurfaceOutputSets",
-                    "_ANEOutputSetEnqueue", "_ANEInputBuffersReady")  # fmt: skip
+CHAINING_CLASSES = (
+    "_ANEChainingRequest",
+    "_ANEBuffer",
+    "_ANEIOSurfaceOutputSets",
+    "_ANEOutputSetEnqueue",
+    "_ANEInputBuffersReady",
+)
 PREPARE = "prepareChainingWithModel:options:chainingReq:qos:error:"
 STATS_SURFACE_BYTES = 16384  # the output set's statistics surface (size unknown; one page)
 CHAIN_POLL_S = 1.0  # how long a started chain may take to write the final output
@@ -69,13 +74,15 @@ def chaining(ctx: Context) -> None:
         fill(ka, first)
         ctx.observe("separate", _separate(ka, kb, second, n))
         pa, pb = ka.objc_parts(), kb.objc_parts()
-        stats = Surface.create(fw, computed(TensorSpec("stats", (STATS_SURFACE_BYTES,),
-                                                       DType.uint8), 64, "probe"))  # fmt: skip
+        stats = Surface.create(
+            fw, computed(TensorSpec("stats", (STATS_SURFACE_BYTES,), DType.uint8), 64, "probe")
+        )
         stats.unlock()  # only the device writes it
         # the first program writes into the second's input surface: no host copy between them
-        plans = {"first": (pa, pa.inputs[0], pa.input_indices[0], pb.inputs[0], pa.output_indices[0]),
-                 "second": (pb, pb.inputs[0], pb.input_indices[0], pb.outputs[0],
-                            pb.output_indices[0])}  # fmt: skip
+        plans = {
+            "first": (pa, pa.inputs[0], pa.input_indices[0], pb.inputs[0], pa.output_indices[0]),
+            "second": (pb, pb.inputs[0], pb.input_indices[0], pb.outputs[0], pb.output_indices[0]),
+        }
         prepared = {}
         for label, (parts, src, src_index, dst, dst_index) in plans.items():
             request = _chain_request(ctx, fw, label, src, src_index, dst, dst_index, stats)
@@ -100,31 +107,67 @@ def _separate(ka: Any, kb: Any, second: cases.Case, n: int) -> dict[str, Any]:
     return {"per_pair": timings(samples), **outputs_match(kb, second)}
 
 
-def _chain_request(ctx: Context, fw: Any, label: str, src: Surface, src_index: int,
-                   dst: Surface, dst_index: int, stats: Surface) -> Any:  # fmt: skip
+def _chain_request(
+    ctx: Context,
+    fw: Any,
+    label: str,
+    src: Surface,
+    src_index: int,
+    dst: Surface,
+    dst_index: int,
+    stats: Surface,
+) -> Any:
     """``_ANEBuffer`` for each end, an output set over the destination, the chaining request."""
     wrap = fw.cls("_ANEIOSurfaceObject")
     ends = {}
     for end, surface, index in (("input", src, src_index), ("output", dst, dst_index)):
-        ends[end] = step(ctx, f"{label}_{end}_buffer", _make, fw, "_ANEBuffer",
-                         ("bufferWithIOSurfaceObject:", "initWithIOSurfaceObject:"),
-                         {"iOSurfaceObject": wrap.objectWithIOSurface_(surface.handle),
-                          "symbolIndex": index, "source": Arg(end, 0 if end == "input" else 1)})  # fmt: skip
+        ends[end] = step(
+            ctx,
+            f"{label}_{end}_buffer",
+            _make,
+            fw,
+            "_ANEBuffer",
+            ("bufferWithIOSurfaceObject:", "initWithIOSurfaceObject:"),
+            {
+                "iOSurfaceObject": wrap.objectWithIOSurface_(surface.handle),
+                "symbolIndex": index,
+                "source": Arg(end, 0 if end == "input" else 1),
+            },
+        )
     if FAILED in ends.values():
         return FAILED
-    sets = step(ctx, f"{label}_output_sets", _make, fw, "_ANEIOSurfaceOutputSets",
-                ("objectWithstatsSurRef:", "initWithstatsSurRef:"),
-                {"statsSurRef": stats.handle, "outputBuffer": [ends["output"]]})  # fmt: skip
+    sets = step(
+        ctx,
+        f"{label}_output_sets",
+        _make,
+        fw,
+        "_ANEIOSurfaceOutputSets",
+        ("objectWithstatsSurRef:", "initWithstatsSurRef:"),
+        {"statsSurRef": stats.handle, "outputBuffer": [ends["output"]]},
+    )
     if sets is FAILED:
         return FAILED
-    return step(ctx, f"{label}_chaining_request", _make, fw, "_ANEChainingRequest",
-                ("chainingRequestWithInputs:", "initWithInputs:"),
-                # the loopback symbol ids are NSArray<NSNumber> (Espresso; runtime headers), -1: none
-                {"inputs": [ends["input"]], "outputSets": [sets], "outputs": [sets],
-                 "lbInputSymbolId": [fw.number(-1)], "lbOutputSymbolId": [fw.number(-1)],
-                 "procedureIndex": 0,
-                 "signalEvents": [], "transactionHandle": 0, "fwEnqueueDelay": 0,
-                 "memoryPoolId": 0})  # fmt: skip
+    return step(
+        ctx,
+        f"{label}_chaining_request",
+        _make,
+        fw,
+        "_ANEChainingRequest",
+        ("chainingRequestWithInputs:", "initWithInputs:"),
+        # the loopback symbol ids are NSArray<NSNumber> (Espresso; runtime headers), -1: none
+        {
+            "inputs": [ends["input"]],
+            "outputSets": [sets],
+            "outputs": [sets],
+            "lbInputSymbolId": [fw.number(-1)],
+            "lbOutputSymbolId": [fw.number(-1)],
+            "procedureIndex": 0,
+            "signalEvents": [],
+            "transactionHandle": 0,
+            "fwEnqueueDelay": 0,
+            "memoryPoolId": 0,
+        },
+    )
 
 
 def _make(fw: Any, class_name: str, prefixes: tuple[str, str], values: dict[str, Any]) -> Any:
@@ -143,8 +186,16 @@ def _make(fw: Any, class_name: str, prefixes: tuple[str, str], values: dict[str,
 
 
 def _prepare(fw: Any, parts: Any, request: Any) -> bool:
-    return call(fw, "_ANEClient", client(fw), PREPARE, inner_model(parts), parts.loaded.options,
-                request, parts.loaded.qos)  # fmt: skip
+    return call(
+        fw,
+        "_ANEClient",
+        client(fw),
+        PREPARE,
+        inner_model(parts),
+        parts.loaded.options,
+        request,
+        parts.loaded.qos,
+    )
 
 
 def _start_chain(ctx: Context, fw: Any, pa: Any, pb: Any, kb: Any, second: cases.Case) -> Any:
@@ -152,17 +203,43 @@ def _start_chain(ctx: Context, fw: Any, pa: Any, pb: Any, kb: Any, second: cases
     cl = client(fw)
     with pa.device_owned(), pb.device_owned():
         for label, parts in (("second", pb), ("first", pa)):
-            step(ctx, f"{label}_enqueue_sets", _signal_call, fw, cl, parts, "_ANEOutputSetEnqueue",
-                 ("outputSetWithProcedureIndex:", "initOutputSetWithProcedureIndex:"),
-                 "enqueueSetsWithModel:outputSet:options:qos:error:",
-                 {"procedureIndex": 0, "setIndex": 0, "signalValue": 1,
-                  "signalNotRequired": 0, "isOpenLoop": 0})  # fmt: skip
+            step(
+                ctx,
+                f"{label}_enqueue_sets",
+                _signal_call,
+                fw,
+                cl,
+                parts,
+                "_ANEOutputSetEnqueue",
+                ("outputSetWithProcedureIndex:", "initOutputSetWithProcedureIndex:"),
+                "enqueueSetsWithModel:outputSet:options:qos:error:",
+                {
+                    "procedureIndex": 0,
+                    "setIndex": 0,
+                    "signalValue": 1,
+                    "signalNotRequired": 0,
+                    "isOpenLoop": 0,
+                },
+            )
         start = time.perf_counter()
-        step(ctx, "first_buffers_ready", _signal_call, fw, cl, pa, "_ANEInputBuffersReady",
-             ("inputBuffersWithProcedureIndex:", "initInputsProcedureIndex:"),
-             "buffersReadyWithModel:inputBuffers:options:qos:error:",
-             {"procedureIndex": 0, "inputBufferInfoIndex": 0, "inputFreeValue": 1,
-              "executionDelay": 0, "initInputsProcedureIndex": 0})  # fmt: skip
+        step(
+            ctx,
+            "first_buffers_ready",
+            _signal_call,
+            fw,
+            cl,
+            pa,
+            "_ANEInputBuffersReady",
+            ("inputBuffersWithProcedureIndex:", "initInputsProcedureIndex:"),
+            "buffersReadyWithModel:inputBuffers:options:qos:error:",
+            {
+                "procedureIndex": 0,
+                "inputBufferInfoIndex": 0,
+                "inputFreeValue": 1,
+                "executionDelay": 0,
+                "initInputsProcedureIndex": 0,
+            },
+        )
         deadline = start + float(ctx.options.get("chain_poll_s", CHAIN_POLL_S))
         while time.perf_counter() < deadline and not np.any(kb.output_buffer("z")):
             time.sleep(0.001)
@@ -170,11 +247,26 @@ def _start_chain(ctx: Context, fw: Any, pa: Any, pb: Any, kb: Any, second: cases
     return {"seconds_to_output": seconds, **outputs_match(kb, second)}
 
 
-def _signal_call(fw: Any, cl: Any, parts: Any, class_name: str, prefixes: tuple[str, str],
-                 selector: str, values: dict[str, Any]) -> bool:  # fmt: skip
+def _signal_call(
+    fw: Any,
+    cl: Any,
+    parts: Any,
+    class_name: str,
+    prefixes: tuple[str, str],
+    selector: str,
+    values: dict[str, Any],
+) -> bool:
     obj = _make(fw, class_name, prefixes, values)
-    return call(fw, "_ANEClient", cl, selector, inner_model(parts), obj, parts.loaded.options,
-                parts.loaded.qos)  # fmt: skip
+    return call(
+        fw,
+        "_ANEClient",
+        cl,
+        selector,
+        inner_model(parts),
+        obj,
+        parts.loaded.options,
+        parts.loaded.qos,
+    )
 
 
 # -- the real-time path ---------------------------------------------------------------------------
@@ -187,9 +279,19 @@ def realtime(ctx: Context) -> None:
     """p50/p99 latency of evaluateRealTime (inside beginRealTimeTask) against evaluateWithQoS."""
     fw = framework(ctx)
     n = int(ctx.options.get("evaluations", 1000))
-    ctx.observe("selectors", {s: has(fw, "_ANEClient", "-", s) for s in
-                              ("beginRealTimeTask", "endRealTimeTask", REALTIME, LOAD_REALTIME,
-                               UNLOAD_REALTIME)})  # fmt: skip
+    ctx.observe(
+        "selectors",
+        {
+            s: has(fw, "_ANEClient", "-", s)
+            for s in (
+                "beginRealTimeTask",
+                "endRealTimeTask",
+                REALTIME,
+                LOAD_REALTIME,
+                UNLOAD_REALTIME,
+            )
+        },
+    )
     case = cases.affine((1, 256, 1, 64), "fp16")
     with compile_kernel(ctx, case.program) as k:
         parts, cl = k.objc_parts(), client(fw)
@@ -222,8 +324,18 @@ def realtime(ctx: Context) -> None:
 def _realtime_model(ctx: Context, fw: Any, cl: Any, parts: Any, selector: str) -> Any:
     """``loadRealTimeModel:``/``unloadRealTimeModel:`` on the inner model, as a recorded step."""
     label = selector.split(":")[0].replace("RealTimeModel", "_real_time_model")
-    return step(ctx, label, call, fw, "_ANEClient", cl, selector, inner_model(parts),
-                parts.loaded.options, parts.loaded.qos)  # fmt: skip
+    return step(
+        ctx,
+        label,
+        call,
+        fw,
+        "_ANEClient",
+        cl,
+        selector,
+        inner_model(parts),
+        parts.loaded.options,
+        parts.loaded.qos,
+    )
 
 
 def _interleaved(parts: Any, paths: dict[str, Any], n: int) -> dict[str, Any]:
@@ -256,13 +368,15 @@ def queue_depth(ctx: Context) -> None:
         ctx.observe("warm_up", _in_flight(k, max(depths), max(depths), inputs, case))
         rows = {}
         for depth in depths:
-            rows[str(depth)] = ctx.observe(f"depth_{depth}", _in_flight(
-                k, depth, max(per_depth, 2 * depth), inputs, case))  # fmt: skip
+            rows[str(depth)] = ctx.observe(
+                f"depth_{depth}", _in_flight(k, depth, max(per_depth, 2 * depth), inputs, case)
+            )
     ctx.observe("throughput_per_s", {d: r["per_s"] for d, r in rows.items()})
 
 
-def _in_flight(k: Any, depth: int, total: int, inputs: dict[str, Any],
-               case: cases.Case) -> dict[str, Any]:  # fmt: skip
+def _in_flight(
+    k: Any, depth: int, total: int, inputs: dict[str, Any], case: cases.Case
+) -> dict[str, Any]:
     """``total`` evaluations from ``depth`` threads; wall time, rate, wrong answers, errors."""
     want = case.expected["y"]
     errors: list[str] = []
@@ -278,9 +392,14 @@ def _in_flight(k: Any, depth: int, total: int, inputs: dict[str, Any],
     with ThreadPoolExecutor(max_workers=depth) as pool:
         right = sum(pool.map(one, range(total)))
     seconds = time.perf_counter() - start
-    return {"evaluations": total, "seconds": seconds, "per_s": total / seconds,
-            "wrong": total - right - len(errors), "errors": errors[:5],
-            "error_count": len(errors)}  # fmt: skip
+    return {
+        "evaluations": total,
+        "seconds": seconds,
+        "per_s": total / seconds,
+        "wrong": total - right - len(errors),
+        "errors": errors[:5],
+        "error_count": len(errors),
+    }
 
 
 def chaining_headline(seen: dict[str, Any]) -> str:
@@ -298,8 +417,11 @@ def chaining_headline(seen: dict[str, Any]) -> str:
 
 def realtime_headline(seen: dict[str, Any]) -> str:
     """The finding in one line (``anekit probe``'s summary)."""
-    rows = [f"{name} p50 {t['p50_ms']:.3f} / p99 {t['p99_ms']:.3f} ms"
-            for name, t in seen["latency"].items() if t.get("n")]  # fmt: skip
+    rows = [
+        f"{name} p50 {t['p50_ms']:.3f} / p99 {t['p99_ms']:.3f} ms"
+        for name, t in seen["latency"].items()
+        if t.get("n")
+    ]
     return "; ".join(rows) or "no path ran"
 
 

@@ -39,6 +39,10 @@ SIGNAL_TYPE = 0  # eventType of the signal event as ggml passes it (tmc/apple x/
 WAIT_BEFORE_SIGNAL_S = 0.3  # how long the ANE is given to (wrongly) run before the GPU signals
 SIGNAL_TIMEOUT_S = 5.0  # how long to wait for the ANE's signal back
 SENTINEL = -7.0  # outputs are set to this first: a value the program never produces
+_EVENTS_FACTORY = (  # the request factory that takes shared events
+    "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:"
+    "procedureIndex:sharedEvents:"
+)
 
 
 def ios_event(event: Any) -> Any:
@@ -52,9 +56,14 @@ def ios_event(event: Any) -> Any:
     return shared
 
 
-def fenced_request(fw: Any, parts: ObjCParts, *, wait: tuple[Any, int] | None = None,
-                   signal: tuple[Any, int] | None = None,
-                   signal_type: int = SIGNAL_TYPE) -> Any:  # fmt: skip
+def fenced_request(
+    fw: Any,
+    parts: ObjCParts,
+    *,
+    wait: tuple[Any, int] | None = None,
+    signal: tuple[Any, int] | None = None,
+    signal_type: int = SIGNAL_TYPE,
+) -> Any:
     """A request over ``parts``' surfaces that waits for ``wait = (MTLSharedEvent, value)``
     before the ANE starts and sets ``signal = (MTLSharedEvent, value)`` when it is done."""
     waits, signals = [], []
@@ -63,24 +72,29 @@ def fenced_request(fw: Any, parts: ObjCParts, *, wait: tuple[Any, int] | None = 
         if has(fw, "_ANESharedWaitEvent", "+", "waitEventWithValue:sharedEvent:"):
             waits.append(cls.waitEventWithValue_sharedEvent_(wait[1], ios_event(wait[0])))
         else:  # the variant ANE_NOTES 2.3 lists
-            waits.append(cls.waitEventWithValue_sharedEvent_eventType_(
-                wait[1], ios_event(wait[0]), 0))  # fmt: skip
+            waits.append(
+                cls.waitEventWithValue_sharedEvent_eventType_(wait[1], ios_event(wait[0]), 0)
+            )
     if signal is not None:
-        signals.append(fw.cls("_ANESharedSignalEvent")
-                       .signalEventWithValue_symbolIndex_eventType_sharedEvent_(
-                           signal[1], 0, signal_type, ios_event(signal[0])))  # fmt: skip
+        signals.append(
+            fw.cls("_ANESharedSignalEvent").signalEventWithValue_symbolIndex_eventType_sharedEvent_(
+                signal[1], 0, signal_type, ios_event(signal[0])
+            )
+        )
     if any(e is None for e in (*waits, *signals)):
         raise EvaluationError("_ANESharedWaitEvent or _ANESharedSignalEvent returned nil")
     events = fw.cls("_ANESharedEvents").sharedEventsWithSignalEvents_waitEvents_(
         fw.array(signals), fw.array(waits)
     )
     if events is None:
-        raise EvaluationError("+[_ANESharedEvents sharedEventsWithSignalEvents:waitEvents:] "
-                              "returned nil")  # fmt: skip
+        raise EvaluationError(
+            "+[_ANESharedEvents sharedEventsWithSignalEvents:waitEvents:] returned nil"
+        )
     if not has(fw, "_ANERequest", "-", "setSharedEvents:"):
         return _request_with_events(fw, parts, events)
-    request = request_for(fw, parts.inputs, parts.outputs, parts.input_indices,
-                          parts.output_indices)  # fmt: skip
+    request = request_for(
+        fw, parts.inputs, parts.outputs, parts.input_indices, parts.output_indices
+    )
     request.setSharedEvents_(events)
     return request
 
@@ -88,12 +102,17 @@ def fenced_request(fw: Any, parts: ObjCParts, *, wait: tuple[Any, int] | None = 
 def _request_with_events(fw: Any, parts: ObjCParts, events: Any) -> Any:
     """The request built with its events (the factory ggml uses) where it cannot set them."""
     wrap = fw.cls("_ANEIOSurfaceObject")
-    request = fw.cls("_ANERequest").requestWithInputs_inputIndices_outputs_outputIndices_weightsBuffer_perfStats_procedureIndex_sharedEvents_(
+    factory = getattr(fw.cls("_ANERequest"), _EVENTS_FACTORY.replace(":", "_"))
+    request = factory(
         fw.array([wrap.objectWithIOSurface_(s.handle) for s in parts.inputs]),
         fw.array([fw.number(i) for i in parts.input_indices]),
         fw.array([wrap.objectWithIOSurface_(s.handle) for s in parts.outputs]),
         fw.array([fw.number(i) for i in parts.output_indices]),
-        None, None, fw.number(0), events)  # fmt: skip
+        None,
+        None,
+        fw.number(0),
+        events,
+    )
     if request is None:
         raise EvaluationError("_ANERequest with sharedEvents: returned nil")
     return request
@@ -122,9 +141,7 @@ def shared_events(ctx: Context) -> None:
     fw = framework(ctx)
     observe_classes(ctx, fw, EVENT_CLASSES)
     ctx.observe("request_sets_shared_events", has(fw, "_ANERequest", "-", "setSharedEvents:"))
-    ctx.observe("request_factory_with_events", find(fw, "_ANERequest", "+", (
-        "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:"
-        "procedureIndex:sharedEvents:",)))  # fmt: skip
+    ctx.observe("request_factory_with_events", find(fw, "_ANERequest", "+", (_EVENTS_FACTORY,)))
     device = fw.metal_device()
     ctx.observe("metal_device", str(device.name()))
     queue = device.newCommandQueue()
@@ -134,8 +151,9 @@ def shared_events(ctx: Context) -> None:
         parts = k.objc_parts()
         fill(k, case)
         k.output_buffer("y")[...] = SENTINEL
-        request = step(ctx, "fenced_request", lambda: fenced_request(fw, parts, wait=(go, 1),
-                                                                      signal=(done, 1)))  # fmt: skip
+        request = step(
+            ctx, "fenced_request", lambda: fenced_request(fw, parts, wait=(go, 1), signal=(done, 1))
+        )
         if request is FAILED:
             return
         step(ctx, "validate", lambda: bool(request.validate()))
@@ -147,8 +165,16 @@ def shared_events(ctx: Context) -> None:
         ctx.observe("unfenced_numbers", outputs_match(k, case))
 
 
-def _fenced_run(parts: ObjCParts, request: Any, queue: Any, go: Any, done: Any, k: Any,
-                case: cases.Case, timeout: float) -> dict[str, Any]:  # fmt: skip
+def _fenced_run(
+    parts: ObjCParts,
+    request: Any,
+    queue: Any,
+    go: Any,
+    done: Any,
+    k: Any,
+    case: cases.Case,
+    timeout: float,
+) -> dict[str, Any]:
     """Evaluate in a thread; signal ``go`` from the GPU after a pause; watch ``done``."""
     outcome: dict[str, Any] = {}
 
@@ -166,8 +192,11 @@ def _fenced_run(parts: ObjCParts, request: Any, queue: Any, go: Any, done: Any, 
         thread.start()
         time.sleep(WAIT_BEFORE_SIGNAL_S)
         untouched = bool(np.all(np.asarray(k.output_buffer("y"), np.float32) == SENTINEL))
-        early = {"returned": not thread.is_alive(), "output_untouched": untouched,
-                 "done_value": int(done.signaledValue())}  # fmt: skip
+        early = {
+            "returned": not thread.is_alive(),
+            "output_untouched": untouched,
+            "done_value": int(done.signaledValue()),
+        }
         signalled = time.perf_counter()
         gpu_signal(queue, go, 1)
         back = wait_for(done, 1, timeout)
@@ -179,10 +208,14 @@ def _fenced_run(parts: ObjCParts, request: Any, queue: Any, go: Any, done: Any, 
         outcome["gpu_signal_to_return_s"] = time.perf_counter() - signalled
     numbers = outputs_match(k, case)
     waited = early["output_untouched"] and early["done_value"] == 0
-    return {**outcome, "before_gpu_signal": early, "numbers": numbers,
-            "ane_waited_for_gpu": waited and numbers["match"],
-            "ane_signalled_back": back is not None,
-            "fence_works": waited and numbers["match"] and back is not None}  # fmt: skip
+    return {
+        **outcome,
+        "before_gpu_signal": early,
+        "numbers": numbers,
+        "ane_waited_for_gpu": waited and numbers["match"],
+        "ane_signalled_back": back is not None,
+        "fence_works": waited and numbers["match"] and back is not None,
+    }
 
 
 def shared_events_headline(seen: dict[str, Any]) -> str:

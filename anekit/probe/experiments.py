@@ -17,11 +17,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "chaining",
         "Does an _ANEChainingRequest over two compiled in-memory programs validate, prepare "
         "and run, and how long does it take against two separate evaluations?",
-        ("ane",), dispatch.chaining,
-        ("classes: the chaining classes and their selectors with type encodings",
-         "separate: two evaluations with a host copy between them (p50/p99), right numbers",
-         "first_*/second_*: each _ANEBuffer, output set, chaining request, validate, prepare",
-         "chained: whether starting the chain wrote the right final output, and how fast"),
+        ("ane",),
+        dispatch.chaining,
+        (
+            "classes: the chaining classes and their selectors with type encodings",
+            "separate: two evaluations with a host copy between them (p50/p99), right numbers",
+            "first_*/second_*: each _ANEBuffer, output set, chaining request, validate, prepare",
+            "chained: whether starting the chain wrote the right final output, and how fast",
+        ),
         "ANE_NOTES 2.3: the chaining request validates but appears to need Espresso IR; "
         "ane-infer: prepareChaining succeeds with the right output-set factory, buffersReady "
         "stays blocked",
@@ -31,11 +34,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "shared-events",
         "Does the ANE wait for a GPU MTLSharedEvent signal before it starts, and signal a "
         "second event back when it is done?",
-        ("ane", "metal"), events.shared_events,
-        ("classes: _ANESharedEvents, _ANESharedSignalEvent, _ANESharedWaitEvent selectors",
-         "fence.before_gpu_signal: whether the output was untouched before the GPU signalled",
-         "fence.ane_waited_for_gpu, fence.ane_signalled_back, fence.fence_works",
-         "unfenced_numbers: the same program without events (control)"),
+        ("ane", "metal"),
+        events.shared_events,
+        (
+            "classes: _ANESharedEvents, _ANESharedSignalEvent, _ANESharedWaitEvent selectors",
+            "fence.before_gpu_signal: whether the output was untouched before the GPU signalled",
+            "fence.ane_waited_for_gpu, fence.ane_signalled_back, fence.fence_works",
+            "unfenced_numbers: the same program without events (control)",
+        ),
         "ANE_NOTES 2.3 lists the event classes as unexplored; ggml's Metal/ANE backend and "
         "tmc/apple x/ane build wait and signal events (eventType 0 vs 5)",
         headline=events.shared_events_headline,
@@ -45,11 +51,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "realtime",
         "Does evaluateRealTimeWithModel inside beginRealTimeTask cut latency jitter against "
         "evaluateWithQoS (p50/p99 over 1,000 evaluations each)?",
-        ("ane",), dispatch.realtime,
-        ("selectors: which real-time selectors _ANEClient has",
-         "begin_real_time_task / end_real_time_task: what they returned",
-         "*_numbers: each path gives the right numbers",
-         "latency: min/p50/p99/max per path, the paths interleaved in blocks"),
+        ("ane",),
+        dispatch.realtime,
+        (
+            "selectors: which real-time selectors _ANEClient has",
+            "begin_real_time_task / end_real_time_task: what they returned",
+            "*_numbers: each path gives the right numbers",
+            "latency: min/p50/p99/max per path, the paths interleaved in blocks",
+        ),
         "ANE_NOTES 2.2: real-time task reported to cut p99 jitter from 35 ms to 3 ms (not yet "
         "shown working)",
         headline=dispatch.realtime_headline,
@@ -58,11 +67,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "virtual-client",
         "Can _ANEVirtualClient be created and used (an evaluation with the right numbers) "
         "from this process?",
-        ("ane",), clients.virtual_client,
-        ("client_isVirtualClient / client_virtualClient: what _ANEClient says",
-         "shared_connection / new: whether an instance comes back",
-         "connect, hostBuildVersion, hostCapabilityMask, hostDataInterfaceVersion",
-         "evaluate, numbers, usable"),
+        ("ane",),
+        clients.virtual_client,
+        (
+            "client_isVirtualClient / client_virtualClient: what _ANEClient says",
+            "shared_connection / new: whether an instance comes back",
+            "connect, hostBuildVersion, hostCapabilityMask, hostDataInterfaceVersion",
+            "evaluate, numbers, usable",
+        ),
         "ANE_NOTES 2.3: multi-process virtualised access, unexplored",
         headline=clients.virtual_client_headline,
     ),
@@ -70,10 +82,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "perf-counters",
         "Which _ANEPerformanceStats factories work, and what fields come back after an "
         "evaluation under each perf-stats mask?",
-        ("ane",), clients.perf_counters,
-        ("classes: _ANEPerformanceStats selectors; driver_masks: driverMaskForANEFMask:",
-         "factory_*: each factory's result; factories_that_work",
-         "mask_<m>_<factory>: every getter's value after one evaluation with that mask"),
+        ("ane",),
+        clients.perf_counters,
+        (
+            "classes: _ANEPerformanceStats selectors; driver_masks: driverMaskForANEFMask:",
+            "factory_*: each factory's result; factories_that_work",
+            "mask_<m>_<factory>: every getter's value after one evaluation with that mask",
+        ),
         "ANE_NOTES 2.3/2.5: alloc/init returns nil; perfStats on a request is the presumed "
         "way to hardware time (not confirmed); counters may be unavailable for in-memory MIL",
         headline=clients.perf_counters_headline,
@@ -82,12 +97,15 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "weight-reload",
         "After unload, overwriting the weight file and reload, does the model compute with "
         "the old weights or the new; and do the mutable-weights selectors work?",
-        ("ane",), weights.weight_reload,
-        ("before / after_reload / after_reload_new_request / after_recompile: "
-         "computed_with old, new, both or neither",
-         "patched: which file and offset were rewritten",
-         "mutable: map, where the old weights were found, sync, after_sync, unmap",
-         "fresh_compile: the new weights compiled from scratch (control)"),
+        ("ane",),
+        weights.weight_reload,
+        (
+            "before / after_reload / after_reload_new_request / after_recompile: "
+            "computed_with old, new, both or neither",
+            "patched: which file and offset were rewritten",
+            "mutable: map, where the old weights were found, sync, after_sync, unmap",
+            "fresh_compile: the new weights compiled from scratch (control)",
+        ),
         "ANE_NOTES 2.4: weights frozen at compile time (maderix, M5; libane) vs Orion's "
         "working unload/patch/reload; mutable-weights selectors reported on macOS 27",
         headline=weights.weight_reload_headline,
@@ -95,9 +113,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "queue-depth",
         "How does throughput change with 1 to 127 evaluations in flight?",
-        ("ane",), dispatch.queue_depth,
-        ("depth_<d>: evaluations, seconds, per_s, wrong answers, errors",
-         "throughput_per_s: evaluations per second at each depth"),
+        ("ane",),
+        dispatch.queue_depth,
+        (
+            "depth_<d>: evaluations, seconds, per_s, wrong answers, errors",
+            "throughput_per_s: evaluations per second at each depth",
+        ),
         "ANE_NOTES 1: request queue depth 127 (Asahi docs); the gain from depth is unmeasured",
         headline=dispatch.queue_depth_headline,
         timeout_s=300.0,
@@ -106,14 +127,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "compile-cache",
         "How long does a first compile take against a cache hit, and which files does the "
         "compile cache hold?",
-        ("ane",), cache.compile_cache,
-        ("first / second: compile_s, load_s, hex, workdir_files",
-         "new_cache_files: files that appeared in the E5 bundle cache (path: bytes)",
-         "*_compiledModelExistsFor / *_compiledModelExistsMatchingHash: the client's answer"),
+        ("ane",),
+        cache.compile_cache,
+        (
+            "first / second: compile_s, load_s, hex, workdir_files",
+            "new_cache_files: files that appeared in the E5 bundle cache (path: bytes)",
+            "*_compiledModelExistsFor / *_compiledModelExistsMatchingHash: the client's answer",
+        ),
         "ANE_NOTES 2.1/7: first compile 20-40 ms (11-80 seen), cache hit about 0",
         headline=cache.compile_cache_headline,
     ),
-)  # fmt: skip
+)
 
 RUNGS: tuple[Rung, ...] = tuple(e.rung() for e in EXPERIMENTS)
 BY_NAME = {e.name: e for e in EXPERIMENTS}

@@ -70,8 +70,9 @@ class PyObjCRuntime:
     def methods(self, class_name: str) -> list[tuple[str, str, str]]:
         return self._fw.methods(class_name)
 
-    def swizzle(self, class_name: str, kind: str, selector: str, enc: str,
-                around: Callable[..., Any]) -> Swizzle:  # fmt: skip
+    def swizzle(
+        self, class_name: str, kind: str, selector: str, enc: str, around: Callable[..., Any]
+    ) -> Swizzle:
         objc = self._objc
         cls = objc.lookUpClass(class_name)
         name = alias(selector)
@@ -83,8 +84,12 @@ class PyObjCRuntime:
         def impl(receiver: Any, *args: Any) -> Any:
             return around(lambda r, *a: getattr(r, py_alias)(*a), receiver, args)
 
-        method = objc.selector(impl, selector=name.encode(), signature=_OFFSETS.sub("", enc).encode(),
-                               isClassMethod=kind == "+")  # fmt: skip
+        method = objc.selector(
+            impl,
+            selector=name.encode(),
+            signature=_OFFSETS.sub("", enc).encode(),
+            isClassMethod=kind == "+",
+        )
         objc.classAddMethods(cls, [method])
         handle = Swizzle(class_name, kind, selector, name)
         self._exchange(handle)

@@ -25,25 +25,38 @@ from anekit.ladder.runner import run_ladder
 from anekit.probe.experiments import BY_NAME, EXPERIMENTS, Experiment
 
 FAILED = ("fail", "crash", "timeout")
-SEND_BACK = ("send the report back: attach it to an issue at the anekit repository, with your "
-             "Mac model and macOS version (docs/probe.md)")  # fmt: skip
+SEND_BACK = (
+    "send the report back: attach it to an issue at the anekit repository, with your "
+    "Mac model and macOS version (docs/probe.md)"
+)
 
 
 def select(names: Sequence[str]) -> list[Experiment]:
     """The experiments named (all of them, in table order, for none); UsageError for a typo."""
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
-        raise UsageError(f"unknown experiment {', '.join(map(repr, unknown))}; expected one "
-                         f"of: {', '.join(BY_NAME)} (anekit probe --list)")  # fmt: skip
+        raise UsageError(
+            f"unknown experiment {', '.join(map(repr, unknown))}; expected one "
+            f"of: {', '.join(BY_NAME)} (anekit probe --list)"
+        )
     wanted = set(names)
     return [e for e in EXPERIMENTS if not wanted or e.name in wanted]
 
 
 def describe(experiments: Sequence[Experiment]) -> list[dict[str, Any]]:
     """What ``--list`` shows, and what ``--list --json`` writes."""
-    return [{"name": e.name, "question": e.question, "needs": list(e.needs),
-             "records": list(e.records), "settles": e.settles, "timeout_s": e.timeout_s,
-             "skip": e.skip_reason({})} for e in experiments]  # fmt: skip
+    return [
+        {
+            "name": e.name,
+            "question": e.question,
+            "needs": list(e.needs),
+            "records": list(e.records),
+            "settles": e.settles,
+            "timeout_s": e.timeout_s,
+            "skip": e.skip_reason({}),
+        }
+        for e in experiments
+    ]
 
 
 def format_list(rows: list[dict[str, Any]]) -> str:
@@ -51,15 +64,23 @@ def format_list(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
         here = f"skipped here: {r['skip']}" if r["skip"] else "can run here"
-        lines += [f"{r['name']}", f"  {r['question']}", f"  needs: {', '.join(r['needs'])}; {here}",
-                  f"  settles: {r['settles']}"]  # fmt: skip
+        lines += [
+            f"{r['name']}",
+            f"  {r['question']}",
+            f"  needs: {', '.join(r['needs'])}; {here}",
+            f"  settles: {r['settles']}",
+        ]
     lines.append(f"{len(rows)} experiments")
     return "\n".join(lines)
 
 
-def run(experiments: Sequence[Experiment], json_path: Path | None, out: TextIO | None = None,
-        options: dict[str, Any] | None = None,
-        module: str = "anekit.probe.experiments") -> tuple[dict[str, Any], int]:  # fmt: skip
+def run(
+    experiments: Sequence[Experiment],
+    json_path: Path | None,
+    out: TextIO | None = None,
+    options: dict[str, Any] | None = None,
+    module: str = "anekit.probe.experiments",
+) -> tuple[dict[str, Any], int]:
     """Run the experiments, printing a line as each finishes; the report and the exit code.
 
     ``module`` declares them as ``RUNGS`` (each experiment's process imports it by name).
@@ -72,22 +93,37 @@ def run(experiments: Sequence[Experiment], json_path: Path | None, out: TextIO |
         print(line(result, by_name[result["name"]]), file=stream, flush=True)
 
     facts = host.facts()
-    extra = {"anekit": anekit.__version__, "python": platform.python_version(),
-             "macos": facts.macos, "chip": facts.brand, "machine": facts.machine,
-             "requires": {e.name: list(e.needs) for e in experiments}}  # fmt: skip
-    report = run_ladder(module, [e.rung() for e in experiments],
-                        options=options, report_path=json_path, on_result=progress,
-                        extra=extra, key="experiments")  # fmt: skip
+    extra = {
+        "anekit": anekit.__version__,
+        "python": platform.python_version(),
+        "macos": facts.macos,
+        "chip": facts.brand,
+        "machine": facts.machine,
+        "requires": {e.name: list(e.needs) for e in experiments},
+    }
+    report = run_ladder(
+        module,
+        [e.rung() for e in experiments],
+        options=options,
+        report_path=json_path,
+        on_result=progress,
+        extra=extra,
+        key="experiments",
+    )
     results = report["experiments"]
-    report["summary"] = {"counts": dict(Counter(r["status"] for r in results)),
-                         "headlines": {r["name"]: headline(r, by_name.get(r["name"]))
-                                       for r in results}}  # fmt: skip
+    report["summary"] = {
+        "counts": dict(Counter(r["status"] for r in results)),
+        "headlines": {r["name"]: headline(r, by_name.get(r["name"])) for r in results},
+    }
     if json_path is not None:
         write_atomic(json_path, (json.dumps(report, indent=1, default=str) + "\n").encode())
         print(f"report written to {json_path}; {SEND_BACK}", file=stream)
     failed = [r["name"] for r in results if r["status"] in FAILED]
-    print(f"{len(failed)} failed, crashed or timed out" + (f": {', '.join(failed)}" if failed
-                                                           else ""), file=stream)  # fmt: skip
+    print(
+        f"{len(failed)} failed, crashed or timed out"
+        + (f": {', '.join(failed)}" if failed else ""),
+        file=stream,
+    )
     return report, 1 if failed else 0
 
 

@@ -54,8 +54,10 @@ def host(argv: Sequence[str], *, runtime: Any = None) -> int:
     """Trace while running the target; the target's exit status."""
     args, target = parse(argv)
     with trace(args.classes or DEFAULT_CLASSES, jsonl=args.out, runtime=runtime) as tracer:
-        print(f"anekit trace: {len(tracer.traced)} methods traced, {len(tracer.skipped)} left "
-              "alone", file=sys.stderr)  # fmt: skip
+        print(
+            f"anekit trace: {len(tracer.traced)} methods traced, {len(tracer.skipped)} left alone",
+            file=sys.stderr,
+        )
         return run_target(target)
 
 

@@ -32,14 +32,15 @@ from anekit.probe import encoding
 
 DEFAULT_CLASSES = ("_ANEClient", "_ANEInMemoryModel", "_ANEModel", "_ANERequest")
 # The runtime's housekeeping, and what the summaries themselves would call: never traced.
-HOUSEKEEPING = frozenset({
-    "dealloc", ".cxx_destruct", "retain", "release", "autorelease", "retainCount", "class",
-    "description", "debugDescription", "hash", "isEqual:", "copyWithZone:", "zone",
-    "respondsToSelector:", "methodSignatureForSelector:", "forwardInvocation:",
-    "encodeWithCoder:", "initWithCoder:", "supportsSecureCoding", "self", "superclass",
-    "isKindOfClass:", "conformsToProtocol:", "allowsWeakReference", "retainWeakReference",
-    "_tryRetain", "_isDeallocating", "load", "initialize",
-})  # fmt: skip
+HOUSEKEEPING = frozenset(
+    """
+    dealloc .cxx_destruct retain release autorelease retainCount class description
+    debugDescription hash isEqual: copyWithZone: zone respondsToSelector:
+    methodSignatureForSelector: forwardInvocation: encodeWithCoder: initWithCoder:
+    supportsSecureCoding self superclass isKindOfClass: conformsToProtocol:
+    allowsWeakReference retainWeakReference _tryRetain _isDeallocating load initialize
+    """.split()
+)
 OWNERSHIP_FAMILIES = ("init", "new", "copy", "mutableCopy", "alloc")
 MAX_ARG_CHARS = 120  # a summarised argument is cut to this
 
@@ -125,8 +126,9 @@ def traceable(selector: str, enc: str) -> str | None:
 class Tracer:
     """Wraps the methods of ``classes`` through ``runtime`` and records every call."""
 
-    def __init__(self, runtime: Any, classes: Sequence[str] = DEFAULT_CLASSES, *,
-                 jsonl: TextIO | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, runtime: Any, classes: Sequence[str] = DEFAULT_CLASSES, *, jsonl: TextIO | None = None
+    ) -> None:
         self.runtime = runtime
         self.classes = tuple(classes)
         self.records: list[Call] = []
@@ -150,8 +152,9 @@ class Tracer:
                         self.skipped[name] = why
                         continue
                     around = self._around(class_name, kind, selector)
-                    self._handles.append(self.runtime.swizzle(class_name, kind, selector, enc,
-                                                              around))  # fmt: skip
+                    self._handles.append(
+                        self.runtime.swizzle(class_name, kind, selector, enc, around)
+                    )
                     self.traced.append(name)
         except BaseException:
             self.stop()
@@ -177,19 +180,37 @@ class Tracer:
             finally:
                 seconds = time.perf_counter() - start
                 self._local.depth = depth
-                self._record(class_name, kind, selector, args, result, error, start, seconds,
-                             depth)  # fmt: skip
+                self._record(class_name, kind, selector, args, result, error, start, seconds, depth)
 
         return around
 
-    def _record(self, class_name: str, kind: str, selector: str, args: tuple[Any, ...],
-                result: Any, error: str | None, start: float, seconds: float,
-                depth: int) -> None:  # fmt: skip
+    def _record(
+        self,
+        class_name: str,
+        kind: str,
+        selector: str,
+        args: tuple[Any, ...],
+        result: Any,
+        error: str | None,
+        start: float,
+        seconds: float,
+        depth: int,
+    ) -> None:
         try:  # bookkeeping must never break the traced program
             with self._lock:
-                call = Call(len(self.records), start - self._t0, seconds, threading.get_ident(),
-                            depth, class_name, kind, selector, [summarize(a) for a in args],
-                            summarize(result), error)  # fmt: skip
+                call = Call(
+                    len(self.records),
+                    start - self._t0,
+                    seconds,
+                    threading.get_ident(),
+                    depth,
+                    class_name,
+                    kind,
+                    selector,
+                    [summarize(a) for a in args],
+                    summarize(result),
+                    error,
+                )
                 self.records.append(call)
                 if self._jsonl is not None:
                     self._jsonl.write(json.dumps(asdict(call), default=str) + "\n")
@@ -199,8 +220,12 @@ class Tracer:
 
 
 @contextlib.contextmanager
-def trace(classes: Sequence[str] = DEFAULT_CLASSES, *, jsonl: str | Path | TextIO | None = None,
-          runtime: Any = None) -> Iterator[Tracer]:  # fmt: skip
+def trace(
+    classes: Sequence[str] = DEFAULT_CLASSES,
+    *,
+    jsonl: str | Path | TextIO | None = None,
+    runtime: Any = None,
+) -> Iterator[Tracer]:
     r"""Record every message to ``classes`` while the block runs; restore the methods after.
 
     Args:
@@ -232,8 +257,9 @@ def timeline(records: Sequence[Call]) -> str:
     """The calls in order of start, indented by nesting, with start offsets and durations."""
     lines = []
     for c in sorted(records, key=lambda c: (c.start_s, c.depth)):
-        lines.append(f"{c.start_s * 1e3:11.3f} ms {c.seconds * 1e3:9.3f} ms  "
-                     f"{'  ' * c.depth}{c.line()}")  # fmt: skip
+        lines.append(
+            f"{c.start_s * 1e3:11.3f} ms {c.seconds * 1e3:9.3f} ms  {'  ' * c.depth}{c.line()}"
+        )
     threads = len({c.thread for c in records})
     lines.append(f"{len(records)} calls on {threads} thread{'s' if threads != 1 else ''}")
     return "\n".join(lines)

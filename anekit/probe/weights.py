@@ -63,11 +63,15 @@ def program(w: np.ndarray) -> Program:
 
 def _verdict(y: np.ndarray, x: np.ndarray, candidates: dict[str, np.ndarray]) -> dict[str, Any]:
     """Which weights the output was computed with, and the largest difference from each."""
-    diffs = {name: float(np.max(np.abs(y.astype(np.float64) - (x * w).astype(np.float64))))
-             for name, w in candidates.items()}  # fmt: skip
+    diffs = {
+        name: float(np.max(np.abs(y.astype(np.float64) - (x * w).astype(np.float64))))
+        for name, w in candidates.items()
+    }
     same = [name for name, d in diffs.items() if d <= cases.EXACT]
-    return {"computed_with": same[0] if len(same) == 1 else ("both" if same else "neither"),
-            "max_abs_diff": diffs}  # fmt: skip
+    return {
+        "computed_with": same[0] if len(same) == 1 else ("both" if same else "neither"),
+        "max_abs_diff": diffs,
+    }
 
 
 def weight_reload(ctx: Context) -> None:
@@ -80,23 +84,28 @@ def weight_reload(ctx: Context) -> None:
     try:
         parts = k.objc_parts()
         files = sorted(p for p in k.workdir.rglob("*") if p.is_file())
-        ctx.observe("workdir_files", {str(p.relative_to(k.workdir)): p.stat().st_size
-                                      for p in files})  # fmt: skip
+        ctx.observe(
+            "workdir_files", {str(p.relative_to(k.workdir)): p.stat().st_size for p in files}
+        )
         ctx.observe("before", _run(fw, k, parts, x, seen))
         model, opts, qos = parts.loaded.model, parts.loaded.options, parts.loaded.qos
-        step(ctx, "unload", call, fw, "_ANEInMemoryModel", model, "unloadWithQoS:error:", qos)
+
+        def model_step(label: str, selector: str, *args: Any) -> bool:
+            """``selector`` sent to the in-memory model as step ``label``: did it succeed?"""
+            return (
+                step(ctx, label, call, fw, "_ANEInMemoryModel", model, selector, *args)
+                is not FAILED
+            )
+
+        model_step("unload", "unloadWithQoS:error:", qos)
         ctx.observe("patched", _patch(k.workdir, old, new))
-        if step(ctx, "reload", call, fw, "_ANEInMemoryModel", model,
-                "loadWithQoS:options:error:", qos, opts) is not FAILED:  # fmt: skip
+        if model_step("reload", "loadWithQoS:options:error:", qos, opts):
             step(ctx, "after_reload", _run, fw, k, parts, x, seen)
             step(ctx, "after_reload_new_request", _run, fw, k, parts, x, seen, True)
-            step(ctx, "unload_again", call, fw, "_ANEInMemoryModel", model,
-                 "unloadWithQoS:error:", qos)  # fmt: skip
+            model_step("unload_again", "unloadWithQoS:error:", qos)
         budget.BUDGET.charge()
-        if step(ctx, "recompile_in_place", call, fw, "_ANEInMemoryModel", model,
-                "compileWithQoS:options:error:", qos, opts) is not FAILED:  # fmt: skip
-            if step(ctx, "load_after_recompile", call, fw, "_ANEInMemoryModel", model,
-                    "loadWithQoS:options:error:", qos, opts) is not FAILED:  # fmt: skip
+        if model_step("recompile_in_place", "compileWithQoS:options:error:", qos, opts):
+            if model_step("load_after_recompile", "loadWithQoS:options:error:", qos, opts):
                 step(ctx, "after_recompile", _run, fw, k, parts, x, seen, True)
         if has(fw, "_ANEClient", "-", MAP):
             ctx.observe("mutable", _mutable(ctx, fw, k, parts, x, old, mapped))
@@ -120,29 +129,35 @@ def _patch(workdir: Any, old: np.ndarray, new: np.ndarray) -> dict[str, Any]:
     raise EvaluationError(f"no file under {workdir / 'weights'} holds the compiled weights")
 
 
-def _run(fw: Any, k: Any, parts: Any, x: np.ndarray, seen: dict[str, np.ndarray],
-         fresh: bool = False) -> dict[str, Any]:  # fmt: skip
+def _run(
+    fw: Any, k: Any, parts: Any, x: np.ndarray, seen: dict[str, np.ndarray], fresh: bool = False
+) -> dict[str, Any]:
     """Evaluate with input ``x`` (``fresh``: through a newly built request); which weights show?"""
     k.input_buffer("x")[...] = x
     k.output_buffer("y")[...] = 0
     request = None
     if fresh:
-        request = request_for(fw, parts.inputs, parts.outputs, parts.input_indices,
-                              parts.output_indices)  # fmt: skip
+        request = request_for(
+            fw, parts.inputs, parts.outputs, parts.input_indices, parts.output_indices
+        )
     with parts.device_owned():
         dispatch(parts, request)
     return _verdict(np.array(k.output_buffer("y")), x, seen)
 
 
-def _mutable(ctx: Context, fw: Any, k: Any, parts: Any, x: np.ndarray, old: np.ndarray,
-             mapped: np.ndarray) -> dict[str, Any]:  # fmt: skip
+def _mutable(
+    ctx: Context, fw: Any, k: Any, parts: Any, x: np.ndarray, old: np.ndarray, mapped: np.ndarray
+) -> dict[str, Any]:
     """Map the procedure's weights, find ``old`` in them, write ``mapped`` there, sync, evaluate."""
     cl, model = client(fw), inner_model(parts)
     record: dict[str, Any] = {}
     for label, procedure in (("number", fw.number(0)), ("name", "main")):
         ok, memory, error = fw.map_mutable_weights(cl, model, procedure, MAX_MAPPED_BYTES)
-        record[f"map_{label}"] = {"ok": ok, "bytes": None if memory is None else len(memory),
-                                  "error": None if error is None else str(error)}  # fmt: skip
+        record[f"map_{label}"] = {
+            "ok": ok,
+            "bytes": None if memory is None else len(memory),
+            "error": None if error is None else str(error),
+        }
         if not ok or memory is None:
             continue
         try:
@@ -151,12 +166,26 @@ def _mutable(ctx: Context, fw: Any, k: Any, parts: Any, x: np.ndarray, old: np.n
             if offset < 0:
                 break
             memory[offset : offset + mapped.nbytes] = mapped.tobytes()
-            step(ctx, "sync", call, fw, "_ANEClient", cl, SYNC, model, procedure, offset,
-                 mapped.nbytes)  # fmt: skip
+            step(
+                ctx,
+                "sync",
+                call,
+                fw,
+                "_ANEClient",
+                cl,
+                SYNC,
+                model,
+                procedure,
+                offset,
+                mapped.nbytes,
+            )
             step(ctx, "after_sync", _run, fw, k, parts, x, {"old": old, "mapped": mapped})
         finally:
-            step(ctx, "unmap", lambda p=procedure: cl.unmapMutableWeightsForModel_andProcedure_(
-                model, p))  # fmt: skip
+            step(
+                ctx,
+                "unmap",
+                lambda p=procedure: cl.unmapMutableWeightsForModel_andProcedure_(model, p),
+            )
         break
     return record
 

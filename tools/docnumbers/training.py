@@ -1,6 +1,10 @@
-"""The training-step predictions in docs/training.md, from anekit/train/data/published.json."""
+"""The training figures in docs/training.md: predicted steps (anekit/train/data/published.json)
+and the measured speed of the reference backend (benchmarks/results/train.json)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 
@@ -26,4 +30,35 @@ def training_step_table() -> str:
     lines += ["", f"{inside} of {len(rows)} within 1.25x; predicted slower than published "
               f"{above} times, faster {len(rows) - above} times (median "
               f"{float(np.median(ratios)):.2f})."]  # fmt: skip
+    return "\n".join(lines)
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "train.json"
+
+
+@generates("training-throughput")
+def training_throughput() -> str:
+    """anekit's training speed on the reference backend against PyTorch fp32, as measured
+    by ``python benchmarks/train.py --configs tiny --json benchmarks/results/train.json``."""
+    r = json.loads(RESULTS.read_text("utf-8"))
+    lines = []
+    for config, m in r["configs"].items():
+        med, tokens = m["median_ms"], m["tokens_per_step"]
+        ours, numpy_only, torch = (
+            med["anekit (PyTorch cast)"],
+            med["anekit (NumPy only)"],
+            med["PyTorch fp32"],
+        )
+        lines.append(
+            f"`{config}` ({tokens} tokens per step): anekit on the reference backend "
+            f"{tokens / ours * 1e3:,.0f} tokens/s ({ours:.0f} ms per step; NumPy only "
+            f"{tokens / numpy_only * 1e3:,.0f}), the same model in PyTorch fp32 "
+            f"{tokens / torch * 1e3:,.0f} tokens/s ({torch:.0f} ms): {torch / ours:.2f}x."
+        )
+    load = ", ".join(f"{x:g}" for x in r["load_before"])
+    lines.append(
+        f"Medians of {r['rounds']} interleaved rounds, {r['threads']} BLAS thread, "
+        f"{r['machine']}, load average {load} (1, 5, 15 min) when it started: the machine was "
+        "shared, so the ratio means more than the absolute speeds."
+    )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from anekit.fp16 import (
     MAGNITUDE,
     MIN_NORMAL_BITS,
     OVERFLOW_BITS,
+    SIGN_BIT,
 )
 from anekit.mil.ops.registry import Numerics
 
@@ -35,6 +36,9 @@ FLUSH_BELOW = np.uint32(0x387FE000)
 _NEG_INF_BITS = np.uint32(0xFF800000)
 _EVEN_BIAS = np.uint32(0xFFF)
 _SUBNORMAL_SCALE = np.float64(2.0**24)
+_ONE, _ZERO = np.uint32(1), np.uint32(0)
+_MIN_NORMAL_LESS_ONE = MIN_NORMAL_BITS - _ONE  # compared with magnitudes minus one
+_FLUSH_BELOW_LESS_ONE = FLUSH_BELOW - _ONE
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,53 @@ class DeviceRounder:
     def __call__(self, x: np.ndarray, st: Storage, counts: np.ndarray) -> None:
         """Store ``x`` (float32, C-contiguous) in place; add its events to ``counts``."""
         flat = x.reshape(-1)
-        for i in range(0, flat.size, CHUNK):
-            self._chunk(flat[i : i + CHUNK], st, counts)
+        n = flat.size
+        if n <= CHUNK:
+            if not self._plain(flat, st, counts):
+                self._chunk(flat, st, counts)
+            return
+        for i in range(0, n, CHUNK):
+            part = flat[i : i + CHUNK]
+            if not self._plain(part, st, counts):
+                self._chunk(part, st, counts)
+
+    def _plain(self, x: np.ndarray, st: Storage, counts: np.ndarray) -> bool:
+        """Store ``x`` unless a value is NaN, saturates or overflows (then False, x untouched).
+
+        Six passes where no value is tiny: magnitudes minus one (a zero wraps to the top,
+        so the unsigned minimum is the smallest non-zero magnitude and the signed maximum
+        the largest: NaN and saturation show there), then the rounding itself. Tiny values
+        (real activations have a few per chunk) cost two passes more and are fixed by index:
+        flushed to a signed zero (N12) or, from 2**-14 - 2**-25, rounded up to 2**-14.
+        """
+        m = self._m[: x.size]
+        u = x.view(np.uint32)
+        np.bitwise_and(u, MAGNITUDE, out=m)
+        np.subtract(m, _ONE, out=m)
+        if m.view(np.int32).max() >= st.inf_from - _ONE:  # NaN, saturation or overflow
+            return False
+        if m.min() < _MIN_NORMAL_LESS_ONE:
+            if not st.flush:
+                return False  # subnormals kept: their own quantum (the general path)
+            self._tiny(x, m, counts)
+        self._round(u, st.tie_even)
+        return True
+
+    def _tiny(self, x: np.ndarray, m: np.ndarray, counts: np.ndarray) -> None:
+        """Flush ``x``'s tiny values (``m``: its magnitudes minus one) before rounding."""
+        u, b = x.view(np.uint32), self._b[: x.size]
+        np.less(m, _MIN_NORMAL_LESS_ONE, out=b)
+        if np.count_nonzero(b) > x.size >> 6:  # many (small gradients): vectorised
+            np.less(m, _FLUSH_BELOW_LESS_ONE, out=b)
+            counts[FLUSHED] += np.count_nonzero(b)
+            np.logical_not(b, out=b)
+            np.multiply(x, b, out=x)  # x * 0 keeps the sign
+            np.logical_and(b, m < _MIN_NORMAL_LESS_ONE, out=b)  # left to round up to 2**-14
+        tiny = np.flatnonzero(b)
+        if tiny.size:
+            up = m[tiny] >= _FLUSH_BELOW_LESS_ONE
+            counts[FLUSHED] += tiny.size - np.count_nonzero(up)
+            u[tiny] = (u[tiny] & SIGN_BIT) | np.where(up, MIN_NORMAL_BITS, _ZERO)
 
     def _chunk(self, x: np.ndarray, st: Storage, counts: np.ndarray) -> None:
         n = x.size
@@ -101,17 +150,22 @@ class DeviceRounder:
             counts[SATURATED] += np.count_nonzero(b)
             np.copyto(x, np.copysign(np.float32(np.inf), x), where=b)
             np.bitwise_and(u, MAGNITUDE, out=m)
-        small = None
+        small = up = None
         if st.flush:  # N12: what would be stored as a subnormal becomes a signed zero
             np.greater_equal(m, FLUSH_BELOW, out=b)  # kept
             flushed = np.count_nonzero(m) - np.count_nonzero(b)  # zeros stay zeros: no event
             if flushed:
                 counts[FLUSHED] += flushed
                 np.multiply(x, b, out=x)  # x * 0 keeps the sign
+            # [2**-14 - 2**-25, 2**-14) rounds up to 2**-14 (the bits below would keep 10
+            # mantissa bits of the binade under it, a value fp16 does not have)
+            up = np.flatnonzero(b & (m < MIN_NORMAL_BITS))
         else:
             small = np.flatnonzero(m < MIN_NORMAL_BITS)
             small_values = np.abs(x[small]).astype(np.float64) if small.size else None
         self._round(u, st.tie_even)  # on the signed bits: the magnitude rounds, the sign stays
+        if up is not None and up.size:
+            u[up] = (u[up] & SIGN_BIT) | MIN_NORMAL_BITS
         if small is not None and small.size:  # subnormals kept: fp16's quantum 2**-24 there
             q = small_values * _SUBNORMAL_SCALE
             q = np.rint(q) if st.tie_even else np.floor(q + 0.5)

@@ -293,6 +293,7 @@ _unary(
     dtypes=FP_I32,
     flops=_T,
     numerics=device.EXP_SATURATES,
+    ufunc=Ufunc(np.exp2, floats=True),  # integers: the exact path
 )
 
 _EPSILON_DOC = "added to x first, in x's dtype (an fp16 x rounds 1e-12 and 1e-45 to 0)."
@@ -393,7 +394,14 @@ _unary(
     flops=1 + 2 * _T,
     numerics=device.SOFTPLUS_EXP_CLIFF,
 )
-_unary("softsign", lambda x: x / (1 + np.abs(x)), "Return x / (1 + |x|).", traits=_ACT, flops=3)
+_unary(
+    "softsign",
+    lambda x: x / (1 + np.abs(x)),
+    "Return x / (1 + |x|).",
+    traits=_ACT,
+    flops=3,
+    ufunc=Ufunc(into=npmath.softsign_into, inplace=False),
+)
 GELU = _unary(
     "gelu",
     lambda x, mode: GELU_MODES[mode](x),
@@ -434,6 +442,7 @@ SIGMOID_HARD = _unary(
     attrs=(_ALPHA, _BETA),
     traits=_ACT,
     flops=4,
+    ufunc=Ufunc(into=npmath.sigmoid_hard_into),
 )
 SCALED_TANH = _unary(
     "scaled_tanh",
