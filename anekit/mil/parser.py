@@ -36,6 +36,7 @@ _CONST_LINE = re.compile(
 )
 _PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
 _REFERENCE_ENDS = (",", ")")  # what follows a value named as an argument
+_STRING_TYPES = ("string", "tensor<string, []>")  # a scalar string, in both dialects
 _STATEMENT_TOKENS = 1024  # tokens made ahead of a statement before it is read (most need 20-60)
 # what a statement read is: declared (type, name, token) per output, the op, its inputs and
 # where each was given, its attributes, and where the
@@ -343,7 +344,7 @@ class _Parser(LiteralReader):
             if (
                 toks[i] == "name"
                 and toks[i + 1] == "="
-                and toks[i + 2] == "string"
+                and toks[i + 2] in _STRING_TYPES
                 and toks[i + 3] == "("
                 and _PLAIN_STRING.match(toks[i + 4])
                 and toks[i + 5] == ")"
