@@ -21,6 +21,10 @@ Usage: ``python benchmarks/train.py [--threads N] [--rounds R] [--configs tiny,s
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
+from pathlib import Path
 
 import numpy as np
 from harness import interleave, pinned, report
@@ -132,7 +136,7 @@ def load_anekit_init(net, named) -> None:
             block.w2.weight.copy_(torch.from_numpy(w["w2"]))  # f = w2 @ (silu(h1) * h3)
 
 
-def throughput(config: str, rounds: int) -> None:
+def throughput(config: str, rounds: int) -> dict:
     named = get_config(config)
     trainer = Trainer(named.model, named.train, default_corpus(), backend="reference")
     tokens = trainer.tokens_per_step
@@ -158,6 +162,11 @@ def throughput(config: str, rounds: int) -> None:
         target=">= 0.5x PyTorch fp32's tokens/s",
     ):
         print(line)
+    return {
+        "tokens_per_step": tokens,
+        "median_ms": {name: round(r.median * 1e3, 2) for name, r in results.items()},
+        "min_ms": {name: round(r.min * 1e3, 2) for name, r in results.items()},
+    }
 
 
 def main() -> None:
@@ -165,17 +174,32 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="BLAS and torch threads")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--configs", default="tiny,stories15m")
+    parser.add_argument("--json", metavar="FILE", help="write the medians, with the load, as JSON "
+                        "(benchmarks/results/train.json is what docs/training.md quotes)")  # fmt: skip
     args = parser.parse_args()
     print(f"threads pinned to {args.threads} (BLAS and torch), {args.rounds} interleaved rounds")
+    load_before = _load()
     with pinned(args.threads):
-        for config in args.configs.split(","):
-            throughput(config, args.rounds)
+        measured = {config: throughput(config, args.rounds) for config in args.configs.split(",")}
+    if args.json:
+        record = {"threads": args.threads, "rounds": args.rounds, "machine": _machine(),
+                  "load_before": load_before, "load_after": _load(), "configs": measured}  # fmt: skip
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n", "utf-8")
     from anekit.train.cost import compare_published
 
     for r in compare_published():
         print(f"{r['model']} on {r['chip']}: predicted {r['predicted_ms']} ms/step (ANE {r['ane_ms']} "
               f"ms; anekit's serial schedule {r['serial_ms']} ms), published {r['published_ms']} ms "
               f"({r['source']})")  # fmt: skip
+
+
+def _load() -> list[float]:
+    """The 1, 5 and 15 minute load averages (the machine is shared)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _machine() -> str:
+    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":

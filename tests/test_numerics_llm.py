@@ -100,3 +100,32 @@ def test_without_the_scaling_the_golden_model_shows_the_failure(outlier) -> None
         assert events.total > 0 and events.first is not None
     if got is not None:
         assert rel_error(got, reference_logits(reference, IDS)) > 0.5
+
+
+def test_convert_llm_stores_alpha_and_loading_uses_it(outlier, tmp_path, monkeypatch) -> None:
+    import json
+
+    from anekit import llm
+    from anekit.cli import main
+
+    monkeypatch.delenv("ANEKIT_NUMERICS", raising=False)
+    directory, reference = outlier
+    out = tmp_path / "saved"
+    argv = ["convert", str(directory), "--llm", "--compress", "int8", "--chip", "m4",
+            "--out", str(out), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    manifest = json.loads((out / "anekit_llm.json").read_text())
+    assert manifest["residual_scale"] == 1 / 16
+    assert manifest["residual_calibration"]["peak"] > 65504
+    want = reference_logits(reference, IDS)
+    with llm.load(out, backend="reference", chip="m4") as m:  # no calibration: the stored alpha
+        assert m.config.residual_scale == 1 / 16 and m.residual_calibration is None
+        assert rel_error(m.logits(IDS), want) < 0.03
+        assert m.residual_mode == "fp16"
+    with llm.load(out, backend="reference", chip="m4", residual_scale=1.0, residual="fp16") as m:
+        with pytest.raises(AnekitError, match="overflowed fp16"):  # a given alpha overrides it
+            m.logits(IDS)
+    del manifest["residual_scale"]  # a directory saved before alpha was stored
+    (out / "anekit_llm.json").write_text(json.dumps(manifest))
+    with llm.load(out, backend="reference", chip="m4", residual="fp16") as m:
+        assert m.config.residual_scale == 1.0

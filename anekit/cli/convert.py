@@ -160,13 +160,15 @@ def _save_llm(args: argparse.Namespace) -> int:
     encodings = sum(len(p["encodings"]) for p in manifest["programs"].values())
     record = {"out": args.out, "scheme": manifest["scheme"], "chip": manifest["chip"],
               "layout": manifest["layout"], "encodings": encodings, "seconds": round(seconds, 2),
+              "residual_scale": manifest["residual_scale"],
               "files": sorted(manifest["checksums"])}  # fmt: skip
     if args.json:
         print(json.dumps(record, indent=1))
     else:
         print(f"wrote {args.out}: {encodings} weights encoded with {manifest['scheme']} for "
-              f"{manifest['chip']}'s layout in {seconds:.1f} s; load, generate, chat and serve "
-              "open it without compressing again")  # fmt: skip
+              f"{manifest['chip']}'s layout in {seconds:.1f} s, residual scale alpha "
+              f"{manifest['residual_scale']:g}; load, generate, chat and serve open it without "
+              "compressing or calibrating again")  # fmt: skip
     return 0
 
 

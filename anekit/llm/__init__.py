@@ -98,7 +98,8 @@ def load(
             ``calibration`` tokens first and picks the largest alpha that keeps it inside
             fp16 and the matmul range (1.0 for most models). ``m.config.residual_scale``
             says what was chosen, ``m.residual_calibration`` what was measured. A directory
-            written by ``anekit convert --llm`` uses the alpha stored in it.
+            written by ``anekit convert --llm`` uses the alpha stored in it (chosen when
+            it was saved; a number given here overrides it).
         residual: where the residual stream lives between programs
             (``anekit.llm.host_residual``): "auto" (default) keeps it in the
             programs' fp16 until a step's stream overflows there, then carries it in float32
@@ -144,8 +145,10 @@ def load(
     from anekit.llm.weights import WeightStore
 
     config = read_config(p)
-    if is_saved(p):  # written by `anekit convert --llm`: its compression is stored
-        alpha = 1.0 if residual_scale == "auto" else _alpha(residual_scale)
+    if is_saved(p):  # written by `anekit convert --llm`: its compression and alpha are stored
+        from anekit.llm.saved import stored_alpha
+
+        alpha = stored_alpha(p) if residual_scale == "auto" else _alpha(residual_scale)
         return _load_saved(p, replace(config, residual_scale=alpha), options)
     opened = lambda: (read_config(p), WeightStore(p), load_tokenizer(p))  # noqa: E731
     return _scaled_model(opened, residual_scale, options)

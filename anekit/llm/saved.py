@@ -7,7 +7,9 @@ safetensors weights) copied, plus ``compression.safetensors`` with every encoded
 (indices, palettes, scales) and ``anekit_llm.json``, a small description: the scheme, the
 chip whose layout the programs were made for (the M1 pads matmul contractions to 32, the
 head is split at the chip's dimension limit: another layout encodes other weights), each
-encoding's key, and the SHA-256 of every file. The directory is written under a private
+encoding's key, the residual scale alpha chosen when it was loaded (``anekit.llm.residual``:
+its calibration ran once, at saving, and what it measured is recorded too), and the
+SHA-256 of every file. The directory is written under a private
 temporary name beside ``out`` and renamed into place at the end, so a reader never sees
 half of it.
 
@@ -34,7 +36,7 @@ import numpy as np
 from anekit.errors import ModelError, UsageError
 from anekit.files import open_regular, read_json
 
-__all__ = ["MANIFEST", "read_compressed", "save_compressed"]
+__all__ = ["MANIFEST", "read_compressed", "save_compressed", "stored_alpha"]
 
 FORMAT = "anekit-llm/1"
 MANIFEST = "anekit_llm.json"
@@ -94,7 +96,7 @@ def _encoding_records(states: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
             operands = {}
             for param, (array, dtype) in encoded.operands.items():
                 tensor = f"{len(arrays)}"
-                arrays[tensor] = np.ascontiguousarray(array)
+                arrays[tensor] = np.array(array, order="C")  # 0-d stays 0-d (an axis)
                 operands[param] = {"tensor": tensor, "dtype": dtype.value}
             encodings.append({
                 "weight": name, "scheme": scheme, "granularity": granularity,
@@ -132,6 +134,8 @@ def save_compressed(model: Any, source: str | Path, out: str | Path) -> dict[str
         manifest = {
             "format": FORMAT, "scheme": model.compress, "chip": model.chip,
             "layout": layout(model.chip), "programs": records,
+            "residual_scale": model.config.residual_scale,
+            "residual_calibration": _calibration(model.residual_calibration),
             "checksums": {n: sha256(work / n) for n in [*names, STATES]},
         }  # fmt: skip
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -144,6 +148,24 @@ def save_compressed(model: Any, source: str | Path, out: str | Path) -> dict[str
         shutil.rmtree(work, ignore_errors=True)
         raise
     return manifest
+
+
+def _calibration(measured: Any) -> dict[str, Any] | None:
+    """What the residual calibration measured (None when alpha was given)."""
+    if measured is None:
+        return None
+    return {"peak": measured.peak, "rms": measured.rms, "tokens": measured.tokens}
+
+
+def stored_alpha(directory: str | Path) -> float:
+    """The residual scale alpha a saved directory was written with (1.0 for directories
+    saved before alpha was stored). Raises ModelError for a value that is not a number."""
+    d = Path(directory)
+    alpha = _manifest(d).get("residual_scale", 1.0)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise ModelError(f"{MANIFEST}: residual_scale must be a number, found {alpha!r}",
+                         path=str(d))  # fmt: skip
+    return float(alpha)  # LlmConfig checks it is a power of two in (0, 1]
 
 
 def is_saved(directory: Path) -> bool:

@@ -33,7 +33,18 @@ from anekit.errors import MilTypeError
 from anekit.mil.ops import device, integers, npmath
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
 from anekit.mil.ops.npmath import GELU_MODES, channel_vector, erf, exp2, quiet, real_div, sigmoid
-from anekit.mil.ops.ranges import GELU, SILU, RangeFn, bounded, interval_binary, monotone, power
+from anekit.mil.ops.ranges import (
+    GELU,
+    SILU,
+    RangeFn,
+    bounded,
+    clipped,
+    interval_binary,
+    monotone,
+    power,
+    softplus_bound,
+    values_of,
+)
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, Ufunc, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -293,6 +304,7 @@ _unary(
     dtypes=FP_I32,
     flops=_T,
     numerics=device.EXP_SATURATES,
+    ufunc=Ufunc(np.exp2, floats=True),  # integers: the exact path
 )
 
 _EPSILON_DOC = "added to x first, in x's dtype (an fp16 x rounds 1e-12 and 1e-45 to 0)."
@@ -330,6 +342,7 @@ CLIP = _unary(
     attrs=(("alpha", "lower bound.", _REQUIRED), ("beta", "upper bound.", _REQUIRED)),
     flops=2,
     ufunc=Ufunc(into=npmath.clip_into),
+    ranges=clipped,
 )
 _unary(
     "threshold",
@@ -366,6 +379,7 @@ _unary(
     traits=_ACT,
     flops=2,
     ufunc=Ufunc(into=npmath.relu6_into),
+    ranges=monotone(lambda v: min(max(v, 0.0), 6.0)),
 )
 _unary(
     "sigmoid",
@@ -392,8 +406,16 @@ _unary(
     traits=_ACT,
     flops=1 + 2 * _T,
     numerics=device.SOFTPLUS_EXP_CLIFF,
+    ranges=softplus_bound,
 )
-_unary("softsign", lambda x: x / (1 + np.abs(x)), "Return x / (1 + |x|).", traits=_ACT, flops=3)
+_unary(
+    "softsign",
+    lambda x: x / (1 + np.abs(x)),
+    "Return x / (1 + |x|).",
+    traits=_ACT,
+    flops=3,
+    ufunc=Ufunc(into=npmath.softsign_into, inplace=False),
+)
 GELU = _unary(
     "gelu",
     lambda x, mode: GELU_MODES[mode](x),
@@ -434,6 +456,7 @@ SIGMOID_HARD = _unary(
     attrs=(_ALPHA, _BETA),
     traits=_ACT,
     flops=4,
+    ufunc=Ufunc(into=npmath.sigmoid_hard_into),
 )
 SCALED_TANH = _unary(
     "scaled_tanh",
@@ -557,6 +580,7 @@ register(
         reference=quiet(lambda cond, a, b: np.where(cond, a, b)),
         traits=frozenset({ELEMENTWISE}),
         mask_operands=frozenset({"a", "b"}),  # a mask chosen between stays a mask
+        ranges=values_of("a", "b"),
         doc=_doc(
             "Return a where cond is true, else b, broadcasting all three (np.where).",
             [

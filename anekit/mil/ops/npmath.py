@@ -266,3 +266,18 @@ def scaled_tanh_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np
     np.multiply(beta, x, out=out)
     np.tanh(out, out=out)
     np.multiply(alpha, out, out=out)
+
+
+def softsign_into(out: np.ndarray, x: np.ndarray) -> None:
+    """x / (1 + np.abs(x)) (reads x after writing out: never in place)"""
+    np.abs(x, out=out)
+    np.add(1, out, out=out)
+    np.divide(x, out, out=out)
+
+
+def sigmoid_hard_into(out: np.ndarray, x: np.ndarray, alpha: np.ndarray, beta: np.ndarray) -> None:
+    """np.minimum(np.maximum(alpha * x + beta, 0), 1)"""
+    np.multiply(alpha, x, out=out)
+    np.add(out, beta, out=out)
+    np.maximum(out, 0, out=out)
+    np.minimum(out, 1, out=out)
