@@ -606,37 +606,48 @@ def fit_stream(terms: list[dict[str, Any]], leave_out: str | None = None) -> flo
     return float(min(STREAM_GRID, key=loss))
 
 
-def _decode_s(efficiency: float) -> list[float]:
-    """Each published decode figure's predicted step time at ``efficiency`` (evaluated)."""
+def _llm_rows(efficiency: float) -> list[dict[str, Any]]:
+    """Every published decode and prefill figure's prediction at ``efficiency`` (evaluated):
+    rows of (label, source, published and predicted seconds per token)."""
     from anekit.llm import cost as llm_cost
 
     cost._EFFICIENCY = efficiency
     try:
-        return [1 / r["predicted_decode"] for r in llm_cost.compare_published()]
+        compared = llm_cost.compare_published()
     finally:
         cost._EFFICIENCY = None
+    rows = []
+    for kind in ("decode", "prefill"):
+        for r in compared:
+            if r[f"predicted_{kind}"]:
+                rows.append({"label": f"{r['model']} {kind}", "chip": r["chip"],
+                             "source": r["source"].split()[0],
+                             "published_s": 1 / r[f"published_{kind}"],
+                             "predicted_s": 1 / r[f"predicted_{kind}"]})  # fmt: skip
+    return rows
 
 
 def llm_table() -> str:
-    """Each published decode figure beside the prediction before (efficiency 1) and after the
-    fit, with each source's figures also predicted by the efficiency fitted without it."""
+    """Each published decode and prefill figure beside the prediction before (efficiency 1)
+    and after the fit, and with the efficiency fitted without its source. Only the decode
+    figures are fitted; prefill (one published figure) is a check."""
     terms = llm_terms()
     eff = cost.stream_efficiency()
     loso = {s: fit_stream(terms, leave_out=s) for s in sorted({t["source"] for t in terms})}
-    at = {e: _decode_s(e) for e in {1.0, eff, *loso.values()}}
-    lines = [f"  streaming efficiency of weights taken as inputs: {eff:.3f} (fitted; 1.0 before); "
-             "left out: " + ", ".join(f"{s} {e:.3f}" for s, e in loso.items()),
-             f"  {'model':16} {'chip':8} {'source':24} {'published':>9}  predicted tok/s and "
+    at = {e: _llm_rows(e) for e in {1.0, eff, *loso.values()}}
+    lines = [f"  streaming efficiency of weights taken as inputs: {eff:.3f} (fitted to decode; "
+             "1.0 before); left out: " + ", ".join(f"{s} {e:.3f}" for s, e in loso.items()),
+             f"  {'figure':22} {'chip':8} {'source':24} {'published':>9}  predicted tok/s and "
              "time ratio: before | after | source left out"]  # fmt: skip
     cols: dict[str, list[float]] = {"before": [], "after": [], "loso": []}
-    for i, t in enumerate(terms):
+    for i, r in enumerate(at[eff]):
         cells = []
-        for key, e in (("before", 1.0), ("after", eff), ("loso", loso[t["source"]])):
-            seconds = at[e][i]
-            cols[key].append(seconds / t["published_s"])
-            cells.append(f"{1 / seconds:6.1f} x{seconds / t['published_s']:.2f}")
-        lines.append(f"  {t['model']:16} {t['chip']:8} {t['source']:24} "
-                     f"{1 / t['published_s']:9.1f}  " + " | ".join(cells))  # fmt: skip
+        for key, e in (("before", 1.0), ("after", eff), ("loso", loso[r["source"]])):
+            ratio = at[e][i]["predicted_s"] / r["published_s"]
+            cols[key].append(ratio)
+            cells.append(f"{1 / at[e][i]['predicted_s']:7.1f} x{ratio:.2f}")
+        lines.append(f"  {r['label']:22} {r['chip']:8} {r['source']:24} "
+                     f"{1 / r['published_s']:9.1f}  " + " | ".join(cells))  # fmt: skip
     for key, ratios in cols.items():
         lines.append(f"  {key:7} {_ratio_summary(ratios)}")
     return "\n".join(lines)

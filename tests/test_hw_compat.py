@@ -18,6 +18,7 @@ from anekit.hw.rules import ops as op_rules
 from anekit.mil.ops import registry
 from anekit.mil.program import BlobRef, Function, Operation, Program, Value
 from anekit.mil.types import DType, TensorType
+from tests import test_check_quirks as quirks
 
 
 def zeros(shape: tuple[int, ...], dtype=np.float16) -> np.ndarray:
@@ -162,6 +163,11 @@ VIOLATIONS: dict[str, tuple[str, Callable[[], Program]]] = {
     "compression-folds": ("m1", lambda: compressed("affine")),  # M1 folds int8 (ANEForge)
     "compression-unverified": ("m4", lambda: compressed("lut2")),  # no source on 2-bit LUTs
     "index-precision": ("m4", lambda: argmax(4096)),
+    # numerics catalogue rows N6, N15, N17: more cases in tests/test_check_quirks.py
+    "fused-scale-dropped": ("m4", lambda: quirks.rounded_then("mul")),
+    "zero-scale-after-reduce": ("m4", lambda: quirks.reduced_times(np.float16(0.0))),
+    "sdpa-window": ("m4", lambda: quirks.attention(512, 512)),
+    "blockwise-int": ("m4", lambda: quirks.blockwise((16, 2))),
 }
 
 

@@ -1,4 +1,5 @@
-"""``anekit diff``: run a program under two numerics profiles and name the first op that differs."""
+"""``anekit diff``: run a program under two numerics profiles (or the golden model against the
+Neural Engine, ``--b ane``) and name the first op that differs."""
 
 from __future__ import annotations
 
@@ -24,10 +25,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=non_negative(int), default=0, help="seed for --random (default 0)"
     )
-    parser.add_argument("--a", default="ideal", help="the first numerics profile (default ideal)")
     parser.add_argument(
-        "--b", default=None, help="the second profile: a chip, family or file (default: the "
-        "default chip's)",
+        "--a", default=None, help="the golden model's numerics profile (default ideal; with "
+        "--b ane the device chip's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--b", default=None, help="the second profile: a chip, family, file or CHIP:precise "
+        "(default: the default chip's); 'ane': the Neural Engine itself (a Mac)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--per-program", type=non_negative(int), default=None, metavar="N",
+        help="with --b ane: values tapped per compiled program (default 16)",
     )  # fmt: skip
     parser.add_argument(
         "--tolerance", type=non_negative(float), default=None,
@@ -49,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:  # wrong shape, or a dtype that would lose data
         raise UsageError(str(e)) from e
     tolerance = TOLERANCE if args.tolerance is None else args.tolerance
-    report = diff(program, inputs, a=args.a, b=args.b, tolerance=tolerance)
+    report = diff(
+        program, inputs, a=args.a, b=args.b, tolerance=tolerance, per_program=args.per_program
+    )
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         print()

@@ -40,6 +40,8 @@ MASK_MIN = -30000.0
 FORMAT = "anekit-numerics"
 VERSION = 1
 TIE_RULES = ("even", "away")
+PRODUCTS = ("exact", "fp16")
+PRECISE = ":precise"  # "m4:precise": the chip's profile with every product rounded (N3)
 STATUSES = ("observed", "assumed")
 IDEAL = "ideal"
 _FILE_LIMIT = 1 << 20  # bytes: a profile file is a few kilobytes
@@ -64,7 +66,10 @@ class NumericsProfile:
 
     Saturation fields are magnitudes above which an output becomes +-inf (None: only fp16's
     own overflow at 65520). ``nonfinite`` maps an op type (``"*"``: every other op) to what
-    its NaN, +inf and -inf outputs become.
+    its NaN, +inf and -inf outputs become. ``products`` is "exact" (a dot product's products
+    are summed exactly: the default profiles, cheap) or "fp16" (each product stored in fp16
+    with the tie rule and the flush before the wide sum, N3 and N12: the dearer precise
+    variants, ``"m4:precise"``).
     """
 
     name: str
@@ -79,6 +84,7 @@ class NumericsProfile:
     logsumexp_shift: bool = True
     nonfinite: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     accumulator: str = "fp32"
+    products: str = "exact"  # "fp16": every product of a dot product stored in fp16 (N3, precise)
     rows: Mapping[str, Row] = field(default_factory=dict, compare=False)
     origin: str = field(default="built-in", compare=False)  # or the file it was read from
     provenance: str = field(default="", compare=False)  # a calibrated file: where, how measured
@@ -148,6 +154,9 @@ def numerics_profile(spec: str | NumericsProfile | Chip | None = None) -> Numeri
     """Resolve a numerics profile: ``"ideal"``, a chip ("m1", "Apple M4 Pro"), a family ("A16"),
     or a profile file (``*.json``, written by ``save_profile`` or the numerics ladder rung).
 
+    Any of these but "ideal" with ``:precise`` appended ("m4:precise", "A13:precise") is its
+    dearer precise variant (:func:`precise`), for ``anekit diff`` and tests.
+
     None: ``$ANEKIT_NUMERICS``, else the default chip's profile (the host's chip on a Mac,
     else m4). An unknown name is a UsageError listing what is accepted.
     """
@@ -158,6 +167,8 @@ def numerics_profile(spec: str | NumericsProfile | Chip | None = None) -> Numeri
     if spec is None:
         spec = env_numerics() or default_chip()[0]
     text = str(spec).strip()
+    if text.lower().endswith(PRECISE):
+        return precise(numerics_profile(text[: -len(PRECISE)]))
     if text.lower() == IDEAL:
         return ideal()
     if text.endswith(".json") or "/" in text or Path(text).is_file():
@@ -173,6 +184,36 @@ def numerics_profile(spec: str | NumericsProfile | Chip | None = None) -> Numeri
             f"({', '.join(families)}) or a profile file (*.json); found {text!r}"
         ) from None
     return _chip_profile(chip)
+
+
+def precise(profile: NumericsProfile) -> NumericsProfile:
+    """The precise variant of a chip family's profile: every product of a matmul, linear,
+    conv, conv_transpose and einsum is stored in fp16 (tie rule, overflow, flush) before the
+    wide sum, as ANEForge describes the engine (N3; N12 inside the dot product). It costs a
+    tensor of products per output block, so it is for ``anekit diff`` and tests, not the
+    default."""
+    if profile.is_ideal:
+        raise UsageError(
+            "numerics: 'ideal:precise' means nothing: the precise variant rounds products as a "
+            "chip family's engine does; name a chip or family ('m4:precise')"
+        )
+    if profile.products == "fp16":
+        return profile
+    observed = profile.family in ("A13", "A16")  # ANEForge saw it on M1 and M5
+    row = Row(
+        field="products",
+        value="fp16",
+        status="observed" if observed else "assumed",
+        catalogue="N3",
+        source=_data()["sources"]["aneforge-numerics"],
+        note="each product rounded to fp16 before the wide sum; subnormal products flushed (N12)",
+    )
+    return replace(
+        profile,
+        name=profile.name + PRECISE,
+        products="fp16",
+        rows=MappingProxyType({**profile.rows, "products": row}),
+    )
 
 
 def _chip_profile(chip: Chip) -> NumericsProfile:
@@ -310,6 +351,10 @@ def _checked(key: str, value: Any, where: str) -> Any:
     if key == "accumulator":
         if value not in ("fp32", "fp16"):
             raise bad("'fp32' or 'fp16'")
+        return value
+    if key == "products":
+        if value not in PRODUCTS:
+            raise bad(f"one of {PRODUCTS}")
         return value
     return _nonfinite_table(value, bad)
 

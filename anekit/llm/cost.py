@@ -61,8 +61,9 @@ class LlmEstimate:
             ``compress`` stores them).
         streamed_bytes: bytes one decode step streams: the stored bytes where the chip
             streams their encoding compressed, the dense fp16 bytes where it folds it.
-        weights_s: the streamed bytes at the chip's measured ANE DRAM bandwidth: the decode
-            floor.
+        weights_s: the streamed bytes at the chip's measured ANE DRAM bandwidth (times the
+            streaming efficiency of weights taken as inputs, without ``compress``): the
+            decode floor.
         compiles: programs the model compiles for this prompt and one decode bucket.
         compress: the weight compression costed, or None for the dynamic-weight kernels.
     """
@@ -146,7 +147,7 @@ def estimate_llm(
         block_prefill_s=block_prefill,
         weight_bytes=streamed,
         streamed_bytes=streamed,
-        weights_s=streamed / profile.cost.dram_bw,
+        weights_s=input_weight_bytes(streamed) / profile.cost.dram_bw,
         compiles=1 + 2 * K.block_kinds(config),  # prefill and decode block programs, the head
     )
 
@@ -281,7 +282,14 @@ def published() -> dict[str, Any]:
 
 
 def compare_published(prompt_tokens: int = 128) -> list[dict[str, Any]]:
-    """Each published decode figure beside the prediction for the same model shape and chip."""
+    """Each published decode (and prefill) figure beside the prediction for the same model
+    shape and chip.
+
+    Decode is predicted after a prompt of ``prompt_tokens`` with the default context. A
+    published prefill figure carries the setup it was measured with
+    (``prefill_prompt_tokens``: the whole prompt in one call, a context just that long),
+    and is predicted in that shape: one chunk of that many tokens, ``max_seq`` one more.
+    """
     data = published()
     rows = []
     for fig in data["figures"]:
@@ -289,18 +297,22 @@ def compare_published(prompt_tokens: int = 128) -> list[dict[str, Any]]:
         cfg = config_from_hf(model["config"], source=model["source"])
         est = estimate_llm(cfg, fig["chip"], prompt_tokens=prompt_tokens)
         predicted = est.decode_tokens_per_s
-        rows.append(
-            {
-                "model": fig["model"],
-                "chip": fig["chip"],
-                "published_decode": fig["decode_tokens_per_s"],
-                "predicted_decode": round(predicted, 1),
-                "ratio": round(predicted / fig["decode_tokens_per_s"], 3),
-                "published_prefill": fig.get("prefill_tokens_per_s"),
-                "predicted_prefill": round(est.prefill_tokens_per_s, 0),
-                "source": fig["source"],
-            }
-        )
+        row = {
+            "model": fig["model"],
+            "chip": fig["chip"],
+            "published_decode": fig["decode_tokens_per_s"],
+            "predicted_decode": round(predicted, 1),
+            "ratio": round(predicted / fig["decode_tokens_per_s"], 3),
+            "published_prefill": fig.get("prefill_tokens_per_s"),
+            "predicted_prefill": None,
+            "source": fig["source"],
+        }
+        if row["published_prefill"]:
+            n = fig["prefill_prompt_tokens"]
+            pre = estimate_llm(cfg, fig["chip"], prompt_tokens=n, max_seq=n + 1, chunk=n)
+            row["predicted_prefill"] = round(pre.prefill_tokens_per_s, 0)
+            row["prefill_prompt_tokens"] = n
+        rows.append(row)
     return rows
 
 

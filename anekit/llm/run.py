@@ -179,7 +179,7 @@ def estimate_report(
         f"  decode   {est.decode_tokens_per_s:10.1f} tok/s  ({est.decode_step_s * 1e3:.3f} ms per token; "
         f"likely {1 / est.likely_decode_s[1]:.1f}-{1 / est.likely_decode_s[0]:.1f} tok/s)",
         f"  a decode step streams {mb:.1f} MB of {stored}: {est.weights_s * 1e3:.3f} ms at the "
-        "ANE's measured DRAM bandwidth (the floor of decode)",
+        "DRAM bandwidth the ANE reaches for them (the floor of decode)",
     ]
     return est, lines
 

@@ -156,7 +156,7 @@ class TokenReader:
             if size > _LONG_LINE:
                 self._pending = TOKEN.finditer(line.rstrip(BLANKS))
             elif not take_line(line, line_no):
-                found = findall(line.rstrip(BLANKS))
+                found = findall(line.rstrip(BLANKS) if line[-1] in BLANKS else line)
                 if found and found[-1].startswith(_COMMENT):
                     found.pop()
                 toks.extend(found)

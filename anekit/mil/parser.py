@@ -36,6 +36,7 @@ _CONST_LINE = re.compile(
 )
 _PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
 _REFERENCE_ENDS = (",", ")")  # what follows a value named as an argument
+_STRING_TYPES = ("string", "tensor<string, []>")  # a scalar string, in both dialects
 _STATEMENT_TOKENS = 1024  # tokens made ahead of a statement before it is read (most need 20-60)
 # what a statement read is: declared (type, name, token) per output, the op, its inputs and
 # where each was given, its attributes, and where the
@@ -192,8 +193,15 @@ class _Parser(LiteralReader):
         self.expect(")")
         self.expect("{")
         ops: list[Operation] = []
-        while self.peek() != "}":
-            ops.append(self.statement(opset))
+        fast, const_line, const = self.fast, self.const_line, _const_def(opset)
+        while True:
+            entry = fast.pop(self.i, None)  # a whole-line const, read when it was tokenised
+            if entry is not None:
+                ops.append(const_line(entry, const))
+            elif self.peek() == "}":
+                break
+            else:
+                ops.append(self.statement(opset))
         self.expect("}")
         self.expect("->")
         self.expect("(")
@@ -210,8 +218,9 @@ class _Parser(LiteralReader):
 
     def statement(self, opset: str) -> Operation:
         start = self.i
-        if start in self.fast:
-            return self.const_line(start, opset)
+        entry = self.fast.pop(start, None)
+        if entry is not None:
+            return self.const_line(entry, _const_def(opset))
         toks = self.toks
         if toks[-1] is MORE and len(toks) - start < _STATEMENT_TOKENS:
             self._fill()  # the statement's tokens, in all but a very long statement
@@ -315,6 +324,10 @@ class _Parser(LiteralReader):
                 i += 3
             elif toks[i + 2] == "(":
                 inputs[key], i = self.value_tuple(i + 3)
+            elif known_type(toks[i + 2]) is not None and toks[i + 3] == "(":
+                self.i = i + 2  # a literal, TYPE(...) (a type is never the last token)
+                inputs[key] = self.literal()
+                i = self.i
             else:
                 self.i = i + 2
                 inputs[key] = self.value_ref()
@@ -331,7 +344,7 @@ class _Parser(LiteralReader):
             if (
                 toks[i] == "name"
                 and toks[i + 1] == "="
-                and toks[i + 2] == "string"
+                and toks[i + 2] in _STRING_TYPES
                 and toks[i + 3] == "("
                 and _PLAIN_STRING.match(toks[i + 4])
                 and toks[i + 5] == ")"
@@ -444,10 +457,11 @@ class _Parser(LiteralReader):
         self.toks.append(line.strip())  # readable if an error message ever shows it
         return True
 
-    def const_line(self, start: int, opset: str) -> Operation:
-        """The const op of a line ``fast_const`` took (the statement at token ``start``)."""
-        name, declared, literal, line_no, op_name = self.fast.pop(start)
-        if name in self.env:
+    def const_line(self, entry: tuple, const: registry.OpDef) -> Operation:
+        """The const op of a line ``fast_const`` took (``entry``, the statement at ``self.i``)."""
+        name, declared, literal, line_no, op_name = entry
+        env = self.env
+        if name in env:
             line = self.lines[line_no]
             raise MilTypeError(
                 f"value {name!r} is defined twice",
@@ -456,11 +470,10 @@ class _Parser(LiteralReader):
                 file=self.file,
             )
         out = Value(name, declared, None, literal.const)
-        opdef = _const_def(opset)
-        op = Operation(opdef, {"val": literal}, (out,), {"name": op_name}, line_no + 1)
+        op = Operation(const, {"val": literal}, (out,), {"name": op_name}, line_no + 1)
         out.producer = op
-        self.env[name] = out
-        self.i = start + 1
+        env[name] = out
+        self.i += 1
         return op
 
     def value_ref(self) -> Value:

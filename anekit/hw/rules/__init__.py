@@ -28,6 +28,15 @@ from anekit.hw.rules.ops import (
     op_unverified,
     preferred_spelling,
 )
+from anekit.hw.rules.quirks import (
+    N6,
+    N15,
+    N17,
+    blockwise_int,
+    fused_scale_dropped,
+    sdpa_window,
+    zero_scale_after_reduce,
+)
 from anekit.hw.rules.ranges import (
     FP16,
     N1,
@@ -117,6 +126,15 @@ RULES: tuple[Rule, ...] = (
     Rule("m3-conv-channels", WARNING, "only 512-channel convs reported to compile on M3",
          "maderix/ANE cross-generation report (M3 Pro); maderix/ANE issue #42 (M3 Ultra)",
          lambda chip: chip.generation == "H15", m3_conv_channels),
+    # numerics catalogue rows that are compiler or engine bugs (docs/numerics.md)
+    Rule("fused-scale-dropped", WARNING, "a scalar multiply after floor/ceil/round is dropped",
+         N6, every_chip, fused_scale_dropped),
+    Rule("zero-scale-after-reduce", WARNING, "a multiply by the scalar 0 after a reduction crashes "
+         "the compiler", N6, every_chip, zero_scale_after_reduce),
+    Rule("sdpa-window", WARNING, "fused attention is reliable only up to 2048 keys, not with both "
+         "lengths >= 512, and applies one mask plane to every head", N15, every_chip, sdpa_window),
+    Rule("blockwise-int", WARNING, "per-block integer weights come out wrong on the Neural Engine",
+         N17, every_chip, blockwise_int),
     Rule("index-precision", WARNING, "an index over an axis longer than 2048 is inexact in fp16",
          N22, every_chip, index_precision),
     # range rules: silent unless the check was given input ranges or calibration data

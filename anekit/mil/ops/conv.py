@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.mil.ops import device
 from anekit.mil.ops.common import FP, INT32, STRING, flops_cost, mac_cost, numel, require
 from anekit.mil.ops.ranges import contraction, transposed_contraction
-from anekit.mil.ops.registry import Args, Numerics, OpDef, const_ints, param, register
+from anekit.mil.ops.registry import Args, OpDef, const_ints, param, register
 from anekit.mil.ops.traits import CONSTEXPR, CONV
 from anekit.mil.types import TensorType
 
@@ -251,7 +252,9 @@ def _conv_infer(pad_types: Sequence[str]) -> Callable[[Args], TensorType]:
     return infer
 
 
-def _conv_reference(x, weight, strides, pad_type, pad, dilations, groups, bias=None):
+def _conv_reference(
+    x, weight, strides, pad_type, pad, dilations, groups, bias=None, matmul=np.matmul
+):
     """NumPy conv: a matmul of the weight with the input's windows (im2col); 1x1 needs no copy."""
     kernel, strides, dilations = weight.shape[2:], const_ints(strides), const_ints(dilations)
     sizes, g = x.shape[2:], int(groups)
@@ -270,7 +273,7 @@ def _conv_reference(x, weight, strides, pad_type, pad, dilations, groups, bias=N
     cols = np.asarray(cols, dtype=np.float32)
     # one image, one group (every transformer projection): a plain 2-D BLAS product is
     # about a quarter faster than NumPy's batched matmul over a batch of one
-    y = w[0] @ cols[0, 0] if n == g == 1 else np.matmul(w, cols)
+    y = w[0] @ cols[0, 0] if n == g == 1 and matmul is np.matmul else matmul(w, cols)
     y = y.reshape(n, weight.shape[0], *out)
     if bias is not None:
         y += np.asarray(bias, dtype=np.float32).reshape(-1, *([1] * nsp))
@@ -333,7 +336,8 @@ _conv_ios15 = register(
         in_channels=_x_channels,
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [C_out, ...]
         traits=frozenset({CONV}),
-        numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
+        # the matmul datapath, assumed (N1); N3 under the precise profiles
+        numerics=device.rounded_products(_conv_reference, "conv"),
         ranges=contraction("x", "weight", lambda a: tuple(range(1, a.weight.rank)), bias="bias"),
         shape_only=frozenset({"bias"}),
         doc=_CONV_DOC,
@@ -433,7 +437,16 @@ def _conv_transpose_infer(a: Args) -> TensorType:
 
 
 def _conv_transpose_reference(
-    x, weight, pad, pad_type, strides, dilations, groups, bias=None, output_shape=None
+    x,
+    weight,
+    pad,
+    pad_type,
+    strides,
+    dilations,
+    groups,
+    bias=None,
+    output_shape=None,
+    matmul=np.matmul,
 ):
     """NumPy transposed conv: weight^T times x gives every tap's contribution; add them in place."""
     n, c_in, sizes = x.shape[0], x.shape[1], x.shape[2:]
@@ -450,7 +463,7 @@ def _conv_transpose_reference(
     )
     c_out = weight.shape[1] * g
     w = np.asarray(weight, dtype=np.float32).reshape(g, c_in // g, -1)
-    cols = np.matmul(np.swapaxes(w, -1, -2), x.reshape(n, g, c_in // g, -1).astype(np.float32))
+    cols = matmul(np.swapaxes(w, -1, -2), x.reshape(n, g, c_in // g, -1).astype(np.float32))
     cols = cols.reshape(n, c_out, *kernel, *sizes)
     acc = np.zeros((n, c_out, *full), dtype=np.float32)
     every = (slice(None), slice(None))
@@ -508,7 +521,9 @@ _conv_transpose_ios15 = register(
         cost=flops_cost(lambda a, outs: 2 * numel(a.x.shape) * numel(tuple(a.weight.shape[1:]))),
         in_channels=_x_channels,
         traits=frozenset({CONV}),
-        numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
+        # the matmul datapath, assumed (N1); N3 under the precise profiles (per tap, then
+        # the taps are added in fp32)
+        numerics=device.rounded_products(_conv_transpose_reference, "conv"),
         ranges=transposed_contraction,
         shape_only=frozenset({"weight", "bias"}),
         doc=_CONV_TRANSPOSE_DOC,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.fp16 import round_fp16_away
+from anekit.fp16 import round_fp16, round_fp16_away
 from anekit.mil.ops.registry import Numerics
 
 FP16_OVERFLOW = 65520.0  # the smallest sum the fp16 reduce path stores as inf (N10)
@@ -87,3 +87,59 @@ ROUND_HALF_AWAY = Numerics(hook=_half_away, reads="round_ties")
 SOFTPLUS_EXP_CLIFF = Numerics(hook=_exp_cliff, reads="exp_saturation")
 EXP_SATURATES = Numerics(saturates="exp")
 LOGSUMEXP_UNSHIFTED = Numerics(hook=_unshifted_sum, reads="logsumexp_shift")
+
+
+# -- N3 inside the dot product: the "precise" profiles ("m4:precise") -------------------------
+PRODUCT_CHUNK = 1 << 22  # products held at once by a precise matmul (16 MiB of float32)
+_SMALLEST_NORMAL = np.float32(2.0**-14)
+
+
+def store_products(p: np.ndarray, profile: Any) -> int:
+    """Store products in fp16 in place as the engine does (N3), with the profile's tie rule,
+    overflow to inf and flush (N12); returns how many finite products became inf."""
+    finite = np.isfinite(p)
+    rounded = round_fp16_away(p) if profile.tie == "away" else round_fp16(p)
+    saturated = int(np.count_nonzero(finite & ~np.isfinite(rounded)))
+    if profile.flush_subnormals:
+        rounded *= ~(np.abs(rounded) < _SMALLEST_NORMAL)  # x * 0 keeps the sign
+    p[...] = rounded
+    return saturated
+
+
+def precise_matmul(profile: Any, counts: list[int]) -> Any:
+    """``np.matmul`` with every product stored in fp16 (``store_products``) and summed wide
+    (float64), a block of rows at a time; the saturated products are added to ``counts[0]``."""
+
+    def matmul(a: Any, b: Any) -> np.ndarray:
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        vec_a, vec_b = a.ndim == 1, b.ndim == 1
+        a = a[None, :] if vec_a else a
+        b = b[:, None] if vec_b else b
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        out = np.empty((*batch, m, n), np.float32)
+        step = max(1, PRODUCT_CHUNK // max(1, int(np.prod(batch, dtype=np.int64)) * k * n))
+        with np.errstate(all="ignore"):
+            for i in range(0, m, step):
+                p = a[..., i : i + step, :, None] * b[..., None, :, :]  # [*batch, rows, K, N]
+                counts[0] += store_products(p, profile)
+                out[..., i : i + step, :] = p.sum(axis=-2, dtype=np.float64)
+        if vec_b:
+            out = out[..., 0]
+        return out[..., 0, :] if vec_a and not vec_b else out[..., 0] if vec_a else out
+
+    return matmul
+
+
+def rounded_products(reference: Any, saturates: str) -> Numerics:
+    """N3 (and N12) inside the dot product, for an op whose ``reference(..., matmul=)`` does its
+    multiply-accumulate through ``matmul``: run where the profile's ``products`` is "fp16"
+    (the precise variants), also saturating its output as ``saturates`` (N1)."""
+
+    def hook(profile: Any, args: dict[str, Any], result: Any) -> tuple[Any, int]:
+        if not _float(result):
+            return result, 0
+        counts = [0]
+        return reference(**args, matmul=precise_matmul(profile, counts)), counts[0]
+
+    return Numerics(saturates=saturates, hook=hook, reads="products")

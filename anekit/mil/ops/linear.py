@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import MilTypeError
-from anekit.mil.ops import integers
+from anekit.mil.ops import device, integers
 from anekit.mil.ops.common import BOOL, FP, STRING, broadcast, mac_cost, require
 from anekit.mil.ops.ranges import contraction, matmul_like
-from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, param, register
+from anekit.mil.ops.registry import Args, OpDef, Param, param, register
 from anekit.mil.ops.traits import MATMUL
 from anekit.mil.types import DType, TensorType
 
@@ -80,14 +80,14 @@ def _matmul_infer_ios17(a: Args) -> TensorType:
     return TensorType(a.y.dtype if x_const and not y_const else a.x.dtype, _matmul_shape(a))
 
 
-def _matmul_reference(x, y, transpose_x=False, transpose_y=False):
+def _matmul_reference(x, y, transpose_x=False, transpose_y=False, matmul=np.matmul):
     if bool(transpose_x):
         x = np.swapaxes(x, -1, -2)
     if bool(transpose_y):
         y = np.swapaxes(y, -1, -2)
     if integers.is_int(x) and integers.is_int(y):  # exact, or an error: never wrapped
         return integers.fit("matmul", integers.matmul(x, y), np.result_type(x, y))
-    return np.matmul(x, y)
+    return matmul(x, y)
 
 
 def _matmul_contraction(a: Args) -> Any:
@@ -135,7 +135,7 @@ _matmul_ios15 = register(
         contraction=_matmul_contraction,
         output_axis=_matmul_output_axis,
         traits=frozenset({MATMUL}),
-        numerics=Numerics(saturates="matmul"),  # N1, observed
+        numerics=device.rounded_products(_matmul_reference, "matmul"),  # N1 observed; N3
         ranges=contraction("x", "y", _matmul_y_summed_axis),
         doc=_MATMUL_DOC,
     )
@@ -198,12 +198,12 @@ def _weight_and_bias(domain: str) -> tuple[Param, Param]:
     )
 
 
-def _linear_reference(x, weight, bias=None):
+def _linear_reference(x, weight, bias=None, matmul=np.matmul):
     if integers.is_int(x) and integers.is_int(weight):  # exact, or an error: never wrapped
         y = integers.matmul(x, np.asarray(weight).T)
         y = y if bias is None else y + np.asarray(bias, integers.WIDE)
         return integers.fit("linear", y, np.result_type(x, weight))
-    y = np.matmul(x, np.asarray(weight).T)
+    y = matmul(x, np.asarray(weight).T)
     return y if bias is None else y + bias
 
 
@@ -231,7 +231,8 @@ _linear_ios15 = register(
         contraction=lambda a: a.x.shape[-1],  # D_in
         output_axis=lambda a, operand: 0 if operand == "weight" else None,  # [D_out, D_in]
         traits=frozenset({MATMUL}),
-        numerics=Numerics(saturates="matmul"),  # N1: a matmul with a constant operand
+        # N1: a matmul with a constant operand; N3 under the precise profiles
+        numerics=device.rounded_products(_linear_reference, "matmul"),
         ranges=contraction("x", "weight", lambda a: -1, bias="bias"),  # [D_out, D_in]
         shape_only=frozenset({"weight", "bias"}),
         doc=_LINEAR_DOC,
@@ -314,10 +315,10 @@ def _einsum_infer(a: Args) -> TensorType:
     return TensorType(x.dtype, tuple(out))
 
 
-def _einsum_reference(values, equation):
+def _einsum_reference(values, equation, matmul=np.matmul):
     # both patterns are a matmul over dims (-3, -1) x (-1, -3) batched over the others
     x, y = (np.moveaxis(v, -2, -3) for v in values)
-    return np.moveaxis(np.matmul(x, y), -3, -2)
+    return np.moveaxis(matmul(x, y), -3, -2)
 
 
 register(
@@ -332,7 +333,8 @@ register(
         cost=mac_cost,
         contraction=lambda a: a.values[0].shape[-1],  # the dim summed over: -1 of x, -3 of y
         traits=frozenset({MATMUL}),
-        numerics=Numerics(saturates="conv"),  # the matmul datapath, assumed (N1)
+        # the matmul datapath, assumed (N1); N3 under the precise profiles
+        numerics=device.rounded_products(_einsum_reference, "conv"),
         ranges=matmul_like,
         doc="""Einstein summation, restricted to a matmul over dims -3 and -1 (as coremltools).
 

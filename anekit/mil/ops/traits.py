@@ -35,6 +35,7 @@ _OP_RULES = "anekit.hw.rules.ops"
 _SIZE_RULES = "anekit.hw.rules.sizes"
 _CHIP_RULES = "anekit.hw.rules.generations"
 _WEIGHT_RULES = "anekit.hw.rules.compression"
+_QUIRK_RULES = "anekit.hw.rules.quirks"
 _REFERENCE = "anekit.backends.reference.planner"
 _COMPRESS = ("anekit.compression.layers", "anekit.compression.auto")  # layers are MAC ops' weights
 
@@ -63,6 +64,7 @@ CONSTEXPR = _declare(
         _OP_RULES,
         _CHIP_RULES,
         _WEIGHT_RULES,
+        _QUIRK_RULES,
         _COST,
     ),
     "computed from constants when the device loads the program (decompression): known at "
@@ -116,7 +118,7 @@ MOVEMENT = _declare(
 )
 REDUCTION = _declare(
     "reduction",
-    ("anekit.passes.layout",),
+    ("anekit.passes.layout", _QUIRK_RULES),
     "combines `x`'s elements over the axes in `axes` into one per remaining position, keeping "
     "those axes with length 1 when `keep_dims`",
 )
@@ -128,7 +130,7 @@ PROBABILITIES = _declare(
 )
 ATTENTION = _declare(
     "attention",
-    (_CHIP_RULES, _COST, *_COMPRESS),
+    (_CHIP_RULES, _QUIRK_RULES, _COST, *_COMPRESS),
     "fused scaled-dot-product attention (two matrix products around a softmax)",
 )
 
