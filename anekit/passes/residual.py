@@ -323,8 +323,8 @@ def scale_residual(program: Program, alpha: float, stream: Stream | None = None)
             if id(v) in stream.values:
                 rb.set(v, rb.b.mul(x=rb.get(v), y=1.0 / alpha, name=f"{v.name}_unscaled"))
 
-    scaled = rebuild(Program({"main": fn}, version=program.version), rule, finish=finish)
-    functions = {**program.functions, "main": scaled.main}
+    scaled = rebuild(Program({fn.name: fn}, version=program.version), rule, finish=finish)
+    functions = {**program.functions, "main": scaled.functions[fn.name]}
     info = {**program.build_info, "anekit-residual-scale": f"{alpha:g}"}
     return Program(functions, version=program.version, build_info=info)
 

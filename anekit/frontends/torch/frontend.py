@@ -3,6 +3,7 @@ does the same for an ExportedProgram saved with ``torch.export.save`` (``anekit 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -122,7 +123,8 @@ def _gated(module: Any, example_inputs: Any, kwargs: dict[str, Any] | None, prog
     if runnable is program:
         return gated
     (fn_name,) = program.functions  # _runnable renamed the one function to main
-    return Program({fn_name: gated.main}, version=gated.version, build_info=gated.build_info)
+    fn = dataclasses.replace(gated.main, name=fn_name)
+    return Program({fn_name: fn}, version=gated.version, build_info=gated.build_info)
 
 
 def check_fidelity(
