@@ -184,8 +184,16 @@ class LiteralReader(TokenReader):
         toks = self.toks
         if index + 3 < len(toks) and toks[index + 1] == "(" and toks[index + 3] == ")":
             t = known_type(toks[index])  # TYPE ( token ): the common literals, read in one step
-            if t is not None and t.is_static and toks[index + 2] not in ("-", "+"):
-                value = self.one_token_literal(t, toks[index + 2], index)
+            body = toks[index + 2]
+            if t is not None and t.is_static and body not in ("-", "+"):
+                if t.dtype is _STR:  # names and other strings: rarely repeated, not remembered
+                    value = self.one_token_literal(t, body, index)
+                else:  # remembered by its text, as a whole-line const's literal is
+                    text = f"{toks[index]}({body})"
+                    value = _LITERALS.get(text)
+                    if value is None:
+                        value = self.one_token_literal(t, body, index)
+                        remember_literal(text, value)
                 self.i = index + 4
                 return value
         if self.peek() == "uint64":
