@@ -12,9 +12,9 @@ issue 24 is >= 0.8 on ``stories15m``.
 The data are synthetic llama2.c tokens with a 32000-piece tokenizer (the config's real
 vocabulary, so the classifier costs what it does on TinyStories; no download).
 
-``--predict`` prints instead what the cost model predicts per step for W Macs: the ANE
-kernel time of one rank's micro-batches from the chip profile (CPU work not included),
-plus a ring all-reduce of the fp32 gradients, ``2 (W - 1) / W x 4 x parameters`` bytes
+``--predict`` prints instead what the cost model predicts per step for W Macs: one rank's
+step (``anekit.train.cost``: kernels and CPU work; the kernels alone on a chip without a
+published CPU rate), plus a ring all-reduce of the fp32 gradients, ``2 (W - 1) / W x 4 x parameters`` bytes
 through each Mac's link, at the link rates in :data:`LINKS` (nominal, with their sources).
 
 Usage: ``python benchmarks/train_scaling.py [--config stories15m] [--rounds 3] [--steps 6]``,
@@ -84,27 +84,49 @@ def one_run(engine: str, world: int, args, data: Path, workdir: Path) -> list[di
     return [json.loads(line) for line in log.read_text().splitlines()][args.warmup :]
 
 
-def predict(config: str, chip: str, worlds: tuple[int, ...] = (1, 2, 4, 8)) -> None:
-    """The cost model's step time for W Macs: ANE kernels (chip profile) + ring all-reduce."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from train import predicted_ms  # benchmarks/train.py: the cost model's kernel time
-
+def step_ms(config: str, chip: str) -> tuple[float, str]:
+    """One rank's predicted step (ms, at the config's batch and grad-accum) and what it holds:
+    the whole step (``anekit.train.cost``: kernels and CPU work, the published schedule), or
+    the kernels alone on a chip without a published CPU matrix rate."""
+    from anekit.errors import UsageError
     from anekit.train.config import get_config
+    from anekit.train.cost import estimate_step, kernel_seconds
 
     named = get_config(config)
-    compute = predicted_ms(config, chip)
-    if compute is None:
-        raise SystemExit("no cost model (anekit.hw) in this checkout")
-    compute *= named.train.grad_accum  # per rank and step, at the config's batch 1
-    grads = 4 * named.model.n_params()
-    print(f"{config} on {chip}: {compute:.0f} ms of ANE kernels per rank and step "
-          f"(batch 1, CPU work not included); fp32 gradients {grads / 1e6:.0f} MB")  # fmt: skip
-    for link, rate in LINKS.items():
-        row = []
-        for w in worlds:
-            reduce_ms = 2 * (w - 1) / w * grads / rate * 1e3
-            row.append(f"W={w}: {compute + reduce_ms:.0f} ms "
-                       f"({compute / (compute + reduce_ms):.2f} efficiency)")  # fmt: skip
+    cfg, accum = named.model, named.train.grad_accum
+    try:
+        return estimate_step(cfg, chip).seconds * 1e3 * accum, "whole step"
+    except UsageError:
+        kernels = cfg.n_layers * sum(kernel_seconds(cfg, chip).values())
+        return kernels * 1e3 * accum, "ANE kernels only (no published CPU rate)"
+
+
+def scaling(config: str, chip: str, link: str, worlds: tuple[int, ...] = (1, 2, 4, 8),
+            accum: int = 1) -> list[tuple[int, float, float]]:  # fmt: skip
+    """(W, step ms, efficiency) per world size: the step plus a ring all-reduce of the fp32
+    gradients over ``link`` (``accum`` micro-batches per step)."""
+    from anekit.train.config import get_config
+
+    compute = step_ms(config, chip)[0] * accum
+    grads = 4 * get_config(config).model.n_params()
+    rows = []
+    for w in worlds:
+        reduce_ms = 2 * (w - 1) / w * grads / LINKS[link] * 1e3
+        rows.append((w, compute + reduce_ms, compute / (compute + reduce_ms)))
+    return rows
+
+
+def predict(config: str, chip: str, worlds: tuple[int, ...] = (1, 2, 4, 8)) -> None:
+    """The cost model's step time for W Macs: one rank's step + ring all-reduce."""
+    from anekit.train.config import get_config
+
+    compute, what = step_ms(config, chip)
+    grads = 4 * get_config(config).model.n_params()
+    print(f"{config} on {chip}: {compute:.0f} ms per rank and step ({what}, batch 1); "
+          f"fp32 gradients {grads / 1e6:.0f} MB")  # fmt: skip
+    for link in LINKS:
+        row = [f"W={w}: {ms:.0f} ms ({eff:.2f} efficiency)" for w, ms, eff in
+               scaling(config, chip, link, worlds)]  # fmt: skip
         print(f"  {link}: " + "; ".join(row))
 
 

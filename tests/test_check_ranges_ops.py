@@ -1,7 +1,7 @@
 """Range transfer functions of the ops #25's first round left unbounded: einsum,
 conv_transpose, the norms other than layer_norm, pooling, attention, pow, gelu, silu,
 gather and the movement ops that also write values of their own (pad, band_part, concat,
-one_hot, space_to_batch). Each is declared once in the registry (``OpDef.ranges``).
+one_hot, space_to_batch); and identity, cast, select, topk, relu6, clip, softplus. Each is declared once in the registry (``OpDef.ranges``).
 
 Soundness: on random inputs inside random ranges, every value the golden model computes
 (under "ideal" and under "m4") lies inside its propagated bound. Each case's op must get
@@ -157,6 +157,32 @@ def _pool(op: str, **extra):
     return _single(op, (1, 3, 5, 6), params)
 
 
+def passing(rng):
+    """identity, cast, select and topk pass values through; relu6 and clip clamp them."""
+    b = mil.Builder()
+    x, z = b.input("x", (2, 8), "fp16"), b.input("z", (2, 8), "fp16")
+    h = b.add_op("identity", {"x": x})
+    wide = b.add_op("cast", {"x": h, "dtype": "fp32"})
+    narrow = b.add_op("cast", {"x": wide, "dtype": "fp16"})
+    pick = b.add_op("select", {"cond": b.add_op("less", {"x": x, "y": z}), "a": narrow, "b": z})
+    values, _ = b.add_op("topk", {"x": pick, "k": np.array(3, np.int32)})
+    r6 = b.add_op("relu6", {"x": values})
+    c = b.add_op("clip", {"x": pick, "alpha": np.float16(-1.5), "beta": np.float16(2.0)})
+    b.output(r6, "y0")
+    b.output(c, "y1")
+    return b.build(), _ranges(rng, ["x", "z"], scale=8.0)
+
+
+def softplus(rng):
+    """Past x = 10.39 the m4 engine's exp saturates and softplus drops to 0 (N9): the bound
+    must hold 0 as well."""
+    b = mil.Builder()
+    x = b.input("x", (2, 8), "fp16")
+    b.output(b.add_op("softplus", {"x": x}), "y")
+    lo, hi = sorted(rng.uniform(-20.0, 20.0, 2).tolist())
+    return b.build(), {"x": (lo, hi + 12.0)}
+
+
 CASES: list[Case] = [
     einsum_const,
     einsum_runtime,
@@ -203,6 +229,8 @@ CASES: list[Case] = [
     _single("silu", (4, 8), lambda b, rng, x: {}),
     movement,
     one_hot,
+    passing,
+    softplus,
 ]
 
 

@@ -142,7 +142,7 @@ def estimate_step(
     gemm_rate = host_fp32_flops(profile)
     shape = cfg.block(batch)
     defs = block_kernels(shape, TRAIN_KERNELS)
-    kernel_s = {n: estimate_work(packed_work(kd), profile).seconds for n, kd in defs.items()}
+    kernel_s = kernel_seconds(cfg, profile, batch=batch)
     n, d, v = shape.tokens, cfg.dim, cfg.vocab_size
     # one dW = x @ dy^T per packed weight column (the backward kernels hold every weight once)
     weight_cols = sum(
@@ -170,6 +170,13 @@ def estimate_step(
         host_stream_s=moved / (profile.dram_bw_gbps * 1e9),
         overlap=overlap,
     )
+
+
+def kernel_seconds(cfg: ModelConfig, chip: str | Chip, *, batch: int = 1) -> dict[str, float]:
+    """Each training kernel's predicted time per call on ``chip`` (packed weights as weights)."""
+    profile = get_chip(chip)
+    defs = block_kernels(cfg.block(batch), TRAIN_KERNELS)
+    return {n: estimate_work(packed_work(kd), profile).seconds for n, kd in defs.items()}
 
 
 def packed_work(kd: KernelDef) -> ProgramWork:

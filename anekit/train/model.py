@@ -177,15 +177,10 @@ class Model:
         :func:`anekit.train.cost.estimate_step` predicts the whole step.
         """
         try:
-            from anekit.hw.chips import get_chip
-            from anekit.hw.cost import estimate_work
-            from anekit.train.cost import packed_work
+            from anekit.train.cost import kernel_seconds
         except ImportError:
             return None
-        profile = get_chip(chip)
-        per_layer = sum(
-            estimate_work(packed_work(kd), profile).seconds for kd in self.defs.values()
-        )
+        per_layer = sum(kernel_seconds(self.cfg, chip, batch=self.shape.batch).values())
         return per_layer * self.cfg.n_layers
 
     # -- plumbing -----------------------------------------------------------------------------

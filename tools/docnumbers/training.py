@@ -3,8 +3,11 @@ and the measured speed of the reference backend (benchmarks/results/train.json).
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -61,4 +64,41 @@ def training_throughput() -> str:
         f"{r['machine']}, load average {load} (1, 5, 15 min) when it started: the machine was "
         "shared, so the ratio means more than the absolute speeds."
     )
+    return "\n".join(lines)
+
+
+def _scaling_module() -> Any:
+    """``benchmarks/train_scaling.py`` as a module (benchmarks/ is not a package)."""
+    name = "train_scaling_benchmark"
+    if name not in sys.modules:
+        root = Path(__file__).resolve().parents[2]
+        spec = importlib.util.spec_from_file_location(
+            name, root / "benchmarks" / "train_scaling.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@generates("training-scaling")
+def training_scaling() -> str:
+    """Predicted step for W Macs (``benchmarks/train_scaling.py --predict``)."""
+    ts = _scaling_module()
+    tb5, tb4, eth = list(ts.LINKS)
+    lines = ["| stories110m, per step | W = 1 | W = 2 | W = 4 | W = 8 |", "|---|---|---|---|---|"]
+    for chip, label, link in (("m4", "M4, Thunderbolt 5", tb5), ("m4", "M4, Thunderbolt 4", tb4),
+                              ("m4", "M4, 10 Gb Ethernet", eth),
+                              ("m3-ultra", "M3 Ultra, Thunderbolt 5", tb5)):  # fmt: skip
+        what = ts.step_ms("stories110m", chip)[1]
+        rows = ts.scaling("stories110m", chip, link)
+        cells = [f"{rows[0][1]:.0f} ms"] + [f"{ms:.0f} ms ({eff:.2f})" for _, ms, eff in rows[1:]]
+        note = "" if what == "whole step" else " (kernels only)"
+        lines.append(f"| {label}{note} | " + " | ".join(cells) + " |")
+    accum = ts.scaling("stories110m", "m4", tb5, (2,), accum=4)[0][2]
+    small = ts.scaling("stories15m", "m4", tb5, (2,))[0][2]
+    small_ms = ts.step_ms("stories15m", "m4")[0]
+    lines += ["", f"(scaling efficiency in brackets.) With `--grad-accum 4` two M4 Macs over "
+              f"Thunderbolt 5 are predicted at {accum:.2f}; `stories15m` ({small_ms:.0f} ms a "
+              f"step at batch 1 on M4) at {small:.2f} for two Macs over Thunderbolt 5."]  # fmt: skip
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anekit.mil.ops.ranges import passes
 from anekit.mil.ops.registry import Cost, OpDef, param, register
 from anekit.mil.ops.traits import ATTRIBUTES, CONST, EXACT
 
@@ -34,6 +35,7 @@ register(
         reference=lambda x: np.array(x, copy=True),
         cost=lambda a, outs: Cost(0.0, a.input_bytes(), outs[0].nbytes or 0),
         traits=frozenset({EXACT}),
+        ranges=passes("x"),
         doc="""Return the input unchanged.
 
         Args:

@@ -33,7 +33,18 @@ from anekit.errors import MilTypeError
 from anekit.mil.ops import device, integers, npmath
 from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
 from anekit.mil.ops.npmath import GELU_MODES, channel_vector, erf, exp2, quiet, real_div, sigmoid
-from anekit.mil.ops.ranges import GELU, SILU, RangeFn, bounded, interval_binary, monotone, power
+from anekit.mil.ops.ranges import (
+    GELU,
+    SILU,
+    RangeFn,
+    bounded,
+    clipped,
+    interval_binary,
+    monotone,
+    power,
+    softplus_bound,
+    values_of,
+)
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, Ufunc, param, register
 from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -331,6 +342,7 @@ CLIP = _unary(
     attrs=(("alpha", "lower bound.", _REQUIRED), ("beta", "upper bound.", _REQUIRED)),
     flops=2,
     ufunc=Ufunc(into=npmath.clip_into),
+    ranges=clipped,
 )
 _unary(
     "threshold",
@@ -367,6 +379,7 @@ _unary(
     traits=_ACT,
     flops=2,
     ufunc=Ufunc(into=npmath.relu6_into),
+    ranges=monotone(lambda v: min(max(v, 0.0), 6.0)),
 )
 _unary(
     "sigmoid",
@@ -393,6 +406,7 @@ _unary(
     traits=_ACT,
     flops=1 + 2 * _T,
     numerics=device.SOFTPLUS_EXP_CLIFF,
+    ranges=softplus_bound,
 )
 _unary(
     "softsign",
@@ -566,6 +580,7 @@ register(
         reference=quiet(lambda cond, a, b: np.where(cond, a, b)),
         traits=frozenset({ELEMENTWISE}),
         mask_operands=frozenset({"a", "b"}),  # a mask chosen between stays a mask
+        ranges=values_of("a", "b"),
         doc=_doc(
             "Return a where cond is true, else b, broadcasting all three (np.where).",
             [

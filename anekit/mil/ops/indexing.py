@@ -23,7 +23,7 @@ import numpy as np
 from anekit.errors import EvaluationError, MilTypeError
 from anekit.mil.ops import device
 from anekit.mil.ops.common import BOOL, INT32, axis_index, declared, require
-from anekit.mil.ops.ranges import moved_or_zero, of_consts
+from anekit.mil.ops.ranges import moved_or_zero, values_of
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, const_ints, param, register
 from anekit.mil.ops.shape import (
     MOVES,
@@ -429,7 +429,7 @@ declare(
     (const_vector("shape"), param("value", T15, ranks=(0,), const=True, default=0.0)),
     _fill_infer,
     lambda shape, value: np.full(const_ints(shape), value),
-    ranges=of_consts("value"),
+    ranges=values_of("value"),
     doc="""Return a tensor of the given shape with every element equal to ``value``.
 
     Args:
@@ -475,7 +475,7 @@ declare(
         (range_length("range_1d", a.const("start"), a.const("end"), a.const("step")),),
     ),
     _range_reference,
-    ranges=of_consts("start", "end"),
+    ranges=values_of("start", "end"),
     doc="""Return ``start, start + step, ...`` up to ``end`` exclusive, as NumPy's arange.
 
     Args:
@@ -549,7 +549,7 @@ declare(
     ),
     _one_hot_infer,
     _one_hot,
-    ranges=of_consts("on_value", "off_value"),
+    ranges=values_of("on_value", "off_value"),
     doc="""Expand indices into one-hot vectors along a new dimension.
 
     Args:

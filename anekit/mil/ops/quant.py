@@ -31,6 +31,7 @@ import numpy as np
 
 from anekit.errors import EvaluationError
 from anekit.mil.ops.common import FP, INT32, STRING, axis_index, numel, require
+from anekit.mil.ops.ranges import passes
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, param, register
 from anekit.mil.ops.traits import CAST, ELEMENTWISE, QUANTIZE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -90,6 +91,7 @@ _cast15 = register(
         infer=_cast_infer,
         reference=cast_values,
         traits=frozenset({ELEMENTWISE, UNARY, CAST}),
+        ranges=passes("x"),  # the same values, rounded to the target
         doc="""Convert x to another dtype, elementwise.
 
         Float to int rounds toward zero; float to float rounds to nearest even; to bool is

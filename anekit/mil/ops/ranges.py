@@ -209,8 +209,8 @@ def padded(a: Any, bound: Bound) -> Interval | None:
     return _hull(x, (0.0, 0.0) if value is None else const_bound(value))
 
 
-def of_consts(*names: str) -> RangeFn:
-    """An output made of the given constant parameters' values (fill, one_hot, range_1d)."""
+def values_of(*names: str) -> RangeFn:
+    """An output made of the given parameters' values (fill, one_hot, range_1d, select)."""
 
     def transfer(a: Any, bound: Bound) -> Interval | None:
         values = [getattr(a, n) for n in names]
@@ -342,6 +342,22 @@ def power(a: Any, bound: Bound) -> Interval | None:
         return None  # NaN for a fractional power of a negative value; 1/0 for a negative one
     top = max(magnitude(x) ** float(v) for v in e)
     return _finite(0.0 if np.all(e % 2 == 0) else -top, top)
+
+
+def clipped(a: Any, bound: Bound) -> Interval | None:
+    """clip: ``min(max(x, alpha), beta)``, monotone in x (beta wins if alpha > beta)."""
+    x = bound(a.x)
+    if x is None:
+        return None
+    alpha, beta = (float(np.asarray(a.const(n))) for n in ("alpha", "beta"))
+    return (min(max(x[0], alpha), beta), min(max(x[1], alpha), beta))
+
+
+def softplus_bound(a: Any, bound: Bound) -> Interval | None:
+    """softplus: between 0 (the engine's exp cliff drops large inputs to 0, N9) and
+    softplus of x's upper end."""
+    x = bound(a.x)
+    return None if x is None else _finite(0.0, float(np.logaddexp(0.0, x[1])))
 
 
 def dips_below_zero(least: float) -> RangeFn:

@@ -423,6 +423,7 @@ _topk15 = register(
         reference=_topk,
         cost=_sort_cost,
         traits=frozenset({EXACT}),  # the values are elements of x; the indices are integers
+        ranges=passes("x"),  # the first output, the values
         doc="""The ``k`` largest (or smallest) values of ``x`` along ``axis``, and their indices.
 
         Ties keep their original order (the first occurrence comes first).
