@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import OrderedDict
-from struct import pack as _pack
+from struct import pack_into as _pack_into
 from typing import Any
 
 import numpy as np
@@ -257,14 +257,14 @@ class LiteralReader(TokenReader):
         elif not flat:
             return _shaped(flat, t)
         elif t.dtype in _PACK_CODES:  # a list: packed by struct, which refuses an overflow
-            try:
-                packed = bytearray(_pack(f"<{len(flat)}{_PACK_CODES[t.dtype]}", *flat))
+            array = np.empty(t.shape, t.dtype.numpy)
+            try:  # into the array's own memory: no buffer object outlives the call
+                _pack_into(f"<{len(flat)}{_PACK_CODES[t.dtype]}", array, 0, *flat)
             except OverflowError:
-                packed = None
-            if packed is not None:
-                array = np.frombuffer(packed, t.dtype.numpy)
+                pass
+            else:
                 if np.count_nonzero(array) + flat.count(0.0) == len(flat):  # no value became 0
-                    return array if len(t.shape) == 1 else array.reshape(t.shape)
+                    return array
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
