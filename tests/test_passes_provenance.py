@@ -61,3 +61,15 @@ def test_the_users_own_comparisons_stay_advice() -> None:
     assert "users_eq" not in names
     advice, _ = provenance.split(prog, anekit.check(prog, chip="m4"))
     assert "users_eq" in {d.name for d in advice if d.rule == "op-unverified"}
+
+
+def test_a_front_ends_gelu_spelling_is_recorded_and_kept_through_the_passes() -> None:
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU())
+    prog = anekit.from_torch(model, (torch.randn(2, 8),), chip="m4")
+    names, flags = provenance.recorded(prog)
+    gelus = [op.name for op in prog.main.ops if op.op_type == "gelu"]
+    assert gelus and all(names[n] == "gelu" for n in gelus) and "layouts" in flags
+    advice, facts = provenance.split(prog, anekit.check(prog, chip="m4"))
+    assert "op-unverified" not in {d.rule for d in advice}
+    assert any("MIL gelu" in f.reason for f in facts)

@@ -1,5 +1,5 @@
-"""The resampling, ordering, scan, padding and angle lowerings against PyTorch, on several
-shapes: fp32 programs (``passes=()``) compared with the eager module on the reference
+"""The resampling (nearest, bilinear, bicubic, area), ordering, scan, padding and angle
+lowerings against PyTorch, on several shapes: fp32 programs (``passes=()``) compared with the eager module on the reference
 backend, and each once more through the default ANE passes (``verify=True``: 2e-2)."""
 
 from __future__ import annotations
@@ -77,6 +77,31 @@ def test_interpolate_bilinear(shape, align_corners, how) -> None:
     torch.manual_seed(0)
     fn = lambda x: F.interpolate(x, mode="bilinear", align_corners=align_corners, **how)  # noqa: E731
     check(fn, torch.randn(shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize(
+    "how", [dict(scale_factor=2), dict(size=(5, 9)), dict(scale_factor=1.7), dict(size=(3, 2))]
+)
+def test_interpolate_bicubic(shape, align_corners, how) -> None:
+    torch.manual_seed(0)
+    fn = lambda x: F.interpolate(x, mode="bicubic", align_corners=align_corners, **how)  # noqa: E731
+    check(fn, torch.randn(shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("size", [(1, 1), (2, 2), (3, 4), (5, 3), (6, 6)])
+def test_interpolate_area_and_adaptive_average_pooling(shape, size) -> None:
+    torch.manual_seed(0)
+    check(lambda x: F.interpolate(x, size=size, mode="area"), torch.randn(shape))
+    check(lambda x: F.adaptive_avg_pool2d(x, size), torch.randn(shape), ane=False)
+
+
+@pytest.mark.parametrize("length", [1, 3, 4])
+def test_interpolate_area_1d(length) -> None:
+    torch.manual_seed(0)
+    check(lambda x: F.interpolate(x, size=length, mode="area"), torch.randn(2, 3, 7))
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 7), (2, 4, 6)])
@@ -176,3 +201,55 @@ def test_missing_op_names_op_node_module_source_and_says_open_an_issue() -> None
     assert "aten.special_erfcx.default" in text
     assert "module block" in text and "test_torch_ops_more.py" in text
     assert "open an issue" in text and "edit" not in text
+
+
+class Masked(torch.nn.Module):
+    """``x[mask]`` with a mask known at export (a buffer), over one axis or several."""
+
+    def __init__(self, mask: torch.Tensor, lead: int) -> None:
+        super().__init__()
+        self.register_buffer("mask", mask)
+        self.lead = lead
+
+    def forward(self, x):
+        return x[(slice(None),) * self.lead + (self.mask,)] * 2
+
+
+@pytest.mark.parametrize(
+    "shape, lead, mask_shape",
+    [((3, 5), 1, (5,)), ((3, 5), 0, (3, 5)), ((2, 4, 6), 1, (4, 6)), ((2, 3, 4), 0, (2,))],
+)
+def test_boolean_mask_known_at_export_selects_as_pytorch(shape, lead, mask_shape) -> None:
+    torch.manual_seed(0)
+    mask = torch.rand(mask_shape) > 0.4
+    mask.view(-1)[0] = True  # never empty
+    model = Masked(mask, lead)
+    x = torch.randn(shape)
+    prog = anekit.from_torch(model, (x,))  # the default passes, verified against PyTorch
+    assert list(prog.main.outputs[0].shape) == list(model(x).shape)
+
+
+def test_boolean_mask_from_constants_in_forward() -> None:
+    fn = lambda x: x[..., torch.arange(7) % 3 == 0].sum(-1)  # noqa: E731
+    check(fn, torch.randn(2, 4, 7))
+
+
+def test_boolean_mask_from_the_inputs_is_refused_precisely() -> None:
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            return x[x > 0]
+
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pick = Inner()
+
+        def forward(self, x):
+            return self.pick(x) * 2
+
+    with pytest.raises(ConversionError) as err:
+        anekit.from_torch(Outer(), (torch.randn(3, 4),))
+    text = str(err.value)
+    assert "aten.index.Tensor" in text and "node 'index'" in text
+    assert "module pick (Inner)" in text and "return x[x > 0]" in text
+    assert "torch.where" in text and "buffer" in text

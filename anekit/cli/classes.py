@@ -23,18 +23,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         help="case-insensitive glob or substring of class names (default: every _ANE* class)",
     )
-    parser.add_argument(
-        "--json",
-        metavar="FILE",
-        type=output_file,
-        help="write the listing (with --diff: the differences) as JSON to FILE",
-    )
-    parser.add_argument(
-        "--diff",
-        nargs=2,
-        metavar=("A.json", "B.json"),
-        help="what changed from listing A to listing B (exit 1 if anything did)",
-    )
+    parser.add_argument("--json", metavar="FILE", type=output_file,
+                        help="write the listing (with --diff: the differences) as JSON to FILE")  # fmt: skip
+    parser.add_argument("--diff", nargs=2, metavar=("A.json", "B.json"),
+                        help="what changed from listing A to listing B (exit 1 if anything did)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,12 +53,8 @@ def run(args: argparse.Namespace) -> int:
     found = class_listing(framework.load(), args.pattern)
     if args.json:
         names = [name for name, _ in found]
-        data = classes.listing(
-            framework.load(),
-            names,
-            macos=host.macos_version(),
-            build=host.sysctl_text("kern.osversion"),
-        )
+        data = classes.listing(framework.load(), names, macos=host.macos_version(),
+                               build=host.sysctl_text("kern.osversion"))  # fmt: skip
         _write(args.json, data)
         methods = sum(len(m) for m in data["classes"].values())
         print(f"{len(names)} classes, {methods} methods written to {args.json}")

@@ -15,23 +15,12 @@ from anekit.cli._common import output_file
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "names",
-        nargs="*",
-        metavar="NAME",
-        help="experiments to run (default: every one; --list names them)",
-    )
-    parser.add_argument(
-        "--json",
-        metavar="FILE",
-        type=output_file,
-        help="write the report to FILE, rewritten after every experiment",
-    )
-    parser.add_argument(
-        "--list",
-        action="store_true",
-        help="list the experiments with the question each answers, and stop",
-    )
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="experiments to run (default: every one; --list names them)")  # fmt: skip
+    parser.add_argument("--json", metavar="FILE", type=output_file,
+                        help="write the report to FILE, rewritten after every experiment")  # fmt: skip
+    parser.add_argument("--list", action="store_true",
+                        help="list the experiments with the question each answers, and stop")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

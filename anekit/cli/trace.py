@@ -24,49 +24,31 @@ MAX_TRACE_BYTES = 512 << 20  # of the JSON lines read back
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "traced",
-        nargs="*",
-        metavar="COMMAND",
-        help="after --: python script.py ARGS, or python -m module ARGS",
-    )
-    parser.add_argument(
-        "--jsonl",
-        metavar="FILE",
-        help="keep the calls as JSON lines in FILE (default: a temporary file)",
-    )
-    parser.add_argument(
-        "--class",
-        dest="classes",
-        action="append",
-        metavar="NAME",
-        help="trace this class (repeatable; default: _ANEClient, "
-        "_ANEInMemoryModel, _ANEModel, _ANERequest)",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="print the calls as JSON instead of the timeline"
-    )
+    parser.add_argument("traced", nargs="*", metavar="COMMAND",
+                        help="after --: python script.py ARGS, or python -m module ARGS")  # fmt: skip
+    parser.add_argument("--jsonl", metavar="FILE",
+                        help="keep the calls as JSON lines in FILE (default: a temporary file)")  # fmt: skip
+    parser.add_argument("--class", dest="classes", action="append", metavar="NAME",
+                        help="trace this class (repeatable; default: _ANEClient, "
+                             "_ANEInMemoryModel, _ANEModel, _ANERequest)")  # fmt: skip
+    parser.add_argument("--json", action="store_true",
+                        help="print the calls as JSON instead of the timeline")  # fmt: skip
 
 
 def target(command: list[str]) -> list[str]:
     """``python script.py ARGS`` or ``python -m module ARGS``; UsageError for anything else."""
     if not command:
-        raise UsageError(
-            "expected the command to trace after --, e.g. anekit trace -- python script.py"
-        )
+        raise UsageError("expected the command to trace after --, e.g. "
+                         "anekit trace -- python script.py")  # fmt: skip
     if not PYTHON.match(Path(command[0]).name) and command[0] != sys.executable:
-        raise UsageError(
-            f"expected a Python command after -- (python script.py or python -m "
-            f"module), found {command[0]!r}"
-        )
+        raise UsageError(f"expected a Python command after -- (python script.py or python -m "
+                         f"module), found {command[0]!r}")  # fmt: skip
     rest = command[1:]
     if not rest or (rest[0] == "-m" and len(rest) < 2):
         raise UsageError("expected a script or -m module after the Python interpreter")
     if rest[0] != "-m" and rest[0].startswith("-"):
-        raise UsageError(
-            f"interpreter option {rest[0]!r} is not passed through; expected "
-            "python script.py or python -m module"
-        )
+        raise UsageError(f"interpreter option {rest[0]!r} is not passed through; expected "
+                         "python script.py or python -m module")  # fmt: skip
     if rest[0] != "-m" and not Path(rest[0]).is_file():
         raise UsageError("no such script", path=rest[0])
     return command
@@ -80,25 +62,14 @@ def run(args: argparse.Namespace) -> int:
     command = target(args.traced)
     reason = framework.problem()
     if reason is not None:
-        print(
-            "anekit trace: error: it replaces methods of AppleNeuralEngine.framework's classes "
-            f"and needs macOS with it: {reason}",
-            file=sys.stderr,
-        )
+        print("anekit trace: error: it replaces methods of AppleNeuralEngine.framework's classes "
+              f"and needs macOS with it: {reason}", file=sys.stderr)  # fmt: skip
         return 1  # not available on this machine: not a usage error
     with tempfile.TemporaryDirectory(prefix="anekit-trace-") as scratch:
         jsonl = Path(args.jsonl) if args.jsonl else Path(scratch) / "trace.jsonl"
         classes = [a for c in (args.classes or []) for a in ("--class", c)]
-        host = [
-            command[0],
-            "-m",
-            "anekit.probe.tracehost",
-            "--out",
-            str(jsonl),
-            *classes,
-            "--",
-            *command[1:],
-        ]
+        host = [command[0], "-m", "anekit.probe.tracehost", "--out", str(jsonl), *classes,
+                "--", *command[1:]]  # fmt: skip
         code = subprocess.run(host, env=child_env(), check=False).returncode
         calls = tracing.read_jsonl(jsonl, MAX_TRACE_BYTES) if jsonl.is_file() else []
     if args.json:

@@ -27,6 +27,7 @@ from anekit.errors import ConversionError, MilTypeError
 from anekit.frontends.emit import Emitter
 from anekit.frontends.onnx.model import OnnxModel, mil_name
 from anekit.mil import DType, Value
+from anekit.passes.provenance import note_spellings
 
 ProgressFn = Callable[[int, int], None]
 INLINE_LIMIT = 16  # constants up to this many elements are written inline, larger get a file
@@ -205,7 +206,7 @@ def convert_model(
             progress(i + 1, len(nodes))
     _outputs(ctx, env)
     try:
-        return b.build()
+        return note_spellings(b.build())  # the MIL spellings chosen here, for `anekit check`
     except MilTypeError as e:  # a lowering made an inconsistent program: our bug, say where
         raise ConversionError(f"the converted program does not verify: {e}") from e
 

@@ -28,6 +28,7 @@ from anekit.frontends.emit import Emitter
 from anekit.frontends.torch.lowerings import LOWERINGS
 from anekit.frontends.torch.pytree import leaf_names, select
 from anekit.mil import DType, Value
+from anekit.passes.provenance import note_spellings
 
 # constants up to this many elements are written inline; larger ones get a weight file
 INLINE_LIMIT = 16
@@ -95,6 +96,8 @@ class Lower(Emitter):
         self.node: torch.fx.Node | None = None
         self._consts: dict[tuple[int, DType | None], tuple[torch.Tensor, Value]] = {}
         self.const_names: dict[int, str] = {}  # id(parameter or buffer) -> its graph name
+        # export's unbacked sizes (u0, ...) a lowering fixed (a constant boolean mask's count)
+        self.bindings: dict[Any, int] = {}
 
     # -- the current node ------------------------------------------------------------------
     @property
@@ -125,14 +128,30 @@ class Lower(Emitter):
         )
 
     def static(self, shape: Sequence[Any]) -> tuple[int, ...]:
-        """``shape`` as ints; a symbolic (dynamic) dimension is a ConversionError here."""
+        """``shape`` as ints (an unbacked size a lowering bound, ``self.bindings``, resolved);
+        a symbolic (dynamic) dimension is a ConversionError here."""
+        return tuple(self._static_dim(d, shape) for d in shape)
+
+    def _static_dim(self, d: Any, shape: Sequence[Any]) -> int:
         try:
-            return tuple(int(d) for d in shape)
+            return int(d)
         except (TypeError, RuntimeError):  # SymInt without a hint: a dynamic dimension
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            if expr is not None and self.bindings:
+                value = expr.xreplace(self.bindings)
+                if isinstance(value, int) or value.is_number:
+                    return int(value)
             raise self.fail(
                 f"this op needs a static shape, found {list(shape)}; the ANE compiles static "
                 "shapes only"
             ) from None
+
+    def bind(self, symbolic: Sequence[Any], concrete: Sequence[int]) -> None:
+        """Fix the unbacked sizes of ``symbolic`` (the node's result shape) to ``concrete``."""
+        for d, c in zip(symbolic, concrete, strict=True):
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                self.bindings[expr] = int(c)
 
     # -- values ------------------------------------------------------------------------------
     def v(self, x: Any, dtype: DType | None = None) -> Value:
@@ -229,6 +248,8 @@ def unsupported_nodes(exported: torch.export.ExportedProgram) -> list[torch.fx.N
     for node in exported.graph.nodes:
         if node.op == "placeholder" and node.name in user:
             runtime.add(node)
+        elif node.target == torch.ops.aten.sym_size.int:
+            continue  # a static size (the ANE's shapes are), so what it feeds folds
         elif node.op == "call_function" and any(a in runtime for a in node.all_input_nodes):
             runtime.add(node)
             if node.target is not operator.getitem and node.target not in LOWERINGS:
@@ -283,7 +304,7 @@ def convert_exported(
         if progress is not None:
             progress(i + 1, len(nodes))
     try:
-        return b.build()
+        return note_spellings(b.build())  # the MIL spellings chosen here, for `anekit check`
     except MilTypeError as e:  # a lowering made an inconsistent program: our bug, say where
         raise ConversionError(f"the converted program does not verify: {e}") from e
 

@@ -142,12 +142,14 @@ LOWERINGS: dict[Any, Lowering] = {
     aten.conv_transpose2d.input: _l.conv_transpose,
     aten.max_pool2d.default: _l.max_pool2d,
     aten.avg_pool2d.default: _l.avg_pool2d,
-    aten.adaptive_avg_pool2d.default: _l.adaptive_avg_pool2d,
+    aten.adaptive_avg_pool2d.default: _r.adaptive_avg_pool,
+    aten.adaptive_avg_pool1d.default: _r.adaptive_avg_pool,
     aten.constant_pad_nd.default: _r.pad_constant,
     # resampling, padding modes, rolling
     aten.upsample_nearest2d.vec: _r.upsample_nearest,
     aten.upsample_nearest1d.vec: _r.upsample_nearest,
     aten.upsample_bilinear2d.vec: _r.upsample_bilinear,
+    aten.upsample_bicubic2d.vec: _r.upsample_bicubic,
     aten.pad.default: _r.pad,
     aten.roll.default: _r.roll,
     # ordering and scans

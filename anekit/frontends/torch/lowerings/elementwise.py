@@ -147,21 +147,11 @@ def rsqrt(ctx: Lower, x: Any) -> Value:
 
 
 def gelu(ctx: Lower, x: Any, approximate: str = "none") -> Value:
-    """GELU spelled with ops the one-op sweep verified on the ANE (it has no evidence for MIL
-    ``gelu``): ``0.5 x (1 + erf(x / sqrt 2))``, or for ``approximate="tanh"``
-    ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``."""
-    if approximate not in ("none", "tanh"):
+    """MIL ``gelu``: ``EXACT`` (erf) or ``TANH_APPROXIMATION``."""
+    modes = {"none": "EXACT", "tanh": "TANH_APPROXIMATION"}
+    if approximate not in modes:
         raise ctx.fail(f"approximate={approximate!r}; expected 'none' or 'tanh'")
-    v = float_operand(ctx, x)
-    dt = v.dtype
-    if approximate == "none":
-        inner = ctx.op("erf", "erf", x=binary(ctx, "mul", v, 0.7071067811865476, dt))
-    else:
-        cube = binary(ctx, "mul", binary(ctx, "mul", v, v, dt), v, dt)
-        poly = binary(ctx, "add", v, binary(ctx, "mul", cube, 0.044715, dt), dt)
-        inner = ctx.op("tanh", "tanh", x=binary(ctx, "mul", poly, 0.7978845608028654, dt))
-    half = binary(ctx, "mul", v, 0.5, dt)
-    return binary(ctx, "mul", half, binary(ctx, "add", inner, 1.0, dt), dt)
+    return ctx.op("gelu", x=float_operand(ctx, x), mode=modes[approximate])
 
 
 def clamp(ctx: Lower, x: Any, min: Any = None, max: Any = None) -> Value:

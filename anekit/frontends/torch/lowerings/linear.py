@@ -189,20 +189,3 @@ def avg_pool2d(
         exclude_padding_from_average=not count_include_pad,
         **params,
     )
-
-
-def adaptive_avg_pool2d(ctx: Lower, x: Any, output_size: Any) -> Value:
-    """Global pooling is a mean over H and W; other sizes must divide the input evenly."""
-    value = ctx.v(x, ctx.out_dtype())
-    shape = ctx.static(value.shape)
-    h, w = shape[-2:]
-    oh, ow = ctx.out_shape()[-2:]
-    if (oh, ow) == (1, 1):
-        return ctx.op("reduce_mean", x=value, axes=[len(shape) - 2, len(shape) - 1], keep_dims=True)
-    if h % oh or w % ow:
-        raise ctx.fail(
-            f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}: lowered only when the output "
-            "size divides the input size"
-        )
-    k = [h // oh, w // ow]
-    return ctx.op("avg_pool", x=value, kernel_sizes=k, strides=k, pad_type="valid")

@@ -161,16 +161,15 @@ def index_select(ctx: Lower, x: Any, dim: int, index: Any) -> Value:
 
 def index(ctx: Lower, x: Any, indices: Any) -> Value:
     """``x[i, j, ...]`` with index tensors (broadcast together): the indexed axes are merged
-    into one and read by one ``gather`` of the linearised index; a boolean mask fails (its
-    result's shape depends on the data)."""
+    into one and read by one ``gather`` of the linearised index. A boolean mask known at
+    export (a buffer, or computed from constants) is its ``nonzero`` positions, as PyTorch
+    reads it, and the count export left symbolic becomes static; a mask computed from the
+    inputs fails (the result's shape would depend on the data)."""
     value = ctx.v(x)
     shape = ctx.static(value.shape)
+    if any(ix is not None and ctx.dtype_of(ix) is DType.bool for ix in indices):
+        indices = _mask_positions(ctx, shape, list(indices))
     given = [(d, ix) for d, ix in enumerate(indices) if ix is not None]
-    if any(ctx.dtype_of(ix) is DType.bool for _, ix in given):
-        raise ctx.fail(
-            "boolean-mask indexing has a data-dependent shape and is not lowered; "
-            "use torch.where or masked_fill"
-        )
     dims = [d for d, _ in given]
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     if not adjacent:  # PyTorch puts the broadcast index dims first: move the axes there
@@ -190,6 +189,35 @@ def index(ctx: Lower, x: Any, indices: Any) -> Value:
                                 ctx.out_shape(), "out"), DType.bool)  # fmt: skip
     out = ctx.op("gather", x=value, indices=flat, axis=first)
     return reshape(ctx, out, ctx.out_shape(), "out")
+
+
+def _mask_positions(ctx: Lower, shape: tuple[int, ...], indices: list[Any]) -> list[Any]:
+    """``indices`` with each constant boolean mask replaced by its ``nonzero`` positions (a
+    k-dim mask indexes k axes: k index tensors); binds the result's symbolic size."""
+    out: list[Any] = []
+    for ix in indices:
+        if ix is None or ctx.dtype_of(ix) is not DType.bool:
+            out.append(ix)
+        elif isinstance(ix, torch.Tensor):
+            out.extend(ix.nonzero(as_tuple=True))
+        else:
+            raise ctx.fail(
+                "boolean-mask indexing (x[mask]) with a mask computed from the inputs: the "
+                "result's shape depends on the data, and the ANE compiles static shapes only. "
+                "Keep the shape with torch.where(mask, x, fill) or x.masked_fill(~mask, fill), "
+                "or make the mask a constant (a buffer) so the selection is known at export"
+            )
+    meta = torch.empty(shape, device="meta")
+    picks = tuple(
+        slice(None)
+        if ix is None
+        else torch.empty(
+            ctx.shape_of(ix) if isinstance(ix, Value) else ix.shape, dtype=torch.long, device="meta"
+        )  # fmt: skip
+        for ix in out
+    )
+    ctx.bind(ctx.out.shape, meta[picks].shape)
+    return out
 
 
 def _reads_in_order(indices: list[Any], sizes: list[int]) -> bool:

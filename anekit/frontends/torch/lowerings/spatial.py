@@ -1,5 +1,6 @@
-"""Lowerings of resampling and padding: ``interpolate``/``upsample`` (nearest, bilinear),
-``pad`` (constant, reflect, replicate, circular) and ``roll``.
+"""Lowerings of resampling and padding: ``interpolate``/``upsample`` (nearest, bilinear,
+bicubic, and area: adaptive average pooling), ``pad`` (constant, reflect, replicate,
+circular) and ``roll``.
 
 Resampling takes MIL's ``upsample_*`` op where it samples exactly where PyTorch does
 (integer nearest scales; bilinear whose scale is the size ratio); otherwise the same
@@ -54,6 +55,42 @@ def bilinear_weights(size: int, out: int, align_corners: bool, scale: float | No
     np.add.at(weights, (np.arange(out), lo), 1 - frac)
     np.add.at(weights, (np.arange(out), hi), frac)
     return weights.astype(np.float32)
+
+
+def _cubic(x: np.ndarray, a: float = -0.75) -> np.ndarray:
+    """PyTorch's cubic convolution kernel (A = -0.75) at distances ``x``."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+
+def bicubic_weights(size: int, out: int, align_corners: bool, scale: float | None) -> np.ndarray:
+    """The [out, size] matrix of PyTorch's bicubic weights along one axis: four taps around
+    the source position (not clamped below 0, unlike bilinear), indices clamped to the
+    edges, as ``upsample_bicubic2d`` reads them."""
+    i = np.arange(out, dtype=np.float64)
+    if align_corners:
+        src = i * ((size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+    else:
+        src = (i + 0.5) * _ratio(size, out, scale) - 0.5
+    base = np.floor(src)
+    t = src - base
+    weights = np.zeros((out, size), np.float64)
+    for tap in range(-1, 3):
+        index = np.clip(base.astype(np.int64) + tap, 0, size - 1)
+        np.add.at(weights, (np.arange(out), index), _cubic(t - tap))
+    return weights.astype(np.float32)
+
+
+def area_weights(size: int, out: int) -> np.ndarray:
+    """The [out, size] matrix of adaptive average pooling along one axis: output ``i`` is the
+    mean of inputs ``floor(i * size / out)`` to ``ceil((i + 1) * size / out)``."""
+    weights = np.zeros((out, size), np.float32)
+    for i in range(out):
+        start, stop = (i * size) // out, -(-(i + 1) * size // out)
+        weights[i, start:stop] = 1.0 / (stop - start)
+    return weights
 
 
 def _along_axes(ctx: Lower, x: Value, matrices: list[np.ndarray]) -> Value:
@@ -128,6 +165,43 @@ def upsample_bilinear(
         bilinear_weights(s, o, bool(align_corners), sc) for s, o, sc in zip(sizes, outs, scales)
     ]
     return _along_axes(ctx, value, matrices)
+
+
+def upsample_bicubic(
+    ctx: Lower, x: Any, output_size: Any, align_corners: bool, scale_factors: Any = None
+) -> Value:
+    """Bicubic ``interpolate``: constant interpolation matrices along H and W (no MIL op).
+
+    ``upsample_bicubic2d``: ``align_corners`` either way, scales or sizes; PyTorch's
+    A = -0.75 kernel, edge indices clamped."""
+    value = float_operand(ctx, x)
+    shape, out = ctx.static(value.shape), ctx.out_shape()
+    scales = _scales(scale_factors, 2)
+    matrices = [
+        bicubic_weights(s, o, bool(align_corners), sc)
+        for s, o, sc in zip(shape[-2:], out[-2:], scales)
+    ]
+    return _along_axes(ctx, value, matrices)
+
+
+def adaptive_avg_pool(ctx: Lower, x: Any, output_size: Any) -> Value:
+    """Area ``interpolate``: ``reduce_mean``, ``avg_pool`` or constant averaging matrices.
+
+    ``adaptive_avg_pool{1,2}d``: a mean for a global pool, ``avg_pool`` when the output
+    size divides the input's, else constant averaging matrices along each axis (PyTorch's
+    uneven, overlapping windows)."""
+    value = float_operand(ctx, x)
+    shape, out = ctx.static(value.shape), ctx.out_shape()
+    count = 2 if "2d" in str(ctx.node.target) else 1
+    sizes, outs = shape[-count:], out[-count:]
+    rank = len(shape)
+    if all(o == 1 for o in outs):
+        axes = list(range(rank - count, rank))
+        return ctx.op("reduce_mean", x=value, axes=axes, keep_dims=True)
+    if count == 2 and all(s % o == 0 for s, o in zip(sizes, outs)):
+        k = [s // o for s, o in zip(sizes, outs)]
+        return ctx.op("avg_pool", x=value, kernel_sizes=k, strides=k, pad_type="valid")
+    return _along_axes(ctx, value, [area_weights(s, o) for s, o in zip(sizes, outs)])
 
 
 def pad(ctx: Lower, x: Any, pad: Any, mode: str = "constant", value: float | None = None) -> Value:
