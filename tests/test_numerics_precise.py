@@ -140,6 +140,10 @@ def test_subnormal_products_are_flushed_inside_the_dot_product():
     program, x = dot(256, 0.01, 0.001)
     assert run(program, "m4", x=x)["y"] == pytest.approx(np.full((1, 2), 2.56e-3), rel=2e-3)
     np.testing.assert_array_equal(run(program, "m4:precise", x=x)["y"], np.zeros((1, 2)))
+    with anekit.compile(program, backend="reference", numerics="m4:precise") as k:
+        k(x=x)  # the golden model says where the engine silently lost them
+        row = k.events.first
+        assert (row.op_type, row.flushed, row.saturated) == ("linear", 2 * 256, 0)
     np.testing.assert_array_equal(run(program, "m1:precise", x=x)["y"], np.zeros((1, 2)))
 
 
@@ -194,12 +198,13 @@ def test_the_fast_product_store_agrees_with_the_general_one_and_the_recipe():
     p = np.concatenate([values, edges, [-e for e in edges]]).astype(np.float32)
     profile = numerics_profile("m4:precise")
     fast, general = p.copy(), np.asfortranarray(np.stack([p, p]))[0]  # not C-contiguous
-    saturated = store_products(fast, profile)
+    saturated, flushed = store_products(fast, profile)
     store_products(general, profile)
     want = engine_product(p.astype(np.float64))
     np.testing.assert_array_equal(fast, want)
     np.testing.assert_array_equal(general, want)
     assert saturated == int(np.sum(np.isfinite(p) & np.isinf(want)))
+    assert flushed == int(np.sum((p != 0) & (want == 0)))
     even = p.copy()
     store_products(even, replace(profile, tie="even", flush_subnormals=False))
     np.testing.assert_array_equal(even, p.astype(np.float16).astype(np.float32))  # IEEE's

@@ -108,9 +108,16 @@ _SMALLEST_NORMAL = np.float32(2.0**-14)
 _FLUSH_BELOW = np.uint32(0x387FE000)
 
 
-def store_products(p: np.ndarray, profile: Any) -> int:
+def store_products(p: np.ndarray, profile: Any) -> tuple[int, int]:
     """Store products in fp16 in place as the engine does (N3), with the profile's tie rule,
-    overflow to inf and flush (N12); returns how many finite products became inf."""
+    overflow to inf and flush (N12); returns how many finite products became inf and how
+    many non-zero products became zero."""
+    nonzero = int(np.count_nonzero(p))
+    saturated = _store(p, profile)
+    return saturated, nonzero - int(np.count_nonzero(p))
+
+
+def _store(p: np.ndarray, profile: Any) -> int:
     if profile.tie == "away" and profile.flush_subnormals and p.flags.c_contiguous:
         u = p.reshape(-1).view(np.uint32)
         return sum(
@@ -144,7 +151,8 @@ def _store_away_flushed(u: np.ndarray) -> int:
 
 def precise_matmul(profile: Any, counts: list[int]) -> Any:
     """``np.matmul`` with every product stored in fp16 (``store_products``) and summed wide
-    (float64), a block of rows at a time; the saturated products are added to ``counts[0]``."""
+    (float64), a block of rows at a time; the products saturated and flushed are added to
+    ``counts[0]`` and ``counts[1]``."""
 
     def matmul(a: Any, b: Any) -> np.ndarray:
         a, b = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
@@ -159,7 +167,9 @@ def precise_matmul(profile: Any, counts: list[int]) -> Any:
             for i in range(0, m, step):
                 # [*batch, rows, K, N], C-ordered whatever the operands' strides
                 p = np.multiply(a[..., i : i + step, :, None], b[..., None, :, :], order="C")
-                counts[0] += store_products(p, profile)
+                saturated, flushed = store_products(p, profile)
+                counts[0] += saturated
+                counts[1] += flushed
                 out[..., i : i + step, :] = p.sum(axis=-2, dtype=np.float64)
         if vec_b:
             out = out[..., 0]
@@ -176,7 +186,8 @@ def rounded_products(reference: Any, saturates: str) -> Numerics:
     def hook(profile: Any, args: dict[str, Any], result: Any) -> tuple[Any, int]:
         if not _float(result):
             return result, 0
-        counts = [0]
-        return reference(**args, matmul=precise_matmul(profile, counts)), counts[0]
+        counts = [0, 0]
+        result = reference(**args, matmul=precise_matmul(profile, counts))
+        return result, (counts[0], counts[1])
 
     return Numerics(saturates=saturates, hook=hook, reads="products")
