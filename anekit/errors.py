@@ -18,6 +18,7 @@ import errno
 
 __all__ = [
     "AnekitError",
+    "NumericsOverflow",
     "MilSyntaxError",
     "MilTypeError",
     "WeightFileError",
@@ -247,6 +248,31 @@ class ConversionError(AnekitError, ValueError):
         for node, op, source in self.problems:
             lines.append(f"  {op} (node {node!r})" + (f" at {source}" if source else ""))
         super().__init__("\n".join(lines))
+
+
+class NumericsOverflow(ConversionError):
+    """A converted program that would overflow on the engine and cannot be rewritten to fit.
+
+    Names the op (``op``, ``op_type``), its MIL source line (``line``), where it came from in
+    the user's model (``source``) and the bound its values reached (``bound``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        op: str,
+        op_type: str,
+        line: int | None,
+        source: str,
+        bound: str,
+    ) -> None:
+        self.op, self.op_type, self.line, self.source, self.bound = op, op_type, line, source, bound
+        where = f"MIL line {line}" if line is not None else "no MIL line"
+        super().__init__(
+            f"{message}: {op_type} {op!r} ({where}), {bound}",
+            problems=((op, op_type, source),),
+        )
 
 
 class InspectError(AnekitError, ValueError):

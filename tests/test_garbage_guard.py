@@ -59,7 +59,7 @@ def test_a_stream_too_large_for_a_plain_rmsnorm_is_normalised() -> None:
     arrays = _arrays()
     # ~2e4 stays finite, but its squares overflow fp16: a plain RMSNorm gave inf there and
     # every logit came out 0 (the guard raised); the norms reading the stream are max-abs
-    # prescaled now (nn.layers.prescaled_rmsnorm), so the guard has nothing to say
+    # prescaled now (passes.residual.prescaled_rmsnorm), so the guard has nothing to say
     arrays["model.layers.1.mlp.down_proj.weight"] *= 3000.0
     with _model(arrays) as m:
         logits = m.logits([1, 5, 7])

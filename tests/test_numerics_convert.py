@@ -16,7 +16,7 @@ from tests.clitools import run
 torch = pytest.importorskip("torch")
 
 import anekit  # noqa: E402
-from anekit.errors import ConversionError  # noqa: E402
+from anekit.errors import ConversionError, NumericsOverflow  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),
@@ -34,8 +34,11 @@ def _saturating() -> tuple[torch.nn.Module, torch.Tensor]:
 def test_the_gate_runs_on_the_chips_profile_by_default(monkeypatch) -> None:
     monkeypatch.setenv("ANEKIT_NUMERICS", "ideal")  # the chip asked for wins over the default
     module, x = _saturating()
-    with pytest.raises(ConversionError, match="relative error"):
-        anekit.from_torch(module, (x,), chip="m4")
+    with pytest.raises(NumericsOverflow, match="would overflow on the engine") as caught:
+        anekit.from_torch(module, (x,), chip="m4")  # no norm: no residual scaling applies
+    error = caught.value
+    assert isinstance(error, ConversionError)
+    assert error.op_type == "conv" and error.line is not None and "observed [40000" in error.bound
 
 
 @pytest.mark.parametrize("numerics", ["ideal", None])
@@ -47,7 +50,7 @@ def test_the_gate_runs_on_the_profile_given(monkeypatch, numerics) -> None:
     with anekit.compile(program, backend="reference", numerics="ideal") as k:
         (y,) = k(**{program.main.inputs[0].name: x.numpy()}).values()
     assert (y == 40_000).all()
-    with pytest.raises(ConversionError, match="relative error"):
+    with pytest.raises(ConversionError, match="would overflow on the engine .numerics 'm1'"):
         anekit.from_torch(module, (x,), numerics="m1")
 
 

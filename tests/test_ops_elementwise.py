@@ -317,3 +317,18 @@ def test_gelu_exact_keeps_relative_accuracy_in_the_tail_and_the_sign_of_zero() -
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=0)
     assert np.signbit(got[-3]) and not np.signbit(got[-4])  # gelu(-0) = -0, gelu(0) = 0
     assert gelu_exact(np.float32(np.inf)) == np.inf and np.isnan(gelu_exact(np.float32(-np.inf)))
+
+
+def test_erf_of_float32_is_float32_within_its_bound() -> None:
+    from anekit.mil.ops.npmath import erf as _erf
+
+    x = np.concatenate([np.linspace(-6, 6, 40_001), np.logspace(-30, 0, 200)]).astype(np.float32)
+    x = np.concatenate([x, -x[-200:]])
+    want = np.array([math.erf(v) for v in x.astype(np.float64)])
+    got = _erf(x)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    err = np.abs(got.astype(np.float64) - want)
+    assert err.max() < 4.5e-7 and (err / np.maximum(np.abs(want), 1e-300)).max() < 8e-7
+    special = _erf(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 4.0, -100.0], np.float32))
+    assert list(special[:4]) == [0.0, 0.0, 1.0, -1.0] and np.isnan(special[4])
+    assert not np.signbit(special[0]) and np.signbit(special[1]) and list(special[5:]) == [1, -1]

@@ -45,6 +45,7 @@ class Fidelity:
     outputs: tuple[OutputFidelity, ...]
     backend: str
     reference: str = "PyTorch fp32"  # what the program was compared with
+    events: Any = None  # the golden model's cliff events of the run (``Kernel.events``)
 
     @property
     def worst(self) -> OutputFidelity:
@@ -112,9 +113,9 @@ def compare_arrays(
     options = {} if numerics is None else {"numerics": numerics}
     with backends.compile(program, backend=backend, **options) as kernel:
         got = kernel(**inputs)
-        used = kernel.backend
+        used, events = kernel.backend, kernel.events
     rows = tuple(_metrics(v.name, np.asarray(got[v.name]), w) for v, w in zip(outputs, want))
-    return Fidelity(rows, used, reference)
+    return Fidelity(rows, used, reference, events)
 
 
 def verify(fidelity: Fidelity, tolerance: float = TOLERANCE) -> None:

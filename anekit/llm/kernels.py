@@ -64,6 +64,7 @@ from anekit.mil.builder import Builder
 from anekit.mil.program import Program, Value
 from anekit.nn import attention as A
 from anekit.nn import layers as L
+from anekit.passes import residual as R
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,7 @@ def _block(
     rescale = None if host is None else host[0]
     o_in = o if rescale is None else b.mul(x=o, y=rescale, name="o_r")
     h = b.add(x=i["x"], y=o_in, name="h")
-    xn = L.prescaled_rmsnorm(b, h, _gain(b, cfg, i, "ffn_norm"), cfg.residual_eps, "ffn_xn")
+    xn = R.prescaled_rmsnorm(b, h, _gain(b, cfg, i, "ffn_norm"), cfg.residual_eps, "ffn_xn")
     ffn = _experts(b, cfg, xn, i) if cfg.experts else _ffn(b, cfg, xn, i, "")
     f = _post_norm(b, cfg, ffn, i, "post_ffn")
     if host is None:
@@ -277,7 +278,7 @@ def _ffn(b: Builder, cfg: LlmConfig, xn: Value, i: Mapping[str, Value], prefix: 
     gate = L.channels(b, h13, 0, f, prefix + "gate")
     up = L.channels(b, h13, f, f, prefix + "up")
     u = _geglu(b, gate, up) if cfg.gemma else L.swiglu(b, gate, up, prefix)
-    u = L.to_residual(b, u, cfg.residual_scale, prefix + "u")
+    u = R.to_residual(b, u, cfg.residual_scale, prefix + "u")
     return L.project(b, w2, u, prefix + "ffn", transpose_w=False)
 
 
@@ -293,7 +294,7 @@ def _experts(b: Builder, cfg: LlmConfig, xn: Value, i: Mapping[str, Value]) -> V
     up = b.slice_by_size(x=h13, begin=[0, 0, fe, 0], size=[1, e, fe, t], name="experts_up")
     u = L.swiglu(b, gate, up, "experts_")
     per_expert = b.reshape(x=weights, shape=[1, e, 1, t], name="route_per_expert")
-    u = L.to_residual(b, b.mul(x=u, y=per_expert, name="experts_routed"), cfg.residual_scale,
+    u = R.to_residual(b, b.mul(x=u, y=per_expert, name="experts_routed"), cfg.residual_scale,
                       "experts_u")  # fmt: skip
     y = b.matmul(x=i["w2"], y=u, name="experts_y")  # [1, E, D, T]: zero for experts not taken
     out = b.reduce_sum(x=y, axes=[1], keep_dims=True, name="experts_sum")
@@ -338,8 +339,8 @@ def _post_norm(b: Builder, cfg: LlmConfig, o: Value, i: Mapping[str, Value], nam
     if name not in i:
         return o
     # o is alpha * o': the norm with eps * alpha^2 gives o''s norm, which goes back to alpha
-    normed = L.prescaled_rmsnorm(b, o, _gain(b, cfg, i, name), cfg.residual_eps, f"{name}_n")
-    return L.to_residual(b, normed, cfg.residual_scale, name)
+    normed = R.prescaled_rmsnorm(b, o, _gain(b, cfg, i, name), cfg.residual_eps, f"{name}_n")
+    return R.to_residual(b, normed, cfg.residual_scale, name)
 
 
 def _geglu(b: Builder, gate: Value, up: Value) -> Value:
@@ -386,7 +387,7 @@ def head_constants_program(
 
 
 def _head(b: Builder, cfg: LlmConfig, x: Value, norm: Value, ws: Sequence[Value]) -> Program:
-    xn = L.prescaled_rmsnorm(b, x, A.gain(b, norm, cfg.norm_offset, "norm"), cfg.residual_eps,
+    xn = R.prescaled_rmsnorm(b, x, A.gain(b, norm, cfg.norm_offset, "norm"), cfg.residual_eps,
                              "xn")  # fmt: skip
     for j, w in enumerate(ws):
         name = f"logits{j}"

@@ -18,7 +18,6 @@ runs (it is closed before the model is built); ``residual_scale=`` skips it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,15 +25,13 @@ from typing import Any
 import numpy as np
 
 from anekit.llm.config import LlmConfig
+from anekit.passes.residual import MIN_SCALE, PEAK_LIMIT, choose_alpha
 
-# A quarter of the matmul saturation (32752, N1): a projection's output is at most the
-# difference of two stream values, so it stays under half the cliff. The norms reading the
-# stream are max-abs prescaled (nn.layers.prescaled_rmsnorm): no RMS limit of their own.
-PEAK_LIMIT = 32752.0 / 4
+__all__ = ["MIN_SCALE", "PEAK_LIMIT", "Calibration", "calibrate", "choose_alpha"]
+
 CALIBRATION_TOKENS = 16
 # the probe's own stream scale: peaks up to 65504 * 256 stay finite in its fp16 outputs
 PROBE_SCALE = 2.0**-8
-MIN_SCALE = 2.0**-24  # fp16's smallest step: no stream needs more
 
 
 @dataclass(frozen=True)
@@ -45,14 +42,6 @@ class Calibration:
     peak: float  # the largest |residual| after any block (fp32)
     rms: float  # the largest per-token RMS of the residual after any block
     tokens: int
-
-
-def choose_alpha(peak: float) -> float:
-    """The largest power of two <= 1 that keeps ``peak`` under :data:`PEAK_LIMIT`."""
-    need = max(peak / PEAK_LIMIT, 1.0)
-    if not math.isfinite(need):
-        return MIN_SCALE
-    return max(2.0 ** -math.ceil(math.log2(need)), MIN_SCALE)
 
 
 def calibrate(

@@ -35,16 +35,15 @@ from anekit.nn.layers import (
     kv_columns,
     merge_query_rows,
     pad_axis,
-    prescaled_rmsnorm,
     project,
     query_rows,
     rmsnorm,
     rope,
     rope_tables,
     stacked_columns,
-    to_residual,
 )
 from anekit.nn.spec import BlockShape
+from anekit.passes.residual import prescaled_rmsnorm, to_residual
 
 PACKED = "packed"  # training: stacked transposed weights with RoPE-swapped copies
 HF = "hf"  # inference: Hugging Face's [out, in] weights, optional biases and q/k norms
@@ -139,7 +138,7 @@ def attention(
             an inner-dimension rule (M1: 32); zeros leave the products unchanged. Default: 1.
         residual_scale (float): alpha of a scaled stream (``anekit.llm.residual``): the norm
             takes ``norm_eps * alpha**2`` and ``wo``'s input (and ``bo``) is scaled by alpha.
-        prescaled_norm (bool): read ``x`` with :func:`~anekit.nn.layers.prescaled_rmsnorm`
+        prescaled_norm (bool): read ``x`` with :func:`~anekit.passes.residual.prescaled_rmsnorm`
             (safe at any fp16 magnitude; ``rstd`` is then None). Default: False.
         flavour (Flavour): the family's gains, query scale and soft-cap (``HF`` layout).
 

@@ -65,42 +65,6 @@ def rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) -> tuple[V
     return xn, rstd
 
 
-# fp16's smallest normal: the floor of a row's max-abs in prescaled_rmsnorm (an all-zero row)
-_ROW_FLOOR = 2.0**-14
-_FP16_TINY = 2.0**-24  # the smallest fp16 step: epsilon terms below it are held at it
-
-
-def prescaled_rmsnorm(b: Builder, x: Value, gain: Value, eps: float, name: str) -> Value:
-    """RMSNorm safe at any fp16 magnitude: ``x / m`` normalised, ``m`` each token's max |x|.
-
-    ``rmsnorm`` needs RMS(x) < 256 (its sum of squares is stored in fp16); here the squares
-    are of ``|x / m| <= 1``, so the sum is at most the channel count, and
-    ``x / sqrt(mean(x^2) + eps) = (x/m) / sqrt(mean((x/m)^2) + (sqrt(eps)/m)^2)`` exactly.
-    The max-abs prescale of tmc/apple's MIL norm (ANE_NUMERICS.md 1b), used where the
-    residual stream is read (large "massive activation" channels, ``anekit.llm.residual``).
-    """
-    d = x.shape[CHANNEL_AXIS]
-    m = b.reduce_max(x=b.abs(x=x, name=f"{name}_abs"), axes=[CHANNEL_AXIS], keep_dims=True,
-                     name=f"{name}_max")  # fmt: skip
-    m = b.maximum(x=m, y=_ROW_FLOOR, name=f"{name}_m")
-    xs = b.real_div(x=x, y=m, name=f"{name}_xs")
-    ss = b.reduce_sum_square(x=xs, axes=[CHANNEL_AXIS], keep_dims=True, name=f"{name}_ss")
-    eps_m = b.square(x=b.real_div(x=max(math.sqrt(eps), _FP16_TINY), y=m), name=f"{name}_em")
-    ms = b.add(x=b.mul(x=ss, y=1.0 / d, name=f"{name}_ms"), y=eps_m, name=f"{name}_eps")
-    rstd = b.pow(x=ms, y=-0.5, name=f"{name}_rstd")
-    return b.mul(x=b.mul(x=xs, y=rstd, name=f"{name}_unit"), y=gain, name=name)
-
-
-def to_residual(b: Builder, x: Value, alpha: float, name: str) -> Value:
-    """``x`` scaled by alpha, the residual stream's scale, before it is projected into it.
-
-    Scaling a projection's input scales its output, whether its weight is a program input
-    or a constant, so the product itself stays inside the matmul range (N1 in
-    docs/numerics.md; ``anekit.llm.residual``).
-    """
-    return x if alpha == 1.0 else b.mul(x=x, y=alpha, name=f"{name}_scaled")
-
-
 def rope_swap(heads: int, head_dim: int) -> np.ndarray:
     """The channel permutation that swaps the two halves of every head (an involution)."""
     i = np.arange(heads * head_dim)

@@ -3,6 +3,7 @@ does the same for an ExportedProgram saved with ``torch.export.save`` (``anekit 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -87,8 +88,43 @@ def from_torch(
     program = convert_pipeline(converted, passes, chip)
     if verify:
         gate = numerics if numerics is not None else chip
-        check_fidelity(module, example_inputs, program, tolerance, kwargs=kwargs, numerics=gate)
+        program = _gated(module, example_inputs, kwargs, program, tolerance, gate, chip, exported)
     return program
+
+
+def _gated(module: Any, example_inputs: Any, kwargs: dict[str, Any] | None, program: Program,
+           tolerance: float, numerics: Any, chip: Any, exported: Any) -> Program:  # fmt: skip
+    """``program`` through the fidelity gate on the chip's numerics: kept, residual-scaled to
+    fit the engine, or refused naming the op, line and bound (``anekit.frontends.envelope``)."""
+    from anekit.frontends.envelope import within_envelope
+    from anekit.frontends.torch.lower import source_line
+
+    runnable = _runnable(program)
+    want = in_program_order(runnable, torch_outputs(module, example_inputs, kwargs))
+    inputs = program_inputs(runnable, example_inputs, kwargs)
+    nodes = {n.name: n for n in exported.graph.nodes if n.op == "call_function"}
+    (last,) = [n for n in exported.graph.nodes if n.op == "output"]
+    made = [a for a in torch.utils._pytree.tree_leaves(last.args) if isinstance(a, torch.fx.Node)]
+    for v, node in zip(runnable.main.outputs, made):  # an output's op is named after it
+        nodes.setdefault(v.name, node)
+
+    def source(name: str) -> str:  # an op is named after its node, plus suffixes
+        parts = name.split("_")
+        for end in range(len(parts), 0, -1):
+            node = nodes.get("_".join(parts[:end]))
+            if node is not None:
+                return source_line(node)
+        return ""
+
+    gated, _ = within_envelope(runnable, inputs, want, tolerance=tolerance, numerics=numerics,
+                               chip=chip_profile(chip), source=source)  # fmt: skip
+    if gated is runnable:
+        return program
+    if runnable is program:
+        return gated
+    (fn_name,) = program.functions  # _runnable renamed the one function to main
+    fn = dataclasses.replace(gated.main, name=fn_name)
+    return Program({fn_name: fn}, version=gated.version, build_info=gated.build_info)
 
 
 def check_fidelity(

@@ -40,10 +40,15 @@ _ERF_SERIES_BELOW = 0.5  # |x| under this: the Taylor series, exact to float64 i
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """erf(x) in float64 to a relative error of about 1e-7 (NumPy has no erf), vectorised.
+    """erf(x) (NumPy has no erf), vectorised, in x's precision (as a ufunc computes).
 
-    The fp16 storage model rounds the result to 11 bits, far coarser than the error.
+    float64 and other inputs: float64 to a relative error of about 1e-7. float32 (the
+    reference backend's fp16 and fp32 values): :func:`erf32`, within 4.3e-7 absolute and
+    7e-7 relative, ten times faster. The fp16 storage model rounds the result to 11
+    bits, far coarser than either error.
     """
+    if isinstance(x, np.ndarray) and x.dtype == np.float32:
+        return erf32(x)
     x = np.asarray(x, np.float64)
     z = np.abs(x)
     t = 1.0 / (1.0 + 0.5 * z)
@@ -69,6 +74,57 @@ def erf(x: np.ndarray) -> np.ndarray:
     return result
 
 
+_CHUNK = 1 << 14  # elements per pass: a chunk and its three temporaries stay in L2
+# erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (float32 rounds erf to +-1 beyond). P of degree 6,
+# Q of degree 4 with Q(0) = 1, constant term first: a rational least-squares fit made for
+# this module (Sanathanan-Koerner iterations with Lawson weights on 80k points of [0, 4]
+# against float64 erf; 5.4e-8 absolute in float64, 4.2e-7 once evaluated in float32).
+_ERF_P = (
+    1.128378677153185, 0.2139460387979338, 0.052433645533766796, 0.004293109248457219,
+    0.00015553812268923064, -1.9903244080315167e-06, 1.921713403825035e-08,
+)  # fmt: skip
+_ERF_Q = (
+    1.0, 0.5229323958860748, 0.12080017601328959, 0.015551204780539042,
+    0.0010980516232815974,
+)  # fmt: skip
+_ERF_P32 = tuple(np.float32(c) for c in reversed(_ERF_P))  # Horner order
+_ERF_Q32 = tuple(np.float32(c) for c in reversed(_ERF_Q))
+_FOUR, _ONE = np.float32(4.0), np.float32(1.0)
+
+
+def erf32(x: np.ndarray) -> np.ndarray:
+    """erf of float32 values in float32, within 4.3e-7 absolute and 7e-7 relative of erf.
+
+    A cache-sized chunk at a time with ``out=`` ufuncs (about 25 passes). erf(-0) = -0
+    (P and Q keep one sign on [0, 16]), erf(+-inf) = +-1 (clamped to 4), NaN stays NaN.
+    """
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(x.shape, np.float32)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    n = min(_CHUNK, xf.size)
+    c, c2, q = (np.empty(n, np.float32) for _ in range(3))
+    for i in range(0, xf.size, _CHUNK):
+        xs, p = xf[i : i + _CHUNK], of[i : i + _CHUNK]
+        m = xs.size
+        cc, x2, qq = c[:m], c2[:m], q[:m]
+        np.minimum(xs, _FOUR, out=cc)
+        np.maximum(cc, -_FOUR, out=cc)  # (np.clip's wrapper costs more than two passes)
+        np.square(cc, out=x2)
+        p.fill(_ERF_P32[0])
+        for k in _ERF_P32[1:]:
+            p *= x2
+            p += k
+        p *= cc
+        qq.fill(_ERF_Q32[0])
+        for k in _ERF_Q32[1:]:
+            qq *= x2
+            qq += k
+        p /= qq
+        np.minimum(p, _ONE, out=p)  # the fit may pass +-1 by an ulp near 4
+        np.maximum(p, -_ONE, out=p)
+    return out
+
+
 def real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return integers.trunc_div(x, y) if is_int(x) else np.true_divide(x, y)
 
@@ -82,9 +138,8 @@ def channel_vector(alpha: np.ndarray, rank: int) -> np.ndarray:
     return np.reshape(alpha, (1, -1) + (1,) * (rank - 2))
 
 
-_GELU_CHUNK = 1 << 14  # elements per pass: a chunk and its three temporaries stay in L2
 _ERFC_FIT32 = tuple(np.float32(c) for c in reversed(_ERFC_FIT))  # Horner order, float32
-_HALF, _ONE, _RSQRT2 = np.float32(0.5), np.float32(1.0), np.float32(1.0 / math.sqrt(2.0))
+_HALF, _RSQRT2 = np.float32(0.5), np.float32(1.0 / math.sqrt(2.0))
 
 
 def gelu_exact(x: np.ndarray) -> np.ndarray:
@@ -100,10 +155,10 @@ def gelu_exact(x: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(x.shape, np.float32)
     xf, of = x.reshape(-1), out.reshape(-1)
-    n = min(_GELU_CHUNK, xf.size)
+    n = min(_CHUNK, xf.size)
     z, t, p = (np.empty(n, np.float32) for _ in range(3))
-    for i in range(0, xf.size, _GELU_CHUNK):
-        xs, o = xf[i : i + _GELU_CHUNK], of[i : i + _GELU_CHUNK]
+    for i in range(0, xf.size, _CHUNK):
+        xs, o = xf[i : i + _CHUNK], of[i : i + _CHUNK]
         m = xs.size
         zz, tt, pp = z[:m], t[:m], p[:m]
         np.abs(xs, out=zz)
