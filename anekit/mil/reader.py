@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import OrderedDict
-from struct import pack as _pack
+from struct import pack_into as _pack_into
 from typing import Any
 
 import numpy as np
@@ -184,8 +184,16 @@ class LiteralReader(TokenReader):
         toks = self.toks
         if index + 3 < len(toks) and toks[index + 1] == "(" and toks[index + 3] == ")":
             t = known_type(toks[index])  # TYPE ( token ): the common literals, read in one step
-            if t is not None and t.is_static and toks[index + 2] not in ("-", "+"):
-                value = self.one_token_literal(t, toks[index + 2], index)
+            body = toks[index + 2]
+            if t is not None and t.is_static and body not in ("-", "+"):
+                if t.dtype is _STR:  # names and other strings: rarely repeated, not remembered
+                    value = self.one_token_literal(t, body, index)
+                else:  # remembered by its text, as a whole-line const's literal is
+                    text = f"{toks[index]}({body})"
+                    value = _LITERALS.get(text)
+                    if value is None:
+                        value = self.one_token_literal(t, body, index)
+                        remember_literal(text, value)
                 self.i = index + 4
                 return value
         if self.peek() == "uint64":
@@ -249,14 +257,14 @@ class LiteralReader(TokenReader):
         elif not flat:
             return _shaped(flat, t)
         elif t.dtype in _PACK_CODES:  # a list: packed by struct, which refuses an overflow
-            try:
-                packed = bytearray(_pack(f"<{len(flat)}{_PACK_CODES[t.dtype]}", *flat))
+            array = np.empty(t.shape, t.dtype.numpy)
+            try:  # into the array's own memory: no buffer object outlives the call
+                _pack_into(f"<{len(flat)}{_PACK_CODES[t.dtype]}", array, 0, *flat)
             except OverflowError:
-                packed = None
-            if packed is not None:
-                array = np.frombuffer(packed, t.dtype.numpy)
+                pass
+            else:
                 if np.count_nonzero(array) + flat.count(0.0) == len(flat):  # no value became 0
-                    return array if len(t.shape) == 1 else array.reshape(t.shape)
+                    return array
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
