@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     print(contradiction_table(entries))
     print("\nlanguage models: predicted decode vs published (anekit/llm/data/published.json):")
     print(llm_table())
-    print("\ntraining steps: predicted vs published (anekit/train/data/published.json):")
+    print("\ntraining steps: predicted vs published (anekit/train/published.json):")
     print(training_table())
     return 0
 
