@@ -211,3 +211,22 @@ def test_the_fast_product_store_agrees_with_the_general_one_and_the_recipe():
     nan = np.array([np.nan], np.float32)
     store_products(nan, profile)
     assert np.isnan(nan[0])
+
+
+def test_attention_rounds_the_products_of_both_its_matmuls():
+    """scaled_dot_product_attention under m4:precise: the scores' products and the products of
+    the (fp16-rounded) softmax weights with the values, as the recipe does in float64."""
+    rng = np.random.default_rng(11)
+    q, k, v = (spread(rng, (1, 2, 4, 16)) for _ in range(3))
+    b = mil.Builder()
+    qi, ki, vi = (b.input(n, (1, 2, 4, 16), "fp16") for n in "qkv")
+    b.output(b.add_op("scaled_dot_product_attention", {"query": qi, "key": ki, "value": vi}), "o")
+    got = run(b.build(), "m4:precise", q=q, k=k, v=v)["o"]
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    scores = engine_product(q64[..., :, None, :] * k64[..., None, :, :]).sum(-1) / 4.0
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    weights = fp16_away(e / e.sum(-1, keepdims=True))
+    want = engine_store(engine_product(weights[..., :, :, None] * v64[..., None, :, :]).sum(-2))
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-6)
+    plain = run(b.build(), "m4", q=q, k=k, v=v)["o"]
+    assert not np.array_equal(plain, got)

@@ -154,8 +154,12 @@ def precise_matmul(profile: Any, counts: list[int]) -> Any:
     (float64), a block of rows at a time; the products saturated and flushed are added to
     ``counts[0]`` and ``counts[1]``."""
 
+    round_input = round_fp16_away if profile.tie == "away" else round_fp16
+
     def matmul(a: Any, b: Any) -> np.ndarray:
-        a, b = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
+        # the operands in fp16 too (N3; a no-op for fp16 values, not for an op's own
+        # intermediates such as attention's softmax weights); inputs are not flushed
+        a, b = (np.ascontiguousarray(round_input(v), np.float32) for v in (a, b))
         vec_a, vec_b = a.ndim == 1, b.ndim == 1
         a = a[None, :] if vec_a else a
         b = b[:, None] if vec_b else b
@@ -178,7 +182,7 @@ def precise_matmul(profile: Any, counts: list[int]) -> Any:
     return matmul
 
 
-def rounded_products(reference: Any, saturates: str) -> Numerics:
+def rounded_products(reference: Any, saturates: str | None) -> Numerics:
     """N3 (and N12) inside the dot product, for an op whose ``reference(..., matmul=)`` does its
     multiply-accumulate through ``matmul``: run where the profile's ``products`` is "fp16"
     (the precise variants), also saturating its output as ``saturates`` (N1)."""
