@@ -177,3 +177,42 @@ def test_runtime_weights_and_biases_match_the_previous_executor() -> None:
     want, got = run_both(b.build(), inputs)
     for name in want:
         assert same(got[name], want[name]), name
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_one_hot_conv_gathers_the_same_bits_as_the_product(monkeypatch, with_bias) -> None:
+    """The conv form gathers weight columns for one-hot input columns (a lookup made a
+    matmul), bit for bit the BLAS product: -0 weights give +0, an all-zero column +0 (then
+    the bias); any other input takes the product."""
+    ch, c_out, tokens = forms.ONE_HOT_FROM + 24, 48, 9
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((c_out, ch, 1, 1)).astype(np.float16)
+    w[rng.random(w.shape) < 0.05] = -0.0
+    w[:, 5] = -0.0  # a column of -0: every output from it is +0
+    b = mil.Builder()
+    x = b.input("x", (1, tokens, 1, ch), "fp16")
+    xt = b.transpose(x=x, perm=[0, 3, 2, 1])  # a strided view, as the lookup's one-hot is
+    bias = rng.standard_normal(c_out).astype(np.float16)
+    y = b.conv(x=xt, weight=b.const(w), bias=b.const(bias) if with_bias else None)
+    b.output(y, "y")
+    program = b.build()
+    onehot = np.zeros((1, tokens, 1, ch), np.float16)
+    ids = [0, 5, 17, ch - 1, 5, 300, 42, 7, 1000]
+    onehot[0, np.arange(tokens), 0, ids] = 1
+    empty = onehot.copy()
+    empty[0, 3] = 0  # a token outside the vocabulary chunk
+    dense = onehot.copy()
+    dense[0, 2, 0, 9] = 1  # two ones: no lookup
+    halves = onehot * np.float16(0.5)  # not ones
+    gathered = []
+    product = forms._one_hot_product
+
+    def spy(*args):
+        gathered.append(product(*args))
+        return gathered[-1]
+
+    monkeypatch.setattr(forms, "_one_hot_product", spy)
+    for inputs in (onehot, empty, dense, halves):
+        want, got = run_both(program, {"x": inputs})
+        assert same(got["y"], want["y"])
+    assert gathered == [True, True, False, False]

@@ -66,17 +66,25 @@ class Result:
 
 
 def interleave(
-    candidates: dict[str, Callable[[], Any]], rounds: int = 5, warmup: int = 1
+    candidates: dict[str, Callable[[], Any]],
+    rounds: int = 5,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Result]:
-    """Time each candidate once per round, rotating the order; ``warmup`` untimed rounds first."""
+    """Time each candidate once per round, rotating the order; ``warmup`` untimed rounds first.
+
+    ``clock``: wall time by default; ``time.thread_time`` counts only this thread's CPU
+    time, which load from other processes inflates far less (single-threaded candidates:
+    BLAS and PyTorch pinned to one thread run in the calling thread).
+    """
     names = list(candidates)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(warmup + rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            start = time.perf_counter()
+            start = clock()
             candidates[name]()
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             if r >= warmup:
                 samples[name].append(elapsed)
     return {n: Result(n, tuple(s)) for n, s in samples.items()}

@@ -12,7 +12,7 @@ flushed and replaced: :class:`CliffEvents`, what the engine never reports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,11 @@ class Storage:
     nan: float | None  # what NaN becomes (None: stays NaN)
     pos_inf: float | None  # what +inf becomes (None: stays)
     neg_inf: float | None
+    # the largest magnitude minus one (int32) at and above which the common path stops
+    top: np.int32 = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "top", np.int32(self.inf_from - _ONE))
 
 
 def storage_for(op_type: str, numerics: Numerics | None, profile: Any) -> Storage:
@@ -82,42 +87,45 @@ class DeviceRounder:
         self._b = np.empty(CHUNK, np.bool_)
 
     def __call__(self, x: np.ndarray, st: Storage, counts: np.ndarray) -> None:
-        """Store ``x`` (float32, C-contiguous) in place; add its events to ``counts``."""
+        """Store ``x`` (float32, C-contiguous) in place; add its events to ``counts``.
+
+        The common case in six passes where no value is tiny: magnitudes minus one (a
+        zero wraps to the top, so the unsigned minimum is the smallest non-zero magnitude
+        and the signed maximum the largest: NaN and saturation show there), then the
+        rounding itself. Tiny values (real activations have a few per chunk) cost two
+        passes more and are fixed by index: flushed to a signed zero (N12) or, from
+        2**-14 - 2**-25, rounded up to 2**-14. NaN, saturation, overflow, infinities and
+        kept subnormals take the general path (:meth:`_chunk`).
+        """
         flat = x.reshape(-1)
         n = flat.size
-        if n <= CHUNK:
-            if not self._plain(flat, st, counts):
-                self._chunk(flat, st, counts)
+        if n > CHUNK:
+            for i in range(0, n, CHUNK):
+                self(flat[i : i + CHUNK], st, counts)
             return
-        for i in range(0, n, CHUNK):
-            part = flat[i : i + CHUNK]
-            if not self._plain(part, st, counts):
-                self._chunk(part, st, counts)
-
-    def _plain(self, x: np.ndarray, st: Storage, counts: np.ndarray) -> bool:
-        """Store ``x`` unless a value is NaN, saturates or overflows (then False, x untouched).
-
-        Six passes where no value is tiny: magnitudes minus one (a zero wraps to the top,
-        so the unsigned minimum is the smallest non-zero magnitude and the signed maximum
-        the largest: NaN and saturation show there), then the rounding itself. Tiny values
-        (real activations have a few per chunk) cost two passes more and are fixed by index:
-        flushed to a signed zero (N12) or, from 2**-14 - 2**-25, rounded up to 2**-14.
-        """
-        m = self._m[: x.size]
-        u = x.view(np.uint32)
+        if not n:
+            return
+        m = self._m[:n]
+        u = flat.view(np.uint32)
         np.bitwise_and(u, MAGNITUDE, out=m)
         np.subtract(m, _ONE, out=m)
-        if m.view(np.int32).max() >= st.inf_from - _ONE:  # NaN, saturation or overflow
-            return False
-        if m.min() < _MIN_NORMAL_LESS_ONE:
-            if not st.flush:
-                return False  # subnormals kept: their own quantum (the general path)
-            self._tiny(x, m, counts)
-        self._round(u, st.tie_even)
-        return True
+        if m.view(np.int32).max() >= st.top or (
+            m.min() < _MIN_NORMAL_LESS_ONE and not self._tiny(flat, m, st, counts)
+        ):
+            self._chunk(flat, st, counts)
+        elif st.tie_even:
+            self._round(u, True)
+        else:
+            np.add(u, HALF_QUANTUM, out=u)
+            np.bitwise_and(u, KEEP_BITS, out=u)
 
-    def _tiny(self, x: np.ndarray, m: np.ndarray, counts: np.ndarray) -> None:
-        """Flush ``x``'s tiny values (``m``: its magnitudes minus one) before rounding."""
+    def _tiny(self, x: np.ndarray, m: np.ndarray, st: Storage, counts: np.ndarray) -> bool:
+        """Flush ``x``'s tiny values (``m``: its magnitudes minus one) before rounding.
+
+        False where the profile keeps subnormals (the general path rounds them).
+        """
+        if not st.flush:
+            return False
         u, b = x.view(np.uint32), self._b[: x.size]
         np.less(m, _MIN_NORMAL_LESS_ONE, out=b)
         if np.count_nonzero(b) > x.size >> 6:  # many (small gradients): vectorised
@@ -131,6 +139,7 @@ class DeviceRounder:
             up = m[tiny] >= _FLUSH_BELOW_LESS_ONE
             counts[FLUSHED] += tiny.size - np.count_nonzero(up)
             u[tiny] = (u[tiny] & SIGN_BIT) | np.where(up, MIN_NORMAL_BITS, _ZERO)
+        return True
 
     def _chunk(self, x: np.ndarray, st: Storage, counts: np.ndarray) -> None:
         n = x.size
