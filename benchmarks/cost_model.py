@@ -650,6 +650,12 @@ def llm_table() -> str:
                      f"{1 / r['published_s']:9.1f}  " + " | ".join(cells))  # fmt: skip
     for key, ratios in cols.items():
         lines.append(f"  {key:7} {_ratio_summary(ratios)}")
+    for source in sorted({r["source"] for r in at[eff]}):
+        mine = [i for i, r in enumerate(at[eff]) if r["source"] == source]
+        cells = [f"{key} {float(np.median([cols[key][i] for i in mine])):.2f}" for key in cols]
+        lines.append(
+            f"  per source, median time ratio: {source} ({len(mine)}): " + ", ".join(cells)
+        )
     return "\n".join(lines)
 
 
