@@ -53,6 +53,8 @@ _LONG_LINE = 1 << 21  # a longer line is tokenised a chunk at a time (findall is
 _CHUNK_TOKENS = 1 << 14
 MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
 _COMMENT = ("//", "#")
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for
+_INF = (float("inf"), float("-inf"))
 _GROUP = methodcaller("group", 1)  # a match's token
 
 
@@ -264,3 +266,23 @@ class TokenReader:
 def int_token(tok: str) -> int:
     """An integer token (checked by ``_INT``): decimal, or hex with a 0x prefix."""
     return int(tok, 16) if "x" in tok or "X" in tok else int(tok)
+
+
+def beyond_float(value: float, tok: str) -> bool:
+    """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
+    if value in _INF:
+        return True
+    if value != 0.0:
+        return False
+    hexa = "x" in tok or "X" in tok
+    digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
+    mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
+    return any(c not in "0.+-" for c in mantissa)
+
+
+def unquote(tok: str) -> str:
+    """The text a string token spells (its escapes replaced)."""
+    body = tok[1:-1]
+    if "\\" not in body:
+        return body
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)

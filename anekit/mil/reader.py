@@ -22,9 +22,11 @@ from anekit.mil.lexer import (
     NUMBER,
     TOKEN,
     TokenReader,
+    beyond_float,
     int_token,
     is_name,
     show,
+    unquote,
 )
 from anekit.mil.types import DType, TensorType, storage_loss
 from anekit.mil.typetokens import (  # noqa: F401
@@ -60,7 +62,6 @@ _BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tens
     r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
     re.ASCII,
 )
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
 _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
@@ -344,7 +345,7 @@ class LiteralReader(TokenReader):
                         (
                             k
                             for k, (v, p) in enumerate(zip(values, parts))
-                            if _beyond_float(v, p.strip())
+                            if beyond_float(v, p.strip())
                         ),
                         None,
                     )
@@ -406,7 +407,7 @@ class LiteralReader(TokenReader):
             if not _STRING.match(tok):
                 what = "an unterminated string" if tok.startswith('"') else show(tok)
                 raise self.error(f"expected a string literal, found {what}", index)
-            return _unquote(tok)
+            return unquote(tok)
         if dtype is _BOOL:
             if tok not in ("true", "false"):
                 raise self.error(f"expected true or false, found {show(tok)}", index)
@@ -429,7 +430,7 @@ class LiteralReader(TokenReader):
             value = float.fromhex(tok) if "x" in tok or "X" in tok else float(tok)
         except OverflowError:  # a hex float beyond float64
             value = _INF[0]
-        if _beyond_float(value, tok):
+        if beyond_float(value, tok):
             raise self.error(
                 f"value {show(tok)} is beyond every float dtype: fp32 holds 0 and magnitudes "
                 "1.4e-45 to 3.4e38",
@@ -542,18 +543,6 @@ def _is_list(tok: str) -> bool:
     return len(tok) > 1 and tok[0] == "["
 
 
-def _beyond_float(value: float, tok: str) -> bool:
-    """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
-    if value in _INF:
-        return True
-    if value != 0.0:
-        return False
-    hexa = "x" in tok or "X" in tok
-    digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
-    mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
-    return any(c not in "0.+-" for c in mantissa)
-
-
 def standalone_literal(text: str) -> Value | None:
     """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
     m = _ONE_TOKEN_LITERAL.match(text)
@@ -591,10 +580,3 @@ _LIST_BODY = re.compile(r"\[[0-9a-fA-FxXpP.+\-, \t]*\]\Z", re.ASCII)
 # (standalone_literal returns None), so where they point does not matter; it holds no state.
 _QUIET = LiteralReader.of_line("")
 _ONE_TOKEN_LITERAL = re.compile(r"(tensor<[^<>()]*>|[a-z]\w*)\(([^()]*)\)\Z", re.ASCII)
-
-
-def _unquote(tok: str) -> str:
-    body = tok[1:-1]
-    if "\\" not in body:
-        return body
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
