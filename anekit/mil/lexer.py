@@ -28,14 +28,17 @@ NUMBER = (  # one spelling per number, so a list of them cannot backtrack more t
     r"[-+]?(?:0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
     r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 )
+# Alternatives are tried in order, so the common tokens come first (punctuation, then names);
+# where two could match at one place the order decides, and it is kept: a list of numbers
+# before "[", a tensor type before a name, a hex number before a decimal, both before "->".
 _ALTERNATIVES = (
-    rf"\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]"  # a whole list of numbers: one token
-    r"|[(){}\[\],;=<>]"  # punctuation: half of all tokens
+    r"[(){}\],;=<>]"  # punctuation but "[": half of all tokens
+    rf"|\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]|\["  # a whole list of numbers (one token), or "["
     r"|tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
+    r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
     r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'  # string; unterminated, it runs to the end of the line
     r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # decimal
-    r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
     r"|->"
     r"|(?://|#).*"  # comment to end of line
     r"|\S"  # any other single character (punctuation, or an error)
