@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     print(contradiction_table(entries))
     print("\nlanguage models: predicted decode vs published (anekit/llm/data/published.json):")
     print(llm_table())
-    print("\ntraining steps: predicted vs published (anekit/train/data/published.json):")
+    print("\ntraining steps: predicted vs published (anekit/train/published.json):")
     print(training_table())
     return 0
 
@@ -650,6 +650,12 @@ def llm_table() -> str:
                      f"{1 / r['published_s']:9.1f}  " + " | ".join(cells))  # fmt: skip
     for key, ratios in cols.items():
         lines.append(f"  {key:7} {_ratio_summary(ratios)}")
+    for source in sorted({r["source"] for r in at[eff]}):
+        mine = [i for i, r in enumerate(at[eff]) if r["source"] == source]
+        cells = [f"{key} {float(np.median([cols[key][i] for i in mine])):.2f}" for key in cols]
+        lines.append(
+            f"  per source, median time ratio: {source} ({len(mine)}): " + ", ".join(cells)
+        )
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@
    slower, which would flatter anekit. Steps of the three candidates are interleaved
    (``harness``); target of issue 13: at least 0.5x PyTorch's tokens/s.
 2. The predicted step (``anekit.train.cost``: kernels and host work) next to every
-   published step in ``anekit/train/data/published.json`` (Stories110M 91 and 111 ms,
+   published step in ``anekit/train/published.json`` (Stories110M 91 and 111 ms,
    Qwen3-0.6B 412 ms on M4, maderix/ANE's dynamic pipeline).
 
 Data-parallel scaling (tokens/s at 1 and 2 ranks on MLX and Gloo, the all-reduce's share)

@@ -1,7 +1,8 @@
 """Range transfer functions of the ops #25's first round left unbounded: einsum,
 conv_transpose, the norms other than layer_norm, pooling, attention, pow, gelu, silu,
 gather and the movement ops that also write values of their own (pad, band_part, concat,
-one_hot, space_to_batch); and identity, cast, select, topk, relu6, clip, softplus. Each is declared once in the registry (``OpDef.ranges``).
+one_hot, space_to_batch); and identity, cast, select, topk, relu6, clip, softplus, abs,
+sign, square and the reductions l1/l2 norm, sum of squares and log-sum-exp. Each is declared once in the registry (``OpDef.ranges``).
 
 Soundness: on random inputs inside random ranges, every value the golden model computes
 (under "ideal" and under "m4") lies inside its propagated bound. Each case's op must get
@@ -183,6 +184,21 @@ def softplus(rng):
     return b.build(), {"x": (lo, hi + 12.0)}
 
 
+def reductions(rng):
+    """abs, sign, square, then reduce_l1_norm, reduce_l2_norm, reduce_sum_square and
+    reduce_log_sum_exp (its input kept where the engine's unshifted sum stays finite)."""
+    b = mil.Builder()
+    x = b.input("x", (2, 3, 8), "fp16")
+    axes = {"axes": np.array([-1], np.int32), "keep_dims": True}
+    for i, op in enumerate(("abs", "sign", "square")):
+        b.output(b.add_op(op, {"x": x}), f"u{i}")
+    for i, op in enumerate(("reduce_l1_norm", "reduce_l2_norm", "reduce_sum_square")):
+        b.output(b.add_op(op, {"x": x, **axes}), f"r{i}")
+    b.output(b.add_op("reduce_log_sum_exp", {"x": x, **axes}), "lse")
+    lo, hi = sorted(rng.uniform(-6.0, 6.0, 2).tolist())
+    return b.build(), {"x": (lo, hi + 0.25)}
+
+
 CASES: list[Case] = [
     einsum_const,
     einsum_runtime,
@@ -231,6 +247,7 @@ CASES: list[Case] = [
     one_hot,
     passing,
     softplus,
+    reductions,
 ]
 
 
@@ -324,6 +341,17 @@ def test_pow_of_a_value_that_may_be_negative_by_a_fraction_is_unbounded():
     b.output(b.add_op("pow", {"x": x, "y": b.weight("e", np.array([0.5], np.float16))}), "y")
     assert propagate(b.build().main, {"x": (-1.0, 4.0)}).by_name["y"] is None
     assert propagate(b.build().main, {"x": (1.0, 4.0)}).by_name["y"] == (1.0, 2.0)
+
+
+def test_log_sum_exp_is_unbounded_where_the_unshifted_sum_may_overflow():
+    """N10: 32 exps of 7.7 pass 65504 in the engine's unshifted sum (it gives inf there)."""
+    b = mil.Builder()
+    x = b.input("x", (1, 32), "fp16")
+    b.output(b.add_op("reduce_log_sum_exp", {"x": x, "axes": np.array([-1], np.int32)}), "y")
+    program = b.build()
+    assert propagate(program.main, {"x": (-1.0, 7.7)}).by_name["y"] is None
+    lo, hi = propagate(program.main, {"x": (-1.0, 7.6)}).by_name["y"]
+    assert (lo, hi) == pytest.approx((-1.0, 7.6 + np.log(32)))
 
 
 def test_fp16_saturation_now_fires_after_an_einsum_and_a_conv_transpose():

@@ -129,3 +129,15 @@ def test_an_unknown_residual_mode_is_refused(trigger) -> None:
     directory, _ = trigger
     with pytest.raises(UsageError, match="residual must be one of"):
         llm.load(directory, backend="reference", residual="fp32", residual_scale=1.0)
+
+
+def test_generate_takes_residual_and_strict(trigger, capsys) -> None:
+    from anekit.cli import main
+    from tests.llm_models import save_tokenizer
+
+    directory, _ = trigger
+    if not (directory / "tokenizer.json").exists():
+        save_tokenizer(directory)
+    argv = ["generate", "--model", str(directory), "--prompt", "Once upon", "--max-tokens", "2",
+            "--backend", "reference", "--residual", "host", "--strict"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err

@@ -324,3 +324,22 @@ def test_a_float_list_is_stored_as_numpy_stores_it_or_refused_as_storage_loss_sa
         else:
             with pytest.raises(MilSyntaxError):
                 parse_list(spelled, dtype)
+
+
+@pytest.mark.parametrize(
+    ("line", "tokens"),
+    [
+        # where two token alternatives match at one place, the one listed first wins: these
+        # pin each such overlap, whatever order the pattern tries its alternatives in
+        ("x = [1, 0x1p-3]", ["x", "=", "[1, 0x1p-3]"]),  # a list of numbers before "["
+        ("[1, a]", ["[", "1", ",", "a", "]"]),  # not all numbers: "[" alone
+        ("tensor<fp16, [2]>(t)", ["tensor<fp16, [2]>", "(", "t", ")"]),  # a type before a name
+        ("tensor < fp16", ["tensor", "<", "fp16"]),  # a split type: a name, then "<"
+        ("-0x1.8p+1 -1.5e3 ->", ["-0x1.8p+1", "-1.5e3", "->"]),  # hex, decimal, then "->"
+        ('a"b\\"c" @p/q.r', ["a", '"b\\"c"', "@p/q.r"]),  # names and strings
+        ("a ? b", ["a", "?", "b"]),  # anything else: one character
+    ],
+)
+def test_tokens_where_alternatives_overlap(line: str, tokens: list[str]) -> None:
+    reader = parser._Parser.of_line(line)
+    assert reader.toks[:-1] == tokens

@@ -21,9 +21,10 @@ def fp16_away(v: np.ndarray) -> np.ndarray:
     """Round float64 values to fp16 with ties away from zero, by hand: the quantum of each
     value's binade (subnormals share 2^-24), half a quantum up, overflow to inf."""
     a = np.abs(v)
-    e = np.maximum(np.floor(np.log2(np.where(a > 0, a, 1.0))), -14.0)
+    finite = np.isfinite(a)
+    e = np.maximum(np.floor(np.log2(np.where(finite & (a > 0), a, 1.0))), -14.0)
     q = 2.0 ** (e - 10)
-    r = np.floor(a / q + 0.5) * q
+    r = np.where(finite, np.floor(a / q + 0.5) * q, a)
     return np.copysign(np.where(r > 65504.0, np.inf, r), v)
 
 
@@ -139,6 +140,10 @@ def test_subnormal_products_are_flushed_inside_the_dot_product():
     program, x = dot(256, 0.01, 0.001)
     assert run(program, "m4", x=x)["y"] == pytest.approx(np.full((1, 2), 2.56e-3), rel=2e-3)
     np.testing.assert_array_equal(run(program, "m4:precise", x=x)["y"], np.zeros((1, 2)))
+    with anekit.compile(program, backend="reference", numerics="m4:precise") as k:
+        k(x=x)  # the golden model says where the engine silently lost them
+        row = k.events.first
+        assert (row.op_type, row.flushed, row.saturated) == ("linear", 2 * 256, 0)
     np.testing.assert_array_equal(run(program, "m1:precise", x=x)["y"], np.zeros((1, 2)))
 
 
@@ -176,3 +181,52 @@ def test_diff_names_the_first_op_whose_products_were_flushed():
     report = anekit.diff(program, {"x": x}, a="m4", b="m4:precise")
     assert report.b == "m4:precise" and report.first.op_type == "linear"
     assert report.first.max_error == pytest.approx(1.0)
+
+
+def test_the_fast_product_store_agrees_with_the_general_one_and_the_recipe():
+    """Every family stores ties away and flushes: that store runs on the float32 bits; the
+    general one (any tie rule, e.g. a calibrated file) on NumPy's rounding. Both agree with the
+    recipe, edges included (the band just below 2^-14, 65504 to 65520, inf, NaN)."""
+    from dataclasses import replace
+
+    from anekit.mil.ops.device import store_products
+
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal(20000) * 10.0 ** rng.uniform(-9, 5, 20000)
+    edges = [2.0**-14, 2.0**-14 - 2.0**-25, 2.0**-14 - 2.0**-26, 2.0**-14 - 2.0**-24, 65504.0,
+             65519.0, 65520.0, 1e6, np.inf, -np.inf, 0.0, -0.0, 1.0 + 2.0**-11]  # fmt: skip
+    p = np.concatenate([values, edges, [-e for e in edges]]).astype(np.float32)
+    profile = numerics_profile("m4:precise")
+    fast, general = p.copy(), np.asfortranarray(np.stack([p, p]))[0]  # not C-contiguous
+    saturated, flushed = store_products(fast, profile)
+    store_products(general, profile)
+    want = engine_product(p.astype(np.float64))
+    np.testing.assert_array_equal(fast, want)
+    np.testing.assert_array_equal(general, want)
+    assert saturated == int(np.sum(np.isfinite(p) & np.isinf(want)))
+    assert flushed == int(np.sum((p != 0) & (want == 0)))
+    even = p.copy()
+    store_products(even, replace(profile, tie="even", flush_subnormals=False))
+    np.testing.assert_array_equal(even, p.astype(np.float16).astype(np.float32))  # IEEE's
+    nan = np.array([np.nan], np.float32)
+    store_products(nan, profile)
+    assert np.isnan(nan[0])
+
+
+def test_attention_rounds_the_products_of_both_its_matmuls():
+    """scaled_dot_product_attention under m4:precise: the scores' products and the products of
+    the (fp16-rounded) softmax weights with the values, as the recipe does in float64."""
+    rng = np.random.default_rng(11)
+    q, k, v = (spread(rng, (1, 2, 4, 16)) for _ in range(3))
+    b = mil.Builder()
+    qi, ki, vi = (b.input(n, (1, 2, 4, 16), "fp16") for n in "qkv")
+    b.output(b.add_op("scaled_dot_product_attention", {"query": qi, "key": ki, "value": vi}), "o")
+    got = run(b.build(), "m4:precise", q=q, k=k, v=v)["o"]
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    scores = engine_product(q64[..., :, None, :] * k64[..., None, :, :]).sum(-1) / 4.0
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    weights = fp16_away(e / e.sum(-1, keepdims=True))
+    want = engine_store(engine_product(weights[..., :, :, None] * v64[..., None, :, :]).sum(-2))
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-6)
+    plain = run(b.build(), "m4", q=q, k=k, v=v)["o"]
+    assert not np.array_equal(plain, got)

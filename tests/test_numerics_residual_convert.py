@@ -110,3 +110,16 @@ def test_choose_alpha_is_shared_with_the_llm_calibration() -> None:
 
     assert residual.choose_alpha is choose_alpha
     assert choose_alpha(72852.5) == 1 / 16 and choose_alpha(100.0) == 1.0
+
+
+def test_convert_file_scales_the_saved_outlier_model_too(outlier, tmp_path) -> None:
+    from anekit.frontends.torch import convert_file
+
+    outlier.config.use_cache = False
+    exported = torch.export.export(outlier, (torch.tensor([IDS]),), strict=False)
+    torch.export.save(exported, str(tmp_path / "m.pt2"))
+    with pytest.warns(ResidualScaled, match="alpha = 0.0625"):
+        conversion = convert_file(tmp_path / "m.pt2", tmp_path / "out", chip="m4", estimate=False)
+    assert conversion.fidelity.worst.rel_error < 0.03
+    assert conversion.program.build_info["anekit-residual-scale"] == "0.0625"
+    assert "anekit-residual-scale" in (tmp_path / "out" / "model.mil").read_text()

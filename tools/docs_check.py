@@ -70,9 +70,9 @@ def check(write: bool) -> list[str]:
 NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?\s?(ms|us|µs|s|tok/s|tokens/s|TFLOPS|TOPS|GB/s|"
                     r"Gb/s|GB|MB|MiB|GiB|x|%)(?![\w/])")  # fmt: skip
 # a paragraph that says where its numbers come from (a table: the paragraph before it; a
-# "default": the code that sets it)
-SOURCED = re.compile(r"https?://|benchmarks/|results/|ANE_NOTES|published|measured|"
-                     r"maderix|ANEForge|anemll|tinygrad|arXiv|\(source|profile|default|`[\w/.-]+\.json`", re.I)  # fmt: skip
+# "default" or a code constant in backticks: the code that sets it; tests/: a test asserts it)
+SOURCED = re.compile(r"https?://|benchmarks/|results/|tests/|ANE_NOTES|published|measured|"
+                     r"maderix|ANEForge|anemll|tinygrad|arXiv|\(source|profile|default|`[\w/.-]+\.json`|(?-i:`[A-Z][A-Z0-9_]{2,}`)", re.I)  # fmt: skip
 BASELINE = "tools/docs_numbers_baseline.txt"
 
 

@@ -43,6 +43,16 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "model's, at most 1024; generate grows it to fit)"
     )  # fmt: skip
     parser.add_argument("--chat-template", help="a Jinja chat template file instead of the model's")
+    parser.add_argument(
+        "--residual", choices=("auto", "fp16", "host"), default="auto",
+        help="where the residual stream lives between programs: auto (default) moves it to "
+        "float32 on the host at the first step that overflows fp16 (docs/numerics.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--strict", action="store_true",
+        help="values the golden model saturated or replaced (its cliff events) stop the "
+        "generation with an error naming the position, layer and op (default: one warning)",
+    )  # fmt: skip
     add_threads(parser)
 
 
@@ -111,7 +121,8 @@ def chat_setup(args: argparse.Namespace, chat: bool) -> tuple[Any, Any]:
 
     chip = args.chip.name if args.chip is not None else None
     model = open_model(args.model, args.ckpt, args.tokenizer, backend=args.backend, chip=chip,
-                       compress=args.compress, max_seq=args.max_seq)  # fmt: skip
+                       compress=args.compress, max_seq=args.max_seq, residual=args.residual,
+                       strict=args.strict)  # fmt: skip
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
                 "repetition_penalty": args.repetition_penalty, "seed": args.seed}  # fmt: skip
     if not chat:

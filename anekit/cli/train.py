@@ -368,12 +368,31 @@ def _print_header(trainer, chip: Chip) -> None:
         f"{model.compile_seconds * 1e3:.0f} ms, shared by {m.n_layers} layers"
     )
     if model.backend != "ane":
-        seconds = model.predicted_ane_seconds(chip)
+        step = _predicted_step(m, chip, model.shape.batch)
+        seconds = step.ane_s if step is not None else model.predicted_ane_seconds(chip)
         if seconds is not None:
             print(
                 f"cost model: {seconds * c.grad_accum * 1e3:.1f} ms of ANE kernel time per step "
                 f"on {chip.name} (CPU work not included)"
             )
+        if step is not None:
+            print(
+                f"cost model, whole step on {chip.name}: {step.seconds * c.grad_accum * 1e3:.1f} ms "
+                "with the weight gradients beside the kernels (the published schedule), "
+                f"{dataclasses.replace(step, overlap=False).seconds * c.grad_accum * 1e3:.1f} ms "
+                "one after the other (as this trainer runs them)"
+            )
+
+
+def _predicted_step(m, chip: Chip, batch: int):
+    """The cost model's whole training step on ``chip``, or None where it has no CPU rate."""
+    from anekit.errors import UsageError
+    from anekit.train.cost import estimate_step
+
+    try:
+        return estimate_step(m, chip, batch=batch)
+    except UsageError:
+        return None
 
 
 def _loop(trainer, out: Path, args: argparse.Namespace) -> list[float]:

@@ -14,11 +14,13 @@ profile (:mod:`anekit.hw.numerics`), where fp16 overflows and the engine's satur
    rewritten (:func:`~anekit.passes.residual.scale_residual`); if the rewritten program
    passes (1) it replaces the converted one, its ``build_info`` records alpha
    (``anekit-residual-scale``) and a warning says so;
-3. else :class:`~anekit.errors.NumericsOverflow` names the first op whose observed range
+3. else :class:`~anekit.errors.NumericsOverflow` (it carries the gate's ``fidelity``) names the first op whose observed range
    leaves the profile's envelope (the checker's ``fp16-saturation``/``fp16-overflow`` rules
    on the ranges the golden model observed in float32 storage), its MIL line, the user's
    source line and the bound; a gate failure with nothing out of range is the ordinary
-   ConversionError (the conversion itself is wrong).
+   ConversionError (the conversion itself is wrong). Within tolerance with nothing out of
+   range, saturated values are still refused (named by the events' first op); values only
+   replaced (N8's table) warn.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from anekit.errors import NumericsOverflow
+from anekit.errors import ConversionError, NumericsOverflow
 from anekit.frontends.fidelity import Fidelity, compare_arrays, verify
 from anekit.mil import Program
 
@@ -89,9 +91,23 @@ def within_envelope(
                 stacklevel=3,
             )
             return scaled, again
-    _refuse(program, inputs, chip, source, stream.unsound, fidelity)
-    verify(fidelity, tolerance)  # nothing out of range: the conversion itself is wrong
-    raise AssertionError("unreachable: the gate failed")  # pragma: no cover
+    try:
+        _refuse(program, inputs, chip, source, stream.unsound, fidelity)
+        verify(fidelity, tolerance)  # nothing out of range: the conversion itself is wrong
+    except ConversionError as e:
+        e.fidelity = fidelity  # type: ignore[attr-defined]  (convert_file reports it)
+        raise
+    events = fidelity.events  # within tolerance, nothing out of range, yet events
+    first = next(r for r in events.rows if r.saturated or r.replaced)
+    if not events.saturated:  # non-finite values replaced (N8), the outputs still right
+        warnings.warn(f"under numerics {events.numerics!r} the engine would replace non-finite "
+                      f"values: {first.describe()}", RuntimeWarning, stacklevel=3)  # fmt: skip
+        return program, fidelity
+    raise NumericsOverflow(
+        f"the converted program saturates values on the engine (numerics {events.numerics!r})",
+        op=first.name, op_type=first.op_type, line=_mil_line(program, first.name),
+        source=source(first.name), bound=events.summary(),
+    )  # fmt: skip
 
 
 def _name(fidelity: Fidelity) -> str:

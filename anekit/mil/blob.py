@@ -459,7 +459,27 @@ class BlobFile:
         The record is checked against the declaration before any data is read.
         """
         record = self._records.get(offset) or self.record(offset)
-        if (record.dtype is not dtype and record.dtype != dtype) or record.bits != bits:
+        stored = record.dtype
+        if (
+            bits is None
+            and not copy
+            and record.bits is None
+            and (stored is dtype or stored == dtype)
+            and _NATIVE_IS_LITTLE
+            and self.data.__class__ is bytes
+        ):  # the common weight, whole-byte elements: a slice of the file's view (see array)
+            numel = math.prod(shape)
+            itemsize = stored.itemsize
+            if record.size // itemsize == numel:
+                whole = self._views.get(stored)
+                if whole is None:
+                    whole = self._views[stored] = np.frombuffer(
+                        self.data, dtype=stored, count=len(self.data) // itemsize
+                    )
+                start = record.data_offset // itemsize
+                array = whole[start : start + numel]
+                return array if len(shape) == 1 else array.reshape(shape)
+        if (stored is not dtype and stored != dtype) or record.bits != bits:
             raise WeightFileError(
                 f"expected the declared dtype {_name(dtype, bits)}, found "
                 f"{_name(record.dtype, record.bits)} in the blob",

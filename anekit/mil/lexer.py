@@ -28,14 +28,17 @@ NUMBER = (  # one spelling per number, so a list of them cannot backtrack more t
     r"[-+]?(?:0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
     r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 )
+# Alternatives are tried in order, so the common tokens come first (punctuation, then names);
+# where two could match at one place the order decides, and it is kept: a list of numbers
+# before "[", a tensor type before a name, a hex number before a decimal, both before "->".
 _ALTERNATIVES = (
-    rf"\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]"  # a whole list of numbers: one token
-    r"|[(){}\[\],;=<>]"  # punctuation: half of all tokens
+    r"[(){}\],;=<>]"  # punctuation but "[": half of all tokens
+    rf"|\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]|\["  # a whole list of numbers (one token), or "["
     r"|tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
+    r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
     r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'  # string; unterminated, it runs to the end of the line
     r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # decimal
-    r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
     r"|->"
     r"|(?://|#).*"  # comment to end of line
     r"|\S"  # any other single character (punctuation, or an error)
@@ -53,6 +56,8 @@ _LONG_LINE = 1 << 21  # a longer line is tokenised a chunk at a time (findall is
 _CHUNK_TOKENS = 1 << 14
 MORE = "\0more"  # the end of the tokens made so far; no text makes it (a NUL is an error)
 _COMMENT = ("//", "#")
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for
+_INF = (float("inf"), float("-inf"))
 _GROUP = methodcaller("group", 1)  # a match's token
 
 
@@ -264,3 +269,23 @@ class TokenReader:
 def int_token(tok: str) -> int:
     """An integer token (checked by ``_INT``): decimal, or hex with a 0x prefix."""
     return int(tok, 16) if "x" in tok or "X" in tok else int(tok)
+
+
+def beyond_float(value: float, tok: str) -> bool:
+    """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
+    if value in _INF:
+        return True
+    if value != 0.0:
+        return False
+    hexa = "x" in tok or "X" in tok
+    digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
+    mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
+    return any(c not in "0.+-" for c in mantissa)
+
+
+def unquote(tok: str) -> str:
+    """The text a string token spells (its escapes replaced)."""
+    body = tok[1:-1]
+    if "\\" not in body:
+        return body
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections import OrderedDict
-from struct import pack as _pack
+from struct import pack_into as _pack_into
 from typing import Any
 
 import numpy as np
@@ -23,12 +22,15 @@ from anekit.mil.lexer import (
     NUMBER,
     TOKEN,
     TokenReader,
+    beyond_float,
     int_token,
     is_name,
     show,
+    unquote,
 )
 from anekit.mil.types import DType, TensorType, storage_loss
-from anekit.mil.typetokens import (
+from anekit.mil.typetokens import (  # noqa: F401
+    _LITERALS,
     CACHE_ENTRIES,
     CACHED_LITERAL_CHARS,
     MAX_DIM,
@@ -37,10 +39,13 @@ from anekit.mil.typetokens import (
     SCALAR_TYPES,
     TYPE_PARTS,
     BadTypeToken,
+    _tensor_type,
+    clear_caches,
     dim_message,
     known_type,
     rank_message,
     read_type,
+    remember_literal,
     tensor_type,
 )
 from anekit.mil.values import BlobRef, Value
@@ -57,7 +62,6 @@ _BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tens
     r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d+)\)\)\)\Z",
     re.ASCII,
 )
-_ESCAPES = {"n": "\n", "r": "\r", "t": "\t"}  # what a backslash and letter stand for in a string
 _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
@@ -72,9 +76,6 @@ _PACK_CODES = {DType.fp16: "e", DType.fp32: "f"} if sys.byteorder == "little" el
 # the members the readers test for, as module globals: ``DType.string`` is an attribute
 # lookup through the Enum metaclass, several times the cost of a global
 _STR, _BOOL, _INT32 = DType.string, DType.bool, DType.int32
-# literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
-# deleting a dict's first key is not once many have gone
-_LITERALS: OrderedDict[str, Value] = OrderedDict()
 _NOT_DECIMAL = re.compile(r"[.eEpPxX]")  # in a list of numbers: one that is not a decimal integer
 _RUN_ITEMS = 1024  # numbers per chunk of number_run
 _NUMBER_STARTS = frozenset("0123456789+-.")
@@ -184,8 +185,16 @@ class LiteralReader(TokenReader):
         toks = self.toks
         if index + 3 < len(toks) and toks[index + 1] == "(" and toks[index + 3] == ")":
             t = known_type(toks[index])  # TYPE ( token ): the common literals, read in one step
-            if t is not None and t.is_static and toks[index + 2] not in ("-", "+"):
-                value = self.one_token_literal(t, toks[index + 2], index)
+            body = toks[index + 2]
+            if t is not None and t.is_static and body not in ("-", "+"):
+                if t.dtype is _STR:  # names and other strings: rarely repeated, not remembered
+                    value = self.one_token_literal(t, body, index)
+                else:  # remembered by its text, as a whole-line const's literal is
+                    text = f"{toks[index]}({body})"
+                    value = _LITERALS.get(text)
+                    if value is None:
+                        value = self.one_token_literal(t, body, index)
+                        remember_literal(text, value)
                 self.i = index + 4
                 return value
         if self.peek() == "uint64":
@@ -249,14 +258,14 @@ class LiteralReader(TokenReader):
         elif not flat:
             return _shaped(flat, t)
         elif t.dtype in _PACK_CODES:  # a list: packed by struct, which refuses an overflow
-            try:
-                packed = bytearray(_pack(f"<{len(flat)}{_PACK_CODES[t.dtype]}", *flat))
+            array = np.empty(t.shape, t.dtype.numpy)
+            try:  # into the array's own memory: no buffer object outlives the call
+                _pack_into(f"<{len(flat)}{_PACK_CODES[t.dtype]}", array, 0, *flat)
             except OverflowError:
-                packed = None
-            if packed is not None:
-                array = np.frombuffer(packed, t.dtype.numpy)
+                pass
+            else:
                 if np.count_nonzero(array) + flat.count(0.0) == len(flat):  # no value became 0
-                    return array if len(t.shape) == 1 else array.reshape(t.shape)
+                    return array
         wide = np.array(flat, dtype=np.float64)
         loss = storage_loss(wide, t.dtype)
         if loss is not None:
@@ -336,7 +345,7 @@ class LiteralReader(TokenReader):
                         (
                             k
                             for k, (v, p) in enumerate(zip(values, parts))
-                            if _beyond_float(v, p.strip())
+                            if beyond_float(v, p.strip())
                         ),
                         None,
                     )
@@ -398,7 +407,7 @@ class LiteralReader(TokenReader):
             if not _STRING.match(tok):
                 what = "an unterminated string" if tok.startswith('"') else show(tok)
                 raise self.error(f"expected a string literal, found {what}", index)
-            return _unquote(tok)
+            return unquote(tok)
         if dtype is _BOOL:
             if tok not in ("true", "false"):
                 raise self.error(f"expected true or false, found {show(tok)}", index)
@@ -421,7 +430,7 @@ class LiteralReader(TokenReader):
             value = float.fromhex(tok) if "x" in tok or "X" in tok else float(tok)
         except OverflowError:  # a hex float beyond float64
             value = _INF[0]
-        if _beyond_float(value, tok):
+        if beyond_float(value, tok):
             raise self.error(
                 f"value {show(tok)} is beyond every float dtype: fp32 holds 0 and magnitudes "
                 "1.4e-45 to 3.4e38",
@@ -534,18 +543,6 @@ def _is_list(tok: str) -> bool:
     return len(tok) > 1 and tok[0] == "["
 
 
-def _beyond_float(value: float, tok: str) -> bool:
-    """A number token whose float64 value is inf, or 0 although its digits are not all zero."""
-    if value in _INF:
-        return True
-    if value != 0.0:
-        return False
-    hexa = "x" in tok or "X" in tok
-    digits = tok[tok.lower().find("x") + 1 :] if hexa else tok
-    mantissa = re.split("[pP]" if hexa else "[eE]", digits)[0]
-    return any(c not in "0.+-" for c in mantissa)
-
-
 def standalone_literal(text: str) -> Value | None:
     """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
     m = _ONE_TOKEN_LITERAL.match(text)
@@ -583,30 +580,3 @@ _LIST_BODY = re.compile(r"\[[0-9a-fA-FxXpP.+\-, \t]*\]\Z", re.ASCII)
 # (standalone_literal returns None), so where they point does not matter; it holds no state.
 _QUIET = LiteralReader.of_line("")
 _ONE_TOKEN_LITERAL = re.compile(r"(tensor<[^<>()]*>|[a-z]\w*)\(([^()]*)\)\Z", re.ASCII)
-
-
-def remember_literal(text: str, value: Value) -> None:
-    """Remember the Value a literal's text spells (read-only: every line repeating it shares it)."""
-    if len(text) > CACHED_LITERAL_CHARS:
-        return
-    if isinstance(value.const, np.ndarray):
-        value.const.flags.writeable = False
-    if len(_LITERALS) >= CACHE_ENTRIES:
-        _LITERALS.popitem(last=False)  # the oldest goes
-    _LITERALS[text] = value
-
-
-_tensor_type = tensor_type  # the LRU of type tokens (tests read its size)
-
-
-def clear_caches() -> None:
-    """Forget the types and literals remembered across programs (benchmarks read text cold)."""
-    tensor_type.cache_clear()
-    _LITERALS.clear()
-
-
-def _unquote(tok: str) -> str:
-    body = tok[1:-1]
-    if "\\" not in body:
-        return body
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)

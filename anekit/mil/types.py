@@ -18,6 +18,8 @@ class DType(str, Enum):
         numpy: the NumPy dtype that stores it (object for strings).
         itemsize: bytes per element.
         is_float, is_int: the kind of number it holds.
+        bits: bits of one element as stored (in a weight file, on the engine).
+        packed_bits: bits of a sub-byte element (packed in weight files), None for bytes.
     """
 
     # plain attributes of each member, set below: read for every literal and every op
@@ -26,6 +28,8 @@ class DType(str, Enum):
     itemsize: int
     is_float: bool
     is_int: bool
+    bits: int  # of one element as stored (in a weight file, on the engine)
+    packed_bits: int | None  # of a sub-byte element (packed in weight files), None for bytes
 
     fp16 = "fp16"
     fp32 = "fp32"
@@ -47,16 +51,6 @@ class DType(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-    @property
-    def bits(self) -> int:
-        """Bits of one element as stored (in a weight file, on the engine)."""
-        return _SUB_BYTE_BITS.get(self, 8 * self.numpy.itemsize)
-
-    @property
-    def packed_bits(self) -> int | None:
-        """Bits of a sub-byte element (packed in weight files), or None for whole bytes."""
-        return _SUB_BYTE_BITS.get(self)
 
     @property
     def int_range(self) -> tuple[int, int]:
@@ -103,6 +97,8 @@ for _d in DType:
     _d.itemsize = _NUMPY[_d].itemsize
     _d.is_float = _d in (DType.fp16, DType.fp32)
     _d.is_int = _d.value.startswith(("int", "uint"))
+    _d.packed_bits = _SUB_BYTE_BITS.get(_d)
+    _d.bits = _SUB_BYTE_BITS.get(_d, 8 * _d.itemsize)
 del _d
 # a NumPy array is never a sub-byte tensor by itself: uint8 stays uint8
 _FROM_NUMPY = {v: k for k, v in _NUMPY.items() if k is not DType.string and k not in _SUB_BYTE_BITS}

@@ -1,4 +1,5 @@
-"""Type tokens: the types a ``tensor<dtype, [dims]>`` token (or a scalar name) spells, cached.
+"""Type tokens: the types a ``tensor<dtype, [dims]>`` token (or a scalar name) spells, cached;
+and the cache of literals read, by their text.
 
 The grammar the tokenizer's whole-type token and the literal reader share: errors say where
 inside the token they are (``BadTypeToken.offset``), and tokens of ordinary length are
@@ -8,10 +9,14 @@ remembered in a bounded LRU, one TensorType object per spelling.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from functools import lru_cache
+
+import numpy as np
 
 from anekit.mil.lexer import MAX_DIGITS, is_name, show
 from anekit.mil.types import DType, TensorType
+from anekit.mil.values import Value
 
 _DIM = re.compile(r"-?\d+\Z", re.ASCII)
 TYPE_PARTS = re.compile(r"tensor<\s*(?P<dtype>\w+)\s*,\s*\[(?P<dims>[^\]]*)\]\s*>", re.ASCII)
@@ -90,3 +95,28 @@ def known_type(tok: str) -> TensorType | None:
         return tensor_type(tok)
     except BadTypeToken:
         return None
+
+
+# literal text -> its Value, oldest first (remember_literal); popitem(last=False) is O(1), where
+# deleting a dict's first key is not once many have gone
+_LITERALS: OrderedDict[str, Value] = OrderedDict()
+
+
+def remember_literal(text: str, value: Value) -> None:
+    """Remember the Value a literal's text spells (read-only: every line repeating it shares it)."""
+    if len(text) > CACHED_LITERAL_CHARS:
+        return
+    if isinstance(value.const, np.ndarray):
+        value.const.flags.writeable = False
+    if len(_LITERALS) >= CACHE_ENTRIES:
+        _LITERALS.popitem(last=False)  # the oldest goes
+    _LITERALS[text] = value
+
+
+_tensor_type = tensor_type  # the LRU of type tokens (tests read its size)
+
+
+def clear_caches() -> None:
+    """Forget the types and literals remembered across programs (benchmarks read text cold)."""
+    tensor_type.cache_clear()
+    _LITERALS.clear()

@@ -150,12 +150,13 @@ def _value_key(v: Any, reads: bool) -> Any:
     if not reads:
         return (v.type, True)
     if isinstance(c, np.ndarray):
-        if c.dtype.kind == "O" or c.nbytes > DIGESTED_BYTES:
+        dtype = c.dtype  # keyed as itself: equal dtypes, equal .str (which costs 0.3 us)
+        if dtype.kind == "O" or c.nbytes > DIGESTED_BYTES:
             return None
         data = c.tobytes()
         if len(data) > KEYED_BYTES:
             data = hashlib.blake2b(data, digest_size=16).digest()
-        return (v.type, c.dtype.str, c.shape, data)
+        return (v.type, dtype, c.shape, data)
     if isinstance(c, (str, bool, int, float)):
         return (v.type, type(c), c)
     if isinstance(c, np.generic):

@@ -29,7 +29,7 @@ share of the recipe, run one after the other as :class:`anekit.train.model.Model
   passes where this counts one fused pass (as the published vDSP recipe does), so on a Mac
   anekit's own step is slower than this prediction by that much host traffic.
 
-Published figures: ``anekit/train/data/published.json`` (each with its source);
+Published figures: ``anekit/train/published.json`` (each with its source);
 ``benchmarks/cost_model.py`` prints them beside the predictions.
 """
 
@@ -218,8 +218,8 @@ def _only_weights(kd: KernelDef, begin: int, width: int) -> bool:
 
 
 def published() -> dict[str, Any]:
-    """The published training-step figures (``anekit/train/data/published.json``)."""
-    text = resources.files("anekit.train").joinpath("data/published.json").read_text("utf-8")
+    """The published training-step figures (``anekit/train/published.json``)."""
+    text = resources.files("anekit.train").joinpath("published.json").read_text("utf-8")
     return json.loads(text)
 
 

@@ -1,4 +1,4 @@
-"""The training figures in docs/training.md: predicted steps (anekit/train/data/published.json)
+"""The training figures in docs/training.md: predicted steps (anekit/train/published.json)
 and the measured speed of the reference backend (benchmarks/results/train.json)."""
 
 from __future__ import annotations

@@ -541,8 +541,8 @@ def _fallback(
             where = f" (MIL line {op.line})" if op.line else ""
             raise EvaluationError(f"op {op.op_type!r} {op.name!r}{where} failed: {e}") from e
         if hook is not None:
-            result, saturated = hook(profile, kwargs, result)
-            rounder.counts[SATURATED] += saturated
+            result, events = hook(profile, kwargs, result)  # saturated, or (saturated, flushed)
+            rounder.counts[SATURATED : SATURATED + np.size(events)] += events
         if single:
             # a result that is one of the arguments must not be rounded in place
             shared = any(result is v for v in kwargs.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.mil.ops import device
 from anekit.mil.ops.common import ARITH, BOOL, FP, SOFTMAX, broadcast, flops_cost, numel, require
 from anekit.mil.ops.ranges import passes
 from anekit.mil.ops.registry import Args, OpDef, param, register
@@ -71,9 +72,9 @@ def _sdpa_infer(a: Args) -> TensorType:
     return TensorType(q.dtype, (*q.shape[:-1], v.shape[-1]))
 
 
-def _sdpa_reference(query, key, value, attn_mask=None):
+def _sdpa_reference(query, key, value, attn_mask=None, matmul=np.matmul):
     """softmax(query @ key^T / sqrt(E) + mask) @ value in fp32 (coremltools' value_inference)."""
-    scores = np.matmul(query, np.swapaxes(key, -1, -2)) / np.float32(np.sqrt(query.shape[-1]))
+    scores = matmul(query, np.swapaxes(key, -1, -2)) / np.float32(np.sqrt(query.shape[-1]))
     if attn_mask is not None:
         if attn_mask.dtype == np.bool_:
             scores = np.where(attn_mask, scores, np.float32(-np.inf))
@@ -81,7 +82,7 @@ def _sdpa_reference(query, key, value, attn_mask=None):
             scores = scores + attn_mask
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights = scores / scores.sum(axis=-1, keepdims=True)
-    return np.matmul(weights.astype(np.float32), value)
+    return matmul(weights.astype(np.float32), value)
 
 
 def _sdpa_flops(a: Args, outs: tuple[TensorType, ...]) -> float:
@@ -103,6 +104,8 @@ register(
         ),
         infer=_sdpa_infer,
         reference=_sdpa_reference,
+        # its two products rounded under the precise profiles (N3); no saturation measured
+        numerics=device.rounded_products(_sdpa_reference, None),
         ranges=passes("value"),  # softmax weights in [0, 1] summing to 1: inside value's interval
         cost=flops_cost(_sdpa_flops),
         traits=frozenset({ATTENTION, MATMUL}),

@@ -14,7 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from anekit.fp16 import round_fp16, round_fp16_away
+from anekit.fp16 import (
+    HALF_QUANTUM,
+    INF_BITS,
+    KEEP_BITS,
+    MAGNITUDE,
+    MIN_NORMAL_BITS,
+    OVERFLOW_BITS,
+    SIGN_BIT,
+    round_fp16,
+    round_fp16_away,
+)
 from anekit.mil.ops.registry import Numerics
 
 FP16_OVERFLOW = 65520.0  # the smallest sum the fp16 reduce path stores as inf (N10)
@@ -90,13 +100,29 @@ LOGSUMEXP_UNSHIFTED = Numerics(hook=_unshifted_sum, reads="logsumexp_shift")
 
 
 # -- N3 inside the dot product: the "precise" profiles ("m4:precise") -------------------------
-PRODUCT_CHUNK = 1 << 22  # products held at once by a precise matmul (16 MiB of float32)
+PRODUCT_CHUNK = 1 << 18  # products a precise matmul holds at once (1 MiB of float32)
+STORE_CHUNK = 1 << 16  # products stored per pass: they and the masks stay in the L2 cache
 _SMALLEST_NORMAL = np.float32(2.0**-14)
+# 2**-14 - 2**-25: the smallest magnitude that rounds to fp16's smallest normal (a tie goes up
+# under both tie rules); below it a value would be stored as a subnormal, i.e. flushed
+_FLUSH_BELOW = np.uint32(0x387FE000)
 
 
-def store_products(p: np.ndarray, profile: Any) -> int:
+def store_products(p: np.ndarray, profile: Any) -> tuple[int, int]:
     """Store products in fp16 in place as the engine does (N3), with the profile's tie rule,
-    overflow to inf and flush (N12); returns how many finite products became inf."""
+    overflow to inf and flush (N12); returns how many finite products became inf and how
+    many non-zero products became zero."""
+    nonzero = int(np.count_nonzero(p))
+    saturated = _store(p, profile)
+    return saturated, nonzero - int(np.count_nonzero(p))
+
+
+def _store(p: np.ndarray, profile: Any) -> int:
+    if profile.tie == "away" and profile.flush_subnormals and p.flags.c_contiguous:
+        u = p.reshape(-1).view(np.uint32)
+        return sum(
+            _store_away_flushed(u[i : i + STORE_CHUNK]) for i in range(0, u.size, STORE_CHUNK)
+        )
     finite = np.isfinite(p)
     rounded = round_fp16_away(p) if profile.tie == "away" else round_fp16(p)
     saturated = int(np.count_nonzero(finite & ~np.isfinite(rounded)))
@@ -106,12 +132,34 @@ def store_products(p: np.ndarray, profile: Any) -> int:
     return saturated
 
 
+def _store_away_flushed(u: np.ndarray) -> int:
+    """``store_products`` for every chip family's rules (ties away, flush) on the float32
+    bits, in place: a few integer passes instead of a general fp16 rounding."""
+    m = np.bitwise_and(u, MAGNITUDE)
+    finite = m < INF_BITS
+    over = (m >= OVERFLOW_BITS) & finite
+    small = m < _FLUSH_BELOW
+    edge = (m >= _FLUSH_BELOW) & (m < MIN_NORMAL_BITS)  # rounds up to the smallest normal
+    sign = np.bitwise_and(u, SIGN_BIT)
+    np.add(u, HALF_QUANTUM, out=u, where=finite)  # half a quantum away from zero, then cut
+    np.bitwise_and(u, KEEP_BITS, out=u, where=finite)
+    np.bitwise_or(sign, INF_BITS, out=u, where=over)
+    np.copyto(u, sign, where=small)
+    np.bitwise_or(sign, MIN_NORMAL_BITS, out=u, where=edge)
+    return int(np.count_nonzero(over))
+
+
 def precise_matmul(profile: Any, counts: list[int]) -> Any:
     """``np.matmul`` with every product stored in fp16 (``store_products``) and summed wide
-    (float64), a block of rows at a time; the saturated products are added to ``counts[0]``."""
+    (float64), a block of rows at a time; the products saturated and flushed are added to
+    ``counts[0]`` and ``counts[1]``."""
+
+    round_input = round_fp16_away if profile.tie == "away" else round_fp16
 
     def matmul(a: Any, b: Any) -> np.ndarray:
-        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        # the operands in fp16 too (N3; a no-op for fp16 values, not for an op's own
+        # intermediates such as attention's softmax weights); inputs are not flushed
+        a, b = (np.ascontiguousarray(round_input(v), np.float32) for v in (a, b))
         vec_a, vec_b = a.ndim == 1, b.ndim == 1
         a = a[None, :] if vec_a else a
         b = b[:, None] if vec_b else b
@@ -121,8 +169,11 @@ def precise_matmul(profile: Any, counts: list[int]) -> Any:
         step = max(1, PRODUCT_CHUNK // max(1, int(np.prod(batch, dtype=np.int64)) * k * n))
         with np.errstate(all="ignore"):
             for i in range(0, m, step):
-                p = a[..., i : i + step, :, None] * b[..., None, :, :]  # [*batch, rows, K, N]
-                counts[0] += store_products(p, profile)
+                # [*batch, rows, K, N], C-ordered whatever the operands' strides
+                p = np.multiply(a[..., i : i + step, :, None], b[..., None, :, :], order="C")
+                saturated, flushed = store_products(p, profile)
+                counts[0] += saturated
+                counts[1] += flushed
                 out[..., i : i + step, :] = p.sum(axis=-2, dtype=np.float64)
         if vec_b:
             out = out[..., 0]
@@ -131,7 +182,7 @@ def precise_matmul(profile: Any, counts: list[int]) -> Any:
     return matmul
 
 
-def rounded_products(reference: Any, saturates: str) -> Numerics:
+def rounded_products(reference: Any, saturates: str | None) -> Numerics:
     """N3 (and N12) inside the dot product, for an op whose ``reference(..., matmul=)`` does its
     multiply-accumulate through ``matmul``: run where the profile's ``products`` is "fp16"
     (the precise variants), also saturating its output as ``saturates`` (N1)."""
@@ -139,7 +190,8 @@ def rounded_products(reference: Any, saturates: str) -> Numerics:
     def hook(profile: Any, args: dict[str, Any], result: Any) -> tuple[Any, int]:
         if not _float(result):
             return result, 0
-        counts = [0]
-        return reference(**args, matmul=precise_matmul(profile, counts)), counts[0]
+        counts = [0, 0]
+        result = reference(**args, matmul=precise_matmul(profile, counts))
+        return result, (counts[0], counts[1])
 
     return Numerics(saturates=saturates, hook=hook, reads="products")

@@ -37,12 +37,14 @@ from anekit.mil.ops.ranges import (
     GELU,
     SILU,
     RangeFn,
+    absolute,
     bounded,
     clipped,
     interval_binary,
     monotone,
     power,
     softplus_bound,
+    squared,
     values_of,
 )
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, Ufunc, param, register
@@ -290,13 +292,14 @@ for _name, _fn, _summary, _flops, _ranges in (  # _ranges: the range transfer (N
 ):
     _unary(_name, _fn, _summary, flops=_flops, ranges=_ranges)
 
-for _name, _fn, _summary, _flops in (
-    ("abs", np.abs, "Return |x|.", 1),
-    ("sign", np.sign, "Return -1, 0 or 1 by the sign of x (NaN stays NaN).", 1),
-    ("square", np.square, "Return x * x.", 1),
+for _name, _fn, _summary, _flops, _ranges in (
+    ("abs", np.abs, "Return |x|.", 1, absolute),
+    ("sign", np.sign, "Return -1, 0 or 1 by the sign of x (NaN stays NaN).", 1, monotone(np.sign)),
+    ("square", np.square, "Return x * x.", 1, squared),
 ):
     _form = Ufunc(_fn, floats=True)  # integers: the exact path
-    _unary(_name, integers.unary(_name, _fn), _summary, dtypes=FP_I32, flops=_flops, ufunc=_form)
+    _op = integers.unary(_name, _fn)
+    _unary(_name, _op, _summary, dtypes=FP_I32, flops=_flops, ufunc=_form, ranges=_ranges)
 _unary(
     "exp2",
     integers.unary("exp2", exp2),

@@ -53,16 +53,36 @@ def passes(name: str = "x") -> RangeFn:
     return lambda a, bound: bound(getattr(a, name))
 
 
-def scaled_by_count(a: Any, bound: Bound) -> Interval | None:
-    """A sum over ``axes``: the input bound times the number of summed elements."""
-    x = bound(a.x)
-    shape = a.x.type.shape
-    axes = a.const("axes")
-    if x is None or not all(isinstance(d, int) for d in shape):
-        return None
-    picked = range(len(shape)) if axes is None else (int(v) for v in np.ravel(axes))
-    count = math.prod(shape[i] for i in picked)
-    return (min(x[0] * count, 0.0), max(x[1] * count, 0.0))
+def reduced(combine: Callable[[Interval, int], Interval | None]) -> RangeFn:
+    """A reduction over ``axes`` (all when absent): ``combine(x's interval, element count)``."""
+
+    def transfer(a: Any, bound: Bound) -> Interval | None:
+        x = bound(a.x)
+        shape = a.x.type.shape
+        axes = a.const("axes")
+        if x is None or not all(isinstance(d, int) for d in shape):
+            return None
+        picked = range(len(shape)) if axes is None else (int(v) for v in np.ravel(axes))
+        return combine(x, math.prod(shape[i] for i in picked))
+
+    return transfer
+
+
+def _log_sum_exp(x: Interval, n: int) -> Interval | None:
+    """Between the largest element's bound and it plus log(n); unbounded where the engine's
+    unshifted sum of exps may pass fp16's 65504 (N10), whatever the profile."""
+    with np.errstate(over="ignore"):
+        if n * np.exp(x[1]) > 65504.0:
+            return None
+    return _finite(x[0], x[1] + math.log(max(n, 1)))
+
+
+# sums: the count times the input bound (the other reductions: the same, over |x| or x^2)
+scaled_by_count = reduced(lambda x, n: (min(x[0] * n, 0.0), max(x[1] * n, 0.0)))
+L1 = reduced(lambda x, n: _finite(0.0, n * magnitude(x)))
+L2 = reduced(lambda x, n: _finite(0.0, math.sqrt(n) * magnitude(x)))
+SUM_SQUARE = reduced(lambda x, n: _finite(0.0, n * magnitude(x) ** 2))
+LOG_SUM_EXP = reduced(_log_sum_exp)
 
 
 def _corners(x: Interval, y: Interval, fn: Callable[[float, float], float]) -> Interval | None:
@@ -342,6 +362,20 @@ def power(a: Any, bound: Bound) -> Interval | None:
         return None  # NaN for a fractional power of a negative value; 1/0 for a negative one
     top = max(magnitude(x) ** float(v) for v in e)
     return _finite(0.0 if np.all(e % 2 == 0) else -top, top)
+
+
+def absolute(a: Any, bound: Bound) -> Interval | None:
+    """abs: from the magnitude nearest 0 (0 if x may be 0) to the largest."""
+    x = bound(a.x)
+    if x is None:
+        return None
+    return (0.0 if x[0] <= 0.0 <= x[1] else min(abs(x[0]), abs(x[1])), magnitude(x))
+
+
+def squared(a: Any, bound: Bound) -> Interval | None:
+    """square: x * x."""
+    x = bound(a.x)
+    return None if x is None else _square(x)
 
 
 def clipped(a: Any, bound: Bound) -> Interval | None:

@@ -37,7 +37,16 @@ from anekit.mil.ops.common import (
     per_output_element,
     require,
 )
-from anekit.mil.ops.ranges import RangeFn, bounded, passes, scaled_by_count
+from anekit.mil.ops.ranges import (
+    L1,
+    L2,
+    LOG_SUM_EXP,
+    SUM_SQUARE,
+    RangeFn,
+    bounded,
+    passes,
+    scaled_by_count,
+)
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -230,6 +239,9 @@ _REDUCE_RANGES: dict[str, RangeFn] = {
     "reduce_mean": passes("x"),
     "reduce_max": passes("x"),
     "reduce_min": passes("x"),
+    "reduce_l1_norm": L1,
+    "reduce_l2_norm": L2,
+    "reduce_sum_square": SUM_SQUARE,
 }
 # flops: operations per input element (the cost convention of anekit.mil.ops.common).
 for _name, _fn, _flops, _what in (
@@ -250,6 +262,7 @@ _reduce_axes(  # flops: max, subtract, exp, add
     3 + TRANSCENDENTAL,
     "log(sum(exp(x))), without overflow",
     device.LOGSUMEXP_UNSHIFTED,
+    LOG_SUM_EXP,
 )
 
 

@@ -115,14 +115,15 @@ class Numerics:
 
     ``saturates``: the profile's saturation kind ("matmul", "conv", "exp"): an output above
     that magnitude becomes +-inf (N1, N9 in docs/numerics.md). ``hook(profile, args,
-    result) -> (result, saturated)``: an arithmetic departure computed from the op's
-    arguments (a dict) before the result is stored, run where the profile's field
-    ``reads`` differs from the ideal profile's (round's half-away rule, softplus's exp
-    cliff, logsumexp's missing max-shift, the width-offset slice clamp).
+    result) -> (result, saturated)`` (or ``(result, (saturated, flushed))``): an arithmetic
+    departure computed from the op's arguments (a dict) before the result is stored, run
+    where the profile's field ``reads`` differs from the ideal profile's (round's half-away
+    rule, softplus's exp cliff, logsumexp's missing max-shift, the width-offset slice clamp,
+    the precise variants' rounded products).
     """
 
     saturates: str | None = None
-    hook: Callable[[Any, dict[str, Any], Any], tuple[Any, int]] | None = None
+    hook: Callable[[Any, dict[str, Any], Any], tuple[Any, int | tuple[int, int]]] | None = None
     reads: str | None = None
 
 
