@@ -57,3 +57,21 @@ def test_hand_written_numbers_need_a_source(tool, tmp_path: Path) -> None:
     )
     tool.check_numbers(write_baseline=True)  # a number the baseline lists passes
     assert tool.check_numbers() == []
+
+
+def test_an_inline_block_holds_one_generated_phrase(tool, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("no blocks\n")
+    doc = tmp_path / "docs" / "a.md"
+    doc.write_text("It decodes at <!-- docs-check: answer -->40 tok/s<!-- /docs-check --> here.\n")
+    assert tool.check(write=True) == ["docs/a.md: block 'answer' differs from its data (rewritten)"]
+    assert doc.read_text() == (
+        "It decodes at <!-- docs-check: answer -->42 tok/s<!-- /docs-check --> here.\n"
+    )
+    assert tool.check(write=False) == [] and tool.unsourced_lines() == []
+    tool.load_generators = lambda: {"answer": lambda: "two\nlines"}
+    assert tool.check(write=False) == ["docs/a.md: inline block 'answer' needs one line"]
+
+
+def test_numbers_in_inline_code_are_code_not_figures(tool, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("Compiles `y = 2x + 1` on `[1, 64]`.\n\nIt takes 3 ms.\n")
+    assert tool.unsourced_lines() == ["README.md: It takes 3 ms."]

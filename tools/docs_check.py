@@ -22,7 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 import tools.docnumbers as docnumbers  # noqa: E402
 
-BLOCK = re.compile(r"(<!-- docs-check: ([\w.-]+) -->\n)(.*?)(<!-- /docs-check -->)", re.S)
+# a block: its markers on lines of their own around generated lines, or, inline (no newline
+# after the opening marker), around one generated phrase: `after <!-- docs-check: x -->100 ms<!-- /docs-check -->`
+BLOCK = re.compile(r"(<!-- docs-check: ([\w.-]+) -->\n?)(.*?)(<!-- /docs-check -->)", re.S)
 
 
 def documents() -> list[Path]:
@@ -51,11 +53,16 @@ def check(write: bool) -> list[str]:
                 problems.append(f"{doc.relative_to(ROOT)}: block {name!r} has no generator")
                 return m.group(0)
             if name not in cache:
-                cache[name] = generators[name]().rstrip("\n") + "\n"
-            if m.group(3) != cache[name]:
+                cache[name] = generators[name]().rstrip("\n")
+            inline = not m.group(1).endswith("\n")
+            if inline and "\n" in cache[name]:
+                problems.append(f"{doc.relative_to(ROOT)}: inline block {name!r} needs one line")
+                return m.group(0)
+            want = cache[name] if inline else cache[name] + "\n"
+            if m.group(3) != want:
                 problems.append(f"{doc.relative_to(ROOT)}: block {name!r} differs from its data"
                                 + (" (rewritten)" if write else ""))  # fmt: skip
-            return m.group(1) + cache[name] + m.group(4)
+            return m.group(1) + want + m.group(4)
 
         new = BLOCK.sub(render, text)
         if write and new != text:
@@ -73,6 +80,9 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?\s?(ms|us|µs|s|tok/s|tokens/s|T
 # "default" or a code constant in backticks: the code that sets it; tests/: a test asserts it)
 SOURCED = re.compile(r"https?://|benchmarks/|results/|tests/|ANE_NOTES|published|measured|"
                      r"maderix|ANEForge|anemll|tinygrad|arXiv|\(source|profile|default|`[\w/.-]+\.json`|(?-i:`[A-Z][A-Z0-9_]{2,}`)", re.I)  # fmt: skip
+# inline code (`y = 2x + 1`, `[1, 64, 1, 64]`) is code, not a figure with a unit: not searched
+# for numbers (the sources above may be in it)
+CODE_SPAN = re.compile(r"`[^`\n]*`")
 BASELINE = "tools/docs_numbers_baseline.txt"
 
 
@@ -87,10 +97,10 @@ def unsourced_lines() -> list[str]:
         for paragraph in re.split(r"\n\s*\n", text):
             table = paragraph.lstrip().startswith("|")
             sourced = bool(SOURCED.search(paragraph)) or (table and sourced)
-            if not NUMBER.search(paragraph) or sourced:
+            if not NUMBER.search(CODE_SPAN.sub("", paragraph)) or sourced:
                 continue
             for line in paragraph.splitlines():
-                if NUMBER.search(line):
+                if NUMBER.search(CODE_SPAN.sub("", line)):
                     found.append(f"{doc.relative_to(ROOT)}: {line.strip()}")
     return found
 

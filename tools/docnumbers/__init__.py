@@ -29,3 +29,11 @@ def generates(name: str) -> Callable[[Generator], Generator]:
         return fn
 
     return register
+
+
+def binary_size(n: int) -> str:
+    """``n`` bytes in the largest binary unit that divides it: "256 MiB", "4 KiB", "10 bytes"."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"

@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from tools.docnumbers import generates
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} bytes"
+from tools.docnumbers import binary_size, generates
 
 
 @generates("model-file-limits")
@@ -21,9 +14,9 @@ def model_file_limits() -> str:
     from anekit.llm.weights import MAX_HEADER_BYTES
 
     rows = [
-        ("`config.json`", _size(MAX_CONFIG_BYTES)),
-        ("`tokenizer.json`", _size(MAX_TOKENIZER_BYTES)),
-        ("shard index, safetensors header", _size(MAX_HEADER_BYTES)),
+        ("`config.json`", binary_size(MAX_CONFIG_BYTES)),
+        ("`tokenizer.json`", binary_size(MAX_TOKENIZER_BYTES)),
+        ("shard index, safetensors header", binary_size(MAX_HEADER_BYTES)),
         ("JSON nesting (every untrusted JSON)", f"{MAX_JSON_DEPTH} levels"),
     ]
     return "\n".join(["| what | at most |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])

@@ -37,3 +37,17 @@ def serve_overhead() -> str:
         f"`{r['load_after'].split('load average: ')[-1]}` after (1, 5, 15 min).",
     ]
     return "\n".join(rows)
+
+
+TARGET = 0.10  # benchmarks/serve.py's target: the server's overhead at most 10% on both
+
+
+@generates("serve-overhead-verdict")
+def serve_overhead_verdict() -> str:
+    """Whether the measured overhead (time to first token, decode time a token) meets it."""
+    r = json.loads(RESULTS.read_text("utf-8"))
+    ttft, tps = r["ttft_ms"], r["decode_tokens_per_s"]
+    worst = max(ttft["server"] / ttft["in_process"], tps["in_process"] / tps["server"]) - 1
+    if worst <= TARGET:
+        return f"within the {TARGET:.0%} target on both"
+    return f"outside the {TARGET:.0%} target ({worst:+.1%} at worst)"
