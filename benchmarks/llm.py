@@ -24,12 +24,16 @@
    speculative, interleaved, with the cost model's predicted speed-up for M4 at the
    measured acceptance.
 
-Run: ``python benchmarks/llm.py [--threads N] [--rounds R]``.
+Run: ``python benchmarks/llm.py [--threads N] [--rounds R] [--json FILE]``.
+``--json benchmarks/results/llm.json`` records sections 1 and 2, the figures docs/llm.md
+quotes (``make docs-check`` regenerates its table from that file), with the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import tempfile
 import time
@@ -208,6 +212,11 @@ def rounds(candidates: dict[Any, Callable[[], float]], n: int) -> dict[Any, list
     return times
 
 
+def medians_ms(times: dict[Any, list[float]]) -> dict[str, float]:
+    """Each candidate's median time in milliseconds, keyed by its name."""
+    return {str(k): statistics.median(v) * 1e3 for k, v in times.items()}
+
+
 def line(label: str, seconds: list[float], per: float = 1.0) -> str:
     lo, med = min(seconds), statistics.median(seconds)
     spread = max(seconds) / lo
@@ -219,7 +228,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="write sections 1 and 2's figures to this file")
     args = parser.parse_args()
+    record: dict[str, Any] = {"threads": args.threads, "rounds": args.rounds}
+    record["load_before"] = os.getloadavg()
 
     import torch
     from threadpoolctl import threadpool_limits
@@ -248,6 +260,8 @@ def main() -> None:
                 },
                 args.rounds,
             )
+            record["model"] = repr(m)
+            record["speed_ms"] = medians_ms(t)
             print(f"prefill, {PROMPT}-token prompt (chunks of {m.chunk}):")
             print(line("anekit.llm reference", t["prefill anekit"], PROMPT))
             print(line("transformers fp32", t["prefill transformers"], PROMPT))
@@ -272,6 +286,7 @@ def main() -> None:
             hpos = rounds(
                 {f"{p}": (lambda p=p: hf_decode(hf, ids[:p], 4)) for p in POSITIONS}, args.rounds
             )
+            record["step_ms"] = {"anekit": medians_ms(pos), "transformers": medians_ms(hpos)}
             for p in POSITIONS:
                 print(line(f"anekit at position {p}", pos[str(p)]))
                 print(line(f"transformers at position {p}", hpos[str(p)]))
@@ -292,11 +307,16 @@ def main() -> None:
             )
             print(line("buffer sets (weights resident)", t["resident"]))
             print(line("per-call arrays (before)", t["per-call"]))
+            record["buffer_sets_ms"] = medians_ms(t)
             ratio = statistics.median(t["per-call"]) / statistics.median(t["resident"])
             print(f"  per-call / resident step time: {ratio:.2f}x (target >= 1: not slower)")
             cfg = m.config
         finally:
             m.close()
+        if args.json:
+            record["load_after"] = os.getloadavg()
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(record, indent=1) + "\n")
         speculative(args, hf, ids, Path(tmp))
     print("predicted decode vs published (cost model, anekit.llm.cost):")
     for r in compare_published():

@@ -141,3 +141,26 @@ def test_generate_takes_residual_and_strict(trigger, capsys) -> None:
     argv = ["generate", "--model", str(directory), "--prompt", "Once upon", "--max-tokens", "2",
             "--backend", "reference", "--residual", "host", "--strict"]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
+
+
+def test_serve_takes_residual_and_strict(trigger, monkeypatch) -> None:
+    """The flags reach the served model: the server itself is replaced by a recorder (the
+    socket is bound on loopback port 0 and closed by the command)."""
+    pytest.importorskip("starlette")
+    from anekit.cli import main
+    from anekit.llm.serve import server
+    from tests.llm_models import save_tokenizer
+
+    directory, _ = trigger
+    if not (directory / "tokenizer.json").exists():
+        save_tokenizer(directory)
+    seen = []
+
+    def record(engine, settings, sock, **kw) -> None:
+        seen.append((engine.model.residual_mode, engine.model.strict, sock.getsockname()[0]))
+
+    monkeypatch.setattr(server, "run_server", record)
+    common = ["serve", "--model", str(directory), "--port", "0", "--backend", "reference"]
+    assert main([*common, "--residual", "host", "--strict", "--quiet"]) == 0
+    assert main([*common, "--quiet"]) == 0
+    assert seen == [("host", True, "127.0.0.1"), ("fp16", False, "127.0.0.1")]

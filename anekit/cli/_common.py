@@ -124,6 +124,20 @@ THREADS_HELP = (
 )
 
 
+def add_residual_options(parser: argparse.ArgumentParser) -> None:
+    """``--residual`` and ``--strict``, passed to ``llm.load`` (generate, chat, serve)."""
+    parser.add_argument(
+        "--residual", choices=("auto", "fp16", "host"), default="auto",
+        help="where the residual stream lives between programs: auto (default) moves it to "
+        "float32 on the host at the first step that overflows fp16 (docs/numerics.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--strict", action="store_true",
+        help="values the golden model saturated or replaced (its cliff events) stop the "
+        "generation with an error naming the position, layer and op (default: one warning)",
+    )  # fmt: skip
+
+
 def add_threads(parser: argparse.ArgumentParser) -> None:
     """Add ``--threads N`` (at least 1): the thread count timings pin every pool to."""
     parser.add_argument("--threads", type=positive_int, default=1, help=THREADS_HELP)

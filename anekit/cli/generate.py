@@ -22,6 +22,7 @@ from anekit.cli._common import (
     COMPRESS_HELP,
     add_backend,
     add_chip,
+    add_residual_options,
     add_threads,
     llm_compression,
     non_negative,
@@ -43,16 +44,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "model's, at most 1024; generate grows it to fit)"
     )  # fmt: skip
     parser.add_argument("--chat-template", help="a Jinja chat template file instead of the model's")
-    parser.add_argument(
-        "--residual", choices=("auto", "fp16", "host"), default="auto",
-        help="where the residual stream lives between programs: auto (default) moves it to "
-        "float32 on the host at the first step that overflows fp16 (docs/numerics.md)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--strict", action="store_true",
-        help="values the golden model saturated or replaced (its cliff events) stop the "
-        "generation with an error naming the position, layer and op (default: one warning)",
-    )  # fmt: skip
+    add_residual_options(parser)
     add_threads(parser)
 
 

@@ -14,6 +14,7 @@ from anekit.cli._common import (
     COMPRESS_HELP,
     add_backend,
     add_chip,
+    add_residual_options,
     add_threads,
     llm_compression,
     non_negative,
@@ -82,6 +83,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM, seconds running requests get to finish (default: 10)",
     )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no access log line per request")
+    add_residual_options(parser)
     add_threads(parser)
 
 
@@ -102,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         with pinned(args.threads) as threads:
             chip = args.chip.name if args.chip is not None else None
             model = open_model(args.model, args.ckpt, args.tokenizer, backend=args.backend,
-                               chip=chip, compress=args.compress, max_seq=args.max_seq)  # fmt: skip
+                               chip=chip, compress=args.compress, max_seq=args.max_seq,
+                               residual=args.residual, strict=args.strict)  # fmt: skip
             with model:
                 if model.tokenizer is None:
                     raise UsageError("this model has no tokenizer to serve text with")
