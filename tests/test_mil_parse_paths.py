@@ -343,3 +343,48 @@ def test_a_float_list_is_stored_as_numpy_stores_it_or_refused_as_storage_loss_sa
 def test_tokens_where_alternatives_overlap(line: str, tokens: list[str]) -> None:
     reader = parser._Parser.of_line(line)
     assert reader.toks[:-1] == tokens
+
+
+def test_the_one_step_float_reader_agrees_with_the_step_by_step_one(monkeypatch) -> None:
+    """fp16/fp32 lists and scalars read in one step (literals.float_list, float_scalar) give
+    the step-by-step reader's array, dtype and shape, or leave the literal to it, so its
+    errors (message and column) are unchanged."""
+    import random
+
+    from anekit.mil import reader
+
+    rng = random.Random(11)
+    edges = [0.0, -0.0, 65504.0, 65519.99, 65520.0, 2.0**-24, 2.0**-25, 2.0**-26, 3.4e38, 3.5e38]
+    edges += [1.4e-45, 7e-46, 1e308, 1.5, -2.5]
+    odd = ["1e999", "0x1p99999", "1e-999", "0x1p-99999", "-0", "0x0p0", "+.5", "5.", "0X1P3"]
+
+    def number() -> str:
+        if rng.random() < 0.1:
+            return rng.choice(odd)
+        v = (
+            rng.choice(edges)
+            if rng.random() < 0.4
+            else rng.gauss(0, 1) * 10.0 ** rng.randint(-9, 9)
+        )
+        return v.hex() if rng.random() < 0.5 else rng.choice([f"{v:.6g}", repr(v), f"{v:e}"])
+
+    texts = []
+    for _ in range(400):
+        dtype, n = rng.choice(["fp16", "fp32"]), rng.choice([1, 2, 4, 8])
+        body = f"[{', '.join(number() for _ in range(n + (rng.random() < 0.1)))}]"
+        texts.append(f"tensor<{dtype}, [1, {n}]>({body})")
+        texts.append(f"{dtype}({number()})")
+
+    def outcome(text: str) -> tuple:
+        reader.clear_caches()  # a remembered literal would hide the reader being tested
+        try:
+            v = reader.LiteralReader.of_line(text).literal()
+        except (MilSyntaxError, MilTypeError) as e:
+            return ("error", str(e))
+        return (v.type, v.const.dtype, v.const.shape, v.const.tobytes())
+
+    one_step = [outcome(t) for t in texts]
+    monkeypatch.setattr(reader, "float_list", lambda *a: None)
+    monkeypatch.setattr(reader, "float_scalar", lambda *a: None)
+    assert [outcome(t) for t in texts] == one_step
+    assert 100 < sum(o[0] != "error" for o in one_step) < len(texts) - 100  # both kinds

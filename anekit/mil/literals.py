@@ -6,6 +6,9 @@ every declared default, so a literal gets the same dtype however it arrives.
 
 from __future__ import annotations
 
+import re
+import sys
+from struct import pack_into as _pack_into
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -107,3 +110,66 @@ def _domain_dtype(p: Param, args: Args | None) -> DType | None:
         if _is_typed(first):
             return dtype_of(first.dtype)
     return None
+
+
+# -- float literals read from MIL text, in one step (the parser's common case) ---------------
+
+FLOAT_TOKEN = re.compile(  # one float token, as the token pattern spells it
+    r"[-+]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
+    r"|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\Z",
+    re.ASCII,
+)
+# magnitudes below the first are stored without overflow (to inf), and above the second
+# (half the smallest subnormal) without underflow (to 0)
+FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
+# struct's codes of the float dtypes, little-endian (its standard sizes, which check range:
+# packing rounds to nearest even as NumPy's conversion does, and raises OverflowError where a
+# value would be stored as inf); used where little-endian is NumPy's native order
+PACK_CODES = {DType.fp16: "e", DType.fp32: "f"} if sys.byteorder == "little" else {}
+
+
+def float_list(body: str, t: TensorType, code: str) -> np.ndarray | None:
+    """A list token's fp16/fp32 array in one step, or None for the step-by-step reader.
+
+    Exactly what that reader makes, where it makes no error: the same conversions (all
+    decimal or all hex), packed by struct as ``checked_array`` packs; a zero, an infinity,
+    a value that overflows or flushes to 0, a count that is not the type's, a mixed or an
+    unconvertible list all take the step-by-step reader, which reports any error.
+    """
+    parts = body[1:-1].split(",")
+    n = len(parts)
+    if n != t.numel:
+        return None
+    hexes = body.count("x") + body.count("X")
+    try:
+        if hexes == 0:
+            values = list(map(float, parts))
+        elif hexes == n:
+            values = list(map(float.fromhex, parts))
+        else:
+            return None
+        total = sum(values)
+        if total - total != 0.0:  # an inf among them (or a sum beyond float64: re-read)
+            return None
+        array = np.empty(t.shape, t.dtype.numpy)
+        _pack_into(_PACK_FORMATS.get((code, n)) or f"<{n}{code}", array, 0, *values)
+    except (ValueError, OverflowError):
+        return None
+    return array if np.count_nonzero(array) == n else None  # no 0, none flushed to 0
+
+
+def float_scalar(body: str, t: TensorType) -> np.ndarray | None:
+    """A nonzero fp16/fp32 scalar the dtype holds, in one step (None: the step-by-step reader)."""
+    if t.shape or not FLOAT_TOKEN.match(body):
+        return None
+    try:
+        v = float.fromhex(body) if "x" in body or "X" in body else float(body)
+    except OverflowError:
+        return None
+    largest, smallest = FLOAT_LIMITS[t.dtype]
+    if -largest < v < largest and not -smallest <= v <= smallest:
+        return np.array(v, dtype=t.dtype.numpy)
+    return None
+
+
+_PACK_FORMATS = {(c, n): f"<{n}{c}" for c in "ef" for n in range(1, 65)}

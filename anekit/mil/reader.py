@@ -9,7 +9,6 @@ error at its place; nesting is bounded (:data:`MAX_NESTING`).
 from __future__ import annotations
 
 import re
-import sys
 from struct import pack_into as _pack_into
 from typing import Any
 
@@ -28,6 +27,7 @@ from anekit.mil.lexer import (
     show,
     unquote,
 )
+from anekit.mil.literals import FLOAT_LIMITS, FLOAT_TOKEN, PACK_CODES, float_list, float_scalar
 from anekit.mil.types import DType, TensorType, storage_loss
 from anekit.mil.typetokens import (  # noqa: F401
     _LITERALS,
@@ -50,11 +50,6 @@ from anekit.mil.typetokens import (  # noqa: F401
 )
 from anekit.mil.values import BlobRef, Value
 
-_FLOAT = re.compile(
-    r"[-+]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
-    r"|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\Z",
-    re.ASCII,
-)
 _STRING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"\Z')
 MAX_NESTING = 64  # brackets in a literal, dicts in a dict type: far beyond any real program
 _BLOB_LITERAL = re.compile(  # both dialects' spelling (tensor<string, []>, tensor<uint64, []>)
@@ -66,13 +61,6 @@ _INT_RANGES = {
     d: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in DType if d.is_int
 }
 _INF = (float("inf"), float("-inf"))
-# magnitudes below the first are stored without overflow (to inf), and above the second
-# (half the smallest subnormal) without underflow (to 0)
-_FLOAT_LIMITS = {DType.fp16: (65504.0, 2.0**-25), DType.fp32: (3.4e38, 2.0**-150)}
-# struct's codes of the float dtypes, little-endian (its standard sizes, which check range:
-# packing rounds to nearest even as NumPy's conversion does, and raises OverflowError where a
-# value would be stored as inf); used where little-endian is NumPy's native order
-_PACK_CODES = {DType.fp16: "e", DType.fp32: "f"} if sys.byteorder == "little" else {}
 # the members the readers test for, as module globals: ``DType.string`` is an attribute
 # lookup through the Enum metaclass, several times the cost of a global
 _STR, _BOOL, _INT32 = DType.string, DType.bool, DType.int32
@@ -212,6 +200,11 @@ class LiteralReader(TokenReader):
 
     def one_token_literal(self, t: TensorType, body: str, index: int) -> Value:
         """The literal ``t(body)``, body one token: a scalar, a string or a list of numbers."""
+        code = PACK_CODES.get(t.dtype)
+        if code is not None:  # fp16/fp32: the common case in one step (None: read it below)
+            array = float_list(body, t, code) if body[0] == "[" else float_scalar(body, t)
+            if array is not None:
+                return Value("", t, None, array)
         if _is_list(body):
             flat = self.number_list(body, t.dtype, index + 2)
         else:
@@ -249,7 +242,7 @@ class LiteralReader(TokenReader):
             return _shaped(flat, t)
         if t.dtype is _BOOL:
             return _shaped(flat, t)
-        largest, smallest = _FLOAT_LIMITS[t.dtype]
+        largest, smallest = FLOAT_LIMITS[t.dtype]
         # the common cases, decided without the exact check below (a NaN takes it):
         if len(flat) == 1:  # a scalar: within range, and 0 or above what rounds to 0
             v = flat[0]
@@ -257,10 +250,10 @@ class LiteralReader(TokenReader):
                 return _shaped(flat, t)
         elif not flat:
             return _shaped(flat, t)
-        elif t.dtype in _PACK_CODES:  # a list: packed by struct, which refuses an overflow
+        elif t.dtype in PACK_CODES:  # a list: packed by struct, which refuses an overflow
             array = np.empty(t.shape, t.dtype.numpy)
             try:  # into the array's own memory: no buffer object outlives the call
-                _pack_into(f"<{len(flat)}{_PACK_CODES[t.dtype]}", array, 0, *flat)
+                _pack_into(f"<{len(flat)}{PACK_CODES[t.dtype]}", array, 0, *flat)
             except OverflowError:
                 pass
             else:
@@ -424,7 +417,7 @@ class LiteralReader(TokenReader):
             return sign * float(self.next())
         if tok in ("inf", "nan"):
             return float(tok)
-        if not _FLOAT.match(tok):
+        if not FLOAT_TOKEN.match(tok):
             raise self.error(f"expected a number, found {show(tok)}", index)
         try:
             value = float.fromhex(tok) if "x" in tok or "X" in tok else float(tok)

@@ -107,7 +107,7 @@ def remember_literal(text: str, value: Value) -> None:
     if len(text) > CACHED_LITERAL_CHARS:
         return
     if isinstance(value.const, np.ndarray):
-        value.const.flags.writeable = False
+        value.const.setflags(write=False)
     if len(_LITERALS) >= CACHE_ENTRIES:
         _LITERALS.popitem(last=False)  # the oldest goes
     _LITERALS[text] = value

@@ -1,6 +1,7 @@
 """The op registry and every op family; importing this package registers all ops."""
 
 from anekit.mil.ops import (  # noqa: F401  (each module registers its ops on import)
+    activation,
     attention,
     constexpr,
     conv,

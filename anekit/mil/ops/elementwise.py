@@ -1,10 +1,10 @@
-"""Elementwise ops: unary math and activations, broadcasting binary ops, comparisons, select.
+"""Elementwise ops: unary math, broadcasting binary ops, comparisons, select; the factories
+(:func:`unary`) the activations (:mod:`.activation`) are declared with.
 
 Names, parameters, dtypes and defaults follow coremltools' iOS15 definitions
-(``ops/defs/iOS15/elementwise_unary.py``, ``elementwise_binary.py``,
-``activation.py``, ``control_flow.py`` for ``select``) and the iOS17 changes
-(``ops/defs/iOS17/elementwise_unary.py``, ``activation.py``: :mod:`.elementwise17`), read at
-commit e0e2f42.
+(``ops/defs/iOS15/elementwise_unary.py``, ``elementwise_binary.py``, ``control_flow.py``
+for ``select``) and the iOS17 changes (``ops/defs/iOS17/elementwise_unary.py``:
+:mod:`.elementwise17`), read at commit e0e2f42.
 
 References compute in the input's precision (fp16 arrives as float32) and
 follow NumPy where MIL says nothing more: ``maximum``/``minimum``/``relu``/
@@ -31,11 +31,9 @@ import numpy as np
 
 from anekit.errors import MilTypeError
 from anekit.mil.ops import device, integers, npmath
-from anekit.mil.ops.common import BOOL, FP, INT32, STRING, TRANSCENDENTAL, broadcast, require
-from anekit.mil.ops.npmath import GELU_MODES, channel_vector, erf, exp2, quiet, real_div, sigmoid
+from anekit.mil.ops.common import BOOL, FP, INT32, TRANSCENDENTAL, broadcast
+from anekit.mil.ops.npmath import erf, exp2, quiet, real_div
 from anekit.mil.ops.ranges import (
-    GELU,
-    SILU,
     RangeFn,
     absolute,
     bounded,
@@ -43,18 +41,32 @@ from anekit.mil.ops.ranges import (
     interval_binary,
     monotone,
     power,
-    softplus_bound,
     squared,
     values_of,
 )
+from anekit.mil.ops.ranges_math import (
+    ACOS,
+    ASIN,
+    ATANH,
+    even,
+    floored_quotient,
+    logarithm,
+    power_of_two,
+    reciprocal,
+    reciprocal_root,
+    remainder,
+    rounded,
+    tangent,
+    thresholded,
+)
 from anekit.mil.ops.registry import Args, Numerics, OpDef, Param, Ufunc, param, register
-from anekit.mil.ops.traits import ACTIVATION, BINARY, COMPARISON, ELEMENTWISE, UNARY
+from anekit.mil.ops.traits import BINARY, COMPARISON, ELEMENTWISE, UNARY
 from anekit.mil.types import DType, TensorType
 
 FP_I32 = FP | INT32
 SELECTABLE = FP_I32 | BOOL
 _T = TRANSCENDENTAL
-_REQUIRED = object()
+REQUIRED = object()
 
 
 # -- declaration factories ----------------------------------------------------------------
@@ -67,9 +79,9 @@ def _doc(summary: str, args: list[str], returns: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _scalar(name: str, dtypes: frozenset[DType], default: Any = _REQUIRED) -> Param:
+def _scalar(name: str, dtypes: frozenset[DType], default: Any = REQUIRED) -> Param:
     """A const scalar parameter in ``x``'s type domain (alpha, beta, epsilon)."""
-    optional = {} if default is _REQUIRED else {"default": default}
+    optional = {} if default is REQUIRED else {"default": default}
     return param(name, dtypes, ranks=(0,), const=True, domain="T", **optional)
 
 
@@ -78,7 +90,7 @@ def _x_dtype_default(value: float) -> Callable[[Args], np.ndarray]:
     return lambda a: np.asarray(value, a.x.dtype.numpy)
 
 
-def _unary(
+def unary(
     name: str,
     fn: Callable[..., Any],
     summary: str,
@@ -97,7 +109,7 @@ def _unary(
     """Declare ``y = fn(x, **attrs)`` with y of x's type (``ranges``: its range transfer).
 
     ``attrs`` are const scalars in x's domain as (name, description, default or
-    _REQUIRED); ``extra`` are other parameters with their doc line; ``check``
+    REQUIRED); ``extra`` are other parameters with their doc line; ``check``
     validates const values in inference. A NumPy ufunc ``fn`` is also the op's ``ufunc``.
     """
     scalars = tuple((_scalar(n, dtypes, d), f"{n} (const T): {text}") for n, text, d in attrs)
@@ -224,42 +236,8 @@ def _logical(name: str, fn: Callable[[np.ndarray, np.ndarray], Any], relation: s
     )
 
 
-# -- checks of const values -----------------------------------------------------------------
-def _check_gelu_mode(a: Args) -> None:
-    mode = a.const("mode")
-    require(
-        mode in GELU_MODES,
-        "gelu",
-        "mode",
-        lambda: f"expected one of {sorted(GELU_MODES)}, found {mode!r}",
-    )
-
-
-def _check_prelu(a: Args) -> None:
-    x, alpha = a.x, np.asarray(a.const("alpha"))
-    require(
-        x.rank in (3, 4, 5), "prelu", "x", lambda: f"expected rank 3, 4 or 5, found rank {x.rank}"
-    )
-    channels = x.shape[1]
-    require(
-        not isinstance(channels, int) or alpha.shape == (channels,),
-        "prelu",
-        "alpha",
-        lambda: (
-            f"expected one value per channel (shape [{channels}]), found shape {list(alpha.shape)}"
-        ),
-    )
-    # coremltools' prelu.type_inference: ranks 3 and 5 need a single shared slope (tolerance 1e-5).
-    require(
-        x.rank == 4 or alpha.size == 0 or bool(np.all(np.abs(alpha - alpha.flat[0]) <= 1e-5)),
-        "prelu",
-        "alpha",
-        lambda: f"rank {x.rank} inputs need equal alpha values, found {alpha.tolist()}",
-    )
-
-
 # -- unary math ---------------------------------------------------------------------------
-_unary(
+unary(
     "exp",
     np.exp,
     "Return e**x.",
@@ -267,11 +245,12 @@ _unary(
     numerics=device.EXP_SATURATES,
     ranges=monotone(np.exp),
 )
-_unary(
+unary(
     "round",
     lambda x: np.round(x),
     "Round x to the nearest integer, halves to even (0.5 -> 0, 1.5 -> 2).",
     numerics=device.ROUND_HALF_AWAY,
+    ranges=rounded,
 )
 _SIGN = bounded(-1.0, 1.0)
 for _name, _fn, _summary, _flops, _ranges in (  # _ranges: the range transfer (None: unbounded)
@@ -280,17 +259,17 @@ for _name, _fn, _summary, _flops, _ranges in (  # _ranges: the range transfer (N
     ("floor", np.floor, "Round x toward -inf.", 1, monotone(np.floor)),
     ("sin", np.sin, "Return sin(x).", _T, _SIGN),
     ("cos", np.cos, "Return cos(x).", _T, _SIGN),
-    ("tan", np.tan, "Return tan(x).", _T, None),
-    ("asin", np.arcsin, "Return arcsin(x); NaN outside [-1, 1].", _T, None),
-    ("acos", np.arccos, "Return arccos(x); NaN outside [-1, 1].", _T, None),
-    ("atan", np.arctan, "Return arctan(x).", _T, None),
-    ("sinh", np.sinh, "Return sinh(x).", _T, None),
-    ("cosh", np.cosh, "Return cosh(x).", _T, None),
-    ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T, None),
+    ("tan", np.tan, "Return tan(x).", _T, tangent),
+    ("asin", np.arcsin, "Return arcsin(x); NaN outside [-1, 1].", _T, ASIN),
+    ("acos", np.arccos, "Return arccos(x); NaN outside [-1, 1].", _T, ACOS),
+    ("atan", np.arctan, "Return arctan(x).", _T, monotone(np.arctan)),
+    ("sinh", np.sinh, "Return sinh(x).", _T, monotone(np.sinh)),
+    ("cosh", np.cosh, "Return cosh(x).", _T, even(np.cosh)),
+    ("atanh", np.arctanh, "Return artanh(x); +-inf at +-1, NaN outside.", _T, ATANH),
     ("erf", erf, "Return the Gauss error function erf(x).", _T, _SIGN),
-    ("tanh", np.tanh, "Return tanh(x).", _T, _SIGN),
+    ("tanh", np.tanh, "Return tanh(x).", _T, monotone(np.tanh)),
 ):
-    _unary(_name, _fn, _summary, flops=_flops, ranges=_ranges)
+    unary(_name, _fn, _summary, flops=_flops, ranges=_ranges)
 
 for _name, _fn, _summary, _flops, _ranges in (
     ("abs", np.abs, "Return |x|.", 1, absolute),
@@ -299,8 +278,8 @@ for _name, _fn, _summary, _flops, _ranges in (
 ):
     _form = Ufunc(_fn, floats=True)  # integers: the exact path
     _op = integers.unary(_name, _fn)
-    _unary(_name, _op, _summary, dtypes=FP_I32, flops=_flops, ufunc=_form, ranges=_ranges)
-_unary(
+    unary(_name, _op, _summary, dtypes=FP_I32, flops=_flops, ufunc=_form, ranges=_ranges)
+unary(
     "exp2",
     integers.unary("exp2", exp2),
     "Return 2**x (integers: exact, truncated toward zero for x < 0).",
@@ -308,10 +287,11 @@ _unary(
     flops=_T,
     numerics=device.EXP_SATURATES,
     ufunc=Ufunc(np.exp2, floats=True),  # integers: the exact path
+    ranges=power_of_two,
 )
 
 _EPSILON_DOC = "added to x first, in x's dtype (an fp16 x rounds 1e-12 and 1e-45 to 0)."
-LOG = _unary(
+LOG = unary(
     "log",
     lambda x, epsilon: np.log(x + epsilon),
     "Return log(x + epsilon) (NaN for x < 0).",
@@ -319,8 +299,9 @@ LOG = _unary(
     flops=1 + _T,
     flush_sensitive=frozenset({"x"}),
     ufunc=Ufunc(into=npmath.log_into),
+    ranges=logarithm,
 )
-RSQRT = _unary(
+RSQRT = unary(
     "rsqrt",
     lambda x, epsilon: 1.0 / np.sqrt(x + epsilon),
     "Return 1 / sqrt(x + epsilon).",
@@ -328,8 +309,9 @@ RSQRT = _unary(
     flops=2 + _T,
     flush_sensitive=frozenset({"x"}),
     ufunc=Ufunc(into=npmath.rsqrt_into),
+    ranges=reciprocal_root,
 )
-INVERSE = _unary(
+INVERSE = unary(
     "inverse",
     lambda x, epsilon: 1.0 / (x + epsilon),
     "Return 1 / (x + epsilon).",
@@ -337,162 +319,31 @@ INVERSE = _unary(
     flops=2,
     flush_sensitive=frozenset({"x"}),
     ufunc=Ufunc(into=npmath.inverse_into),
+    ranges=reciprocal,
 )
-CLIP = _unary(
+CLIP = unary(
     "clip",
     lambda x, alpha, beta: np.minimum(np.maximum(x, alpha), beta),
     "Return min(max(x, alpha), beta) (beta wins if alpha > beta; NaN propagates).",
-    attrs=(("alpha", "lower bound.", _REQUIRED), ("beta", "upper bound.", _REQUIRED)),
+    attrs=(("alpha", "lower bound.", REQUIRED), ("beta", "upper bound.", REQUIRED)),
     flops=2,
     ufunc=Ufunc(into=npmath.clip_into),
     ranges=clipped,
 )
-_unary(
+unary(
     "threshold",
     lambda x, alpha: np.maximum(x, alpha),
     "Return max(x, alpha).",
     dtypes=FP_I32,
-    attrs=(("alpha", "lower bound.", _REQUIRED),),
+    attrs=(("alpha", "lower bound.", REQUIRED),),
     ufunc=Ufunc(into=npmath.threshold_into),
+    ranges=thresholded,
 )
-_unary(
+unary(
     "logical_not",
     np.logical_not,
     "Return NOT x.",
     dtypes=BOOL,
-)
-
-# -- activations ----------------------------------------------------------------------------
-_ACT = (UNARY, ACTIVATION)
-_ALPHA = ("alpha", "slope, scale or multiplier (see the formula).", _REQUIRED)
-_BETA = ("beta", "offset or inner scale (see the formula).", _REQUIRED)
-
-_unary(
-    "relu",
-    lambda x: np.maximum(x, 0),
-    "Return max(x, 0).",
-    traits=_ACT,
-    ranges=monotone(lambda v: max(v, 0.0)),
-    ufunc=Ufunc(into=npmath.relu_into),
-)
-_unary(
-    "relu6",
-    lambda x: np.minimum(np.maximum(x, 0), 6),
-    "Return min(max(x, 0), 6).",
-    traits=_ACT,
-    flops=2,
-    ufunc=Ufunc(into=npmath.relu6_into),
-    ranges=monotone(lambda v: min(max(v, 0.0), 6.0)),
-)
-_unary(
-    "sigmoid",
-    sigmoid,
-    "Return 1 / (1 + exp(-x)).",
-    traits=_ACT,
-    flops=2 + _T,
-    ranges=bounded(0.0, 1.0),
-    ufunc=Ufunc(into=npmath.sigmoid_into),
-)
-_unary(
-    "silu",
-    lambda x: x * sigmoid(x),
-    "Return x * sigmoid(x) (swish).",
-    traits=_ACT,
-    flops=3 + _T,
-    ranges=SILU,
-    ufunc=Ufunc(into=npmath.silu_into, inplace=False),
-)
-_unary(
-    "softplus",
-    lambda x: np.logaddexp(0, x),
-    "Return log(1 + exp(x)).",
-    traits=_ACT,
-    flops=1 + 2 * _T,
-    numerics=device.SOFTPLUS_EXP_CLIFF,
-    ranges=softplus_bound,
-)
-_unary(
-    "softsign",
-    lambda x: x / (1 + np.abs(x)),
-    "Return x / (1 + |x|).",
-    traits=_ACT,
-    flops=3,
-    ufunc=Ufunc(into=npmath.softsign_into, inplace=False),
-)
-GELU = _unary(
-    "gelu",
-    lambda x, mode: GELU_MODES[mode](x),
-    "Return the GELU of x: EXACT 0.5x(1 + erf(x/sqrt 2)); TANH_APPROXIMATION "
-    "0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); SIGMOID_APPROXIMATION x sigmoid(1.702x).",
-    extra=(
-        (
-            param("mode", STRING, ranks=(0,), const=True, default="EXACT"),
-            "mode (const string): EXACT, TANH_APPROXIMATION or SIGMOID_APPROXIMATION. "
-            "Default: EXACT.",
-        ),
-    ),
-    check=_check_gelu_mode,
-    traits=_ACT,
-    flops=4 + _T,
-    ranges=GELU,
-)
-LEAKY_RELU = _unary(
-    "leaky_relu",
-    lambda x, alpha: np.where(x < 0, alpha * x, x),
-    "Return x if x >= 0, else alpha * x.",
-    attrs=(_ALPHA,),
-    traits=_ACT,
-    flops=3,  # compare, multiply, select
-)
-ELU = _unary(
-    "elu",
-    lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(x)),
-    "Return x if x > 0, else alpha * (exp(x) - 1).",
-    attrs=(_ALPHA,),
-    traits=_ACT,
-    flops=4 + _T,  # compare, exp, subtract, multiply, select
-)
-SIGMOID_HARD = _unary(
-    "sigmoid_hard",
-    lambda x, alpha, beta: np.minimum(np.maximum(alpha * x + beta, 0), 1),
-    "Return min(max(alpha * x + beta, 0), 1).",
-    attrs=(_ALPHA, _BETA),
-    traits=_ACT,
-    flops=4,
-    ufunc=Ufunc(into=npmath.sigmoid_hard_into),
-)
-SCALED_TANH = _unary(
-    "scaled_tanh",
-    lambda x, alpha, beta: alpha * np.tanh(beta * x),
-    "Return alpha * tanh(beta * x).",
-    attrs=(_ALPHA, _BETA),
-    traits=_ACT,
-    flops=2 + _T,
-    ufunc=Ufunc(into=npmath.scaled_tanh_into),
-)
-LINEAR_ACTIVATION = _unary(
-    "linear_activation",
-    lambda x, alpha, beta: alpha * x + beta,
-    "Return alpha * x + beta.",
-    attrs=(_ALPHA, _BETA),
-    traits=_ACT,
-    flops=2,
-    ufunc=Ufunc(into=npmath.linear_into),
-)
-PRELU = _unary(
-    "prelu",
-    lambda x, alpha: np.where(x > 0, x, channel_vector(alpha, x.ndim) * x),
-    "Return x if x > 0, else alpha[c] * x, with one slope per channel (axis 1).",
-    extra=(
-        (
-            param("alpha", FP, ranks=(1,), const=True, domain="T"),
-            "alpha (const tensor<T, [C]>): one slope per channel; ranks 3 and 5 need equal "
-            "values (coremltools).",
-        ),
-    ),
-    check=_check_prelu,
-    traits=_ACT,
-    flops=3,  # compare, multiply, select
 )
 
 # -- binary arithmetic ----------------------------------------------------------------------
@@ -530,6 +381,7 @@ _binary(
     "Return floor(x / y) elementwise, with broadcasting (NumPy floor_divide).",
     flops=2,
     divides=True,
+    ranges=floored_quotient,
 )
 _binary(
     "mod",
@@ -537,6 +389,7 @@ _binary(
     "Return x - floor(x / y) * y elementwise (sign of y, as NumPy remainder).",
     flops=4,
     divides=True,
+    ranges=remainder,
 )
 _binary(
     "pow",

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from anekit.mil.ops.common import FP, require
-from anekit.mil.ops.elementwise import (
-    CLIP,
+from anekit.mil.ops.activation import (
     ELU,
-    INVERSE,
     LEAKY_RELU,
     LINEAR_ACTIVATION,
-    LOG,
     PRELU,
-    RSQRT,
     SCALED_TANH,
     SIGMOID_HARD,
 )
+from anekit.mil.ops.common import FP, require
+from anekit.mil.ops.elementwise import CLIP, INVERSE, LOG, RSQRT
 from anekit.mil.ops.registry import Args, OpDef, register
 from anekit.mil.types import TensorType
 

@@ -32,6 +32,7 @@ import numpy as np
 from anekit.errors import EvaluationError
 from anekit.mil.ops.common import FP, INT32, STRING, axis_index, numel, require
 from anekit.mil.ops.ranges import passes
+from anekit.mil.ops.ranges_math import dequantized, quantized
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, param, register
 from anekit.mil.ops.traits import CAST, ELEMENTWISE, QUANTIZE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -253,6 +254,7 @@ register(
         reference=quantize_values,
         cost=_per_element(5.0),  # divide, round, add the zero point, clip (min and max)
         traits=frozenset({QUANTIZE}),
+        ranges=quantized,
         since="ios17",
         doc="""Quantize x to 8-bit integers: clip(round(input / scale) + zero_point).
 
@@ -288,6 +290,7 @@ register(
         ),
         cost=_per_element(2.0),  # subtract the zero point, multiply by the scale
         traits=frozenset({QUANTIZE}),
+        ranges=dequantized,
         since="ios17",
         doc="""Dequantize 8-bit integers: (input - zero_point) * scale, computed in fp32.
 

@@ -25,7 +25,8 @@ def magnitude(interval: Interval) -> float:
     return max(abs(interval[0]), abs(interval[1]))
 
 
-def _finite(lo: float, hi: float) -> Interval | None:
+def finite(lo: float, hi: float) -> Interval | None:
+    """``(lo, hi)``, or None (unbounded) where an end is not finite."""
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
@@ -38,7 +39,7 @@ def monotone(fn: Callable[[float], float], *, increasing: bool = True) -> RangeF
             return None
         with np.errstate(all="ignore"):
             lo, hi = (float(fn(x[0])), float(fn(x[1])))
-        return _finite(*((lo, hi) if increasing else (hi, lo)))
+        return finite(*((lo, hi) if increasing else (hi, lo)))
 
     return transfer
 
@@ -74,32 +75,33 @@ def _log_sum_exp(x: Interval, n: int) -> Interval | None:
     with np.errstate(over="ignore"):
         if n * np.exp(x[1]) > 65504.0:
             return None
-    return _finite(x[0], x[1] + math.log(max(n, 1)))
+    return finite(x[0], x[1] + math.log(max(n, 1)))
 
 
 # sums: the count times the input bound (the other reductions: the same, over |x| or x^2)
 scaled_by_count = reduced(lambda x, n: (min(x[0] * n, 0.0), max(x[1] * n, 0.0)))
-L1 = reduced(lambda x, n: _finite(0.0, n * magnitude(x)))
-L2 = reduced(lambda x, n: _finite(0.0, math.sqrt(n) * magnitude(x)))
-SUM_SQUARE = reduced(lambda x, n: _finite(0.0, n * magnitude(x) ** 2))
+L1 = reduced(lambda x, n: finite(0.0, n * magnitude(x)))
+L2 = reduced(lambda x, n: finite(0.0, math.sqrt(n) * magnitude(x)))
+SUM_SQUARE = reduced(lambda x, n: finite(0.0, n * magnitude(x) ** 2))
 LOG_SUM_EXP = reduced(_log_sum_exp)
 
 
-def _corners(x: Interval, y: Interval, fn: Callable[[float, float], float]) -> Interval | None:
+def corners(x: Interval, y: Interval, fn: Callable[[float, float], float]) -> Interval | None:
+    """The hull of ``fn`` at the four corners (fn monotone in each argument on the box)."""
     values = [fn(p, q) for p in x for q in y]
-    return _finite(min(values), max(values))
+    return finite(min(values), max(values))
 
 
 def _divide(x: Interval, y: Interval) -> Interval | None:
     if y[0] <= 0.0 <= y[1]:
         return None  # a divisor that may be 0: unbounded
-    return _corners(x, y, lambda p, q: p / q)
+    return corners(x, y, lambda p, q: p / q)
 
 
 BINARY: dict[str, Callable[[Interval, Interval], Interval | None]] = {
-    "add": lambda x, y: _finite(x[0] + y[0], x[1] + y[1]),
-    "sub": lambda x, y: _finite(x[0] - y[1], x[1] - y[0]),
-    "mul": lambda x, y: _corners(x, y, lambda p, q: p * q),
+    "add": lambda x, y: finite(x[0] + y[0], x[1] + y[1]),
+    "sub": lambda x, y: finite(x[0] - y[1], x[1] - y[0]),
+    "mul": lambda x, y: corners(x, y, lambda p, q: p * q),
     "div": _divide,
     "max": lambda x, y: (max(x[0], y[0]), max(x[1], y[1])),
     "min": lambda x, y: (min(x[0], y[0]), min(x[1], y[1])),
@@ -108,7 +110,7 @@ BINARY: dict[str, Callable[[Interval, Interval], Interval | None]] = {
 
 def _square(x: Interval) -> Interval | None:
     low = 0.0 if x[0] <= 0.0 <= x[1] else min(x[0] ** 2, x[1] ** 2)
-    return _finite(low, max(x[0] ** 2, x[1] ** 2))
+    return finite(low, max(x[0] ** 2, x[1] ** 2))
 
 
 # one operand given twice: x * x is a square (never negative), x - x is 0
@@ -160,7 +162,7 @@ def contraction(
             if b_bound is None:
                 return None
             total += magnitude(b_bound)
-        return _finite(-total, total)
+        return finite(-total, total)
 
     return transfer
 
@@ -194,7 +196,7 @@ def const_bound(value: Any) -> Interval | None:
     array = np.asarray(value)
     if array.dtype.kind not in "fiub" or array.size == 0:
         return None
-    return _finite(float(np.min(array)), float(np.max(array)))
+    return finite(float(np.min(array)), float(np.max(array)))
 
 
 def _hull(*intervals: Interval | None) -> Interval | None:
@@ -256,7 +258,7 @@ def matmul_like(a: Any, bound: Bound) -> Interval | None:
         if not isinstance(k, int):
             return None
         total = k * magnitude(x) * magnitude(y)
-    return _finite(-total, total)
+    return finite(-total, total)
 
 
 def _largest_sum(const: Any, axis: int | tuple[int, ...]) -> float:
@@ -288,7 +290,7 @@ def transposed_contraction(a: Any, bound: Bound) -> Interval | None:
         if b is None:
             return None
         total += magnitude(b)
-    return _finite(-total, total)
+    return finite(-total, total)
 
 
 def affine_per_channel(a: Any, bound: Bound) -> Interval | None:
@@ -306,7 +308,7 @@ def affine_per_channel(a: Any, bound: Bound) -> Interval | None:
             scale = scale * f64["gamma"]
         shift = np.zeros_like(scale) if f64["beta"] is None else f64["beta"]
         ends = [(x[0] - f64["mean"]) * scale + shift, (x[1] - f64["mean"]) * scale + shift]
-    return _finite(float(np.min(ends)), float(np.max(ends)))
+    return finite(float(np.min(ends)), float(np.max(ends)))
 
 
 def unit_ball(a: Any, bound: Bound) -> Interval | None:
@@ -325,7 +327,7 @@ def response_normalized(a: Any, bound: Bound) -> Interval | None:
     if x is None or not (k > 0 and alpha >= 0 and beta >= 0):
         return None
     floor = k**beta
-    return _finite(min(x[0], 0.0) / floor, max(x[1], 0.0) / floor)
+    return finite(min(x[0], 0.0) / floor, max(x[1], 0.0) / floor)
 
 
 def averaged(a: Any, bound: Bound) -> Interval | None:
@@ -353,7 +355,7 @@ def power(a: Any, bound: Bound) -> Interval | None:
         if x[0] == 0.0 and y[0] < 0.0:
             return None
         with np.errstate(all="ignore"):
-            return _corners(x, y, lambda p, q: float(np.power(p, q)))
+            return corners(x, y, lambda p, q: float(np.power(p, q)))
     exponent = a.y.const
     if exponent is None:
         return None
@@ -361,7 +363,7 @@ def power(a: Any, bound: Bound) -> Interval | None:
     if not np.all(e == np.round(e)) or np.any(e < 0):
         return None  # NaN for a fractional power of a negative value; 1/0 for a negative one
     top = max(magnitude(x) ** float(v) for v in e)
-    return _finite(0.0 if np.all(e % 2 == 0) else -top, top)
+    return finite(0.0 if np.all(e % 2 == 0) else -top, top)
 
 
 def absolute(a: Any, bound: Bound) -> Interval | None:
@@ -391,7 +393,7 @@ def softplus_bound(a: Any, bound: Bound) -> Interval | None:
     """softplus: between 0 (the engine's exp cliff drops large inputs to 0, N9) and
     softplus of x's upper end."""
     x = bound(a.x)
-    return None if x is None else _finite(0.0, float(np.logaddexp(0.0, x[1])))
+    return None if x is None else finite(0.0, float(np.logaddexp(0.0, x[1])))
 
 
 def dips_below_zero(least: float) -> RangeFn:

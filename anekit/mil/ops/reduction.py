@@ -47,6 +47,7 @@ from anekit.mil.ops.ranges import (
     passes,
     scaled_by_count,
 )
+from anekit.mil.ops.ranges_math import LOG_SUM, PRODUCT, running_sum
 from anekit.mil.ops.registry import (
     Args,
     Cost,
@@ -242,6 +243,8 @@ _REDUCE_RANGES: dict[str, RangeFn] = {
     "reduce_l1_norm": L1,
     "reduce_l2_norm": L2,
     "reduce_sum_square": SUM_SQUARE,
+    "reduce_prod": PRODUCT,
+    "reduce_log_sum": LOG_SUM,
 }
 # flops: operations per input element (the cost convention of anekit.mil.ops.common).
 for _name, _fn, _flops, _what in (
@@ -567,6 +570,7 @@ register(
         infer=_infer_cumsum,
         reference=_cumsum,
         cost=per_output_element(1),
+        ranges=running_sum,
         doc="""The running sum of ``x`` along ``axis``.
 
         Args:
