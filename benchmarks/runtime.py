@@ -14,7 +14,9 @@
    (NumPy reports its buffers to it). Target: within 1.5x PyTorch's.
 
 Usage: ``python benchmarks/runtime.py [--threads N] [--rounds R] [--seqs 64 256]
-[--forward-only] [--no-torch] [--cpu-time]``. ``--no-torch`` runs as where PyTorch is not installed
+[--forward-only] [--no-torch] [--cpu-time] [--json FILE]``. ``--json`` writes the forward
+tables with the load (``benchmarks/results/runtime.json`` is what docs/backends.md and
+docs/numerics.md quote). ``--no-torch`` runs as where PyTorch is not installed
 (``import torch`` fails): the anekit rows only, m4 against "ideal".
 """
 
@@ -23,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from harness import interleave, pinned, report
@@ -163,7 +167,8 @@ def rounding(rounds: int) -> None:
                 print(line)
 
 
-def forward(seq: int, rounds: int) -> None:
+def forward(seq: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Print the forward table at ``seq``; return each candidate's min, median (ms), spread."""
     shape = shape_at(seq)
     x = example_input(shape)
     program = transformer(shape)
@@ -216,6 +221,8 @@ def forward(seq: int, rounds: int) -> None:
                 f"  NumPy-only {profile} / PyTorch fp32: {ratio:.2f}x (median), "
                 f"{r.min / base.min:.2f}x (min); {rule}"
             )
+    return {name: {"min_ms": round(r.min * 1e3, 3), "median_ms": round(r.median * 1e3, 3),
+                   "spread": round(r.spread, 3)} for name, r in results.items()}  # fmt: skip
 
 
 def _met(ok: bool) -> str:
@@ -250,10 +257,11 @@ def memory_child(side: str, seq: int, threads: int) -> None:
     print(json.dumps({"rss_rise": (peak - before) * 1024, "traced": traced}))
 
 
-def memory(seq: int, threads: int) -> None:
+def memory(seq: int, threads: int) -> dict[str, Any] | None:
+    """Print each side's peak memory rise in a fresh process; return it (None: not Linux)."""
     if not Path("/proc/self/clear_refs").exists():
         print(f"peak memory at seq {seq}: needs Linux's /proc/self/clear_refs; skipped")
-        return
+        return None
     rows = {}
     for side in ("anekit", "anekit-numpy", "torch"):
         out = subprocess.run(
@@ -271,6 +279,7 @@ def memory(seq: int, threads: int) -> None:
             f"  {side:<14} resident set rise {r['rss_rise'] / 2**20:7.1f} MiB "
             f"({r['rss_rise'] / max(torch_rise, 1):.2f}x PyTorch){traced}"
         )
+    return {"seq": seq, "sides": rows}
 
 
 def main() -> None:
@@ -291,6 +300,8 @@ def main() -> None:
         action="store_true",
         help="forward tables in this thread's CPU time, not wall time (a shared, busy machine)",
     )
+    parser.add_argument("--json", metavar="FILE", help="write the forward tables, with the load, "
+                        "as JSON (benchmarks/results/runtime.json is what the docs quote)")  # fmt: skip
     parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.no_torch:
@@ -301,6 +312,8 @@ def main() -> None:
         side, seq, threads = args.memory_child
         memory_child(side, int(seq), int(threads))
         return
+    load_before = [round(v, 2) for v in os.getloadavg()]
+    forwards = {}
     print(
         f"threads pinned to {args.threads} (BLAS and torch), {args.rounds} interleaved rounds "
         f"({'thread CPU' if args.cpu_time else 'wall'} time); "
@@ -316,10 +329,22 @@ def main() -> None:
                 print(f"3-op program, buffers + k.run(): {per_call_us(k.run):7.1f} us")
             rounding(args.rounds)
         for seq in args.seqs:
-            forward(seq, args.rounds if seq < 1024 else max(3, args.rounds // 2))
+            rounds = args.rounds if seq < 1024 else max(3, args.rounds // 2)
+            forwards[str(seq)] = {"rounds": rounds, "candidates": forward(seq, rounds)}
     print(f"load average after: {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
-    if not args.forward_only and have_torch():
-        memory(1024, args.threads)
+    peak = memory(1024, args.threads) if not args.forward_only and have_torch() else None
+    if args.json:
+        record = {
+            "threads": args.threads,
+            "clock": "thread CPU" if args.cpu_time else "wall",
+            "torch": have_torch(),
+            "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores",
+            "load_before": load_before,
+            "load_after": [round(v, 2) for v in os.getloadavg()],
+            "forward": forwards,
+            "memory": peak,
+        }
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n", "utf-8")
 
 
 if __name__ == "__main__":
