@@ -244,3 +244,38 @@ def test_mod_of_a_value_below_its_divisor_is_itself_and_quantize_clips():
     program = b.build()
     assert propagate(program.main, {"x": (-5.0, 0.5)}).by_name["q"] == (0.0, 50.0)
     assert propagate(program.main, {}).by_name["q"] == (0.0, 255.0)
+
+
+def decompressed(rng):
+    """linear layers whose weights are constexpr ops (affine per channel, blockwise with an
+    offset): bounded through the decompressed weight's bound (K max|w| max|x|)."""
+    b = mil.Builder()
+    x = b.input("x", (2, 8), "fp16")
+    affine = {
+        "quantized_data": rng.integers(-128, 128, (6, 8)).astype(np.int8),
+        "zero_point": rng.integers(-5, 5, 6).astype(np.int8),
+        "scale": rng.uniform(0.001, 0.02, 6).astype(np.float16),
+        "axis": np.array(0, np.int32),
+    }
+    h = b.add_op("linear", {"x": x, "weight": b.add_op("constexpr_affine_dequantize", affine)})
+    blockwise = {
+        "data": rng.integers(-128, 128, (4, 6)).astype(np.int8),
+        "scale": rng.uniform(0.001, 0.02, (4, 2)).astype(np.float16),
+        "offset": rng.integers(-5, 5, (4, 2)).astype(np.int8),
+    }
+    w = b.add_op("constexpr_blockwise_shift_scale", blockwise)
+    b.output(b.add_op("linear", {"x": h, "weight": w}), "y")
+    return b.build(), {"x": _span(rng, -4, 4)}
+
+
+@pytest.mark.parametrize("numerics", ["ideal", "m4"])
+def test_linears_of_decompressed_weights_are_bounded(numerics):
+    assert_sound(decompressed, numerics)
+    program, _ = decompressed(np.random.default_rng(0))
+    op = next(op for op in program.main.ops if op.op_type == "constexpr_affine_dequantize")
+    a = op.args()
+    want = (
+        a.const("quantized_data").astype(np.float64) - a.const("zero_point")[:, None]
+    ) * a.const("scale").astype(np.float64)[:, None]
+    lo, hi = propagate(program.main, {"x": (-1.0, 1.0)}).by_name[op.outputs[0].name]
+    assert lo <= want.min() and want.max() <= hi

@@ -32,6 +32,8 @@ import numpy as np
 
 from anekit.mil.ops.common import FP, INT32, axis_index, require
 from anekit.mil.ops.quant import Q8, affine_dequantize, axis_param, per_axis_infer, per_axis_param
+from anekit.mil.ops.ranges import values_of
+from anekit.mil.ops.ranges_math import AFFINE_DEQUANTIZED, SHIFT_SCALED, with_zero
 from anekit.mil.ops.registry import Args, Cost, Encoding, OpDef, const_ints, param, register
 from anekit.mil.ops.traits import ATTRIBUTES, CONSTEXPR
 from anekit.mil.types import UNSIGNED_SUB_BYTE, DType, TensorType
@@ -69,6 +71,7 @@ register(
         cost=_no_cost,
         encoding=lambda a: Encoding("affine", a.quantized_data.dtype.bits),
         traits=_CONSTEXPR16,
+        ranges=AFFINE_DEQUANTIZED,
         since="ios16",
         doc="""A constant stored as 8-bit integers: (quantized_data - zero_point) * scale.
 
@@ -150,6 +153,7 @@ _lut16_op = register(
         cost=_no_cost,
         encoding=lambda a: Encoding("lut", a.lut.shape[0].bit_length() - 1),
         traits=_CONSTEXPR16,
+        ranges=values_of("lut"),
         since="ios16",
         doc="""A constant stored as a look-up table and packed n-bit indices (palettization).
 
@@ -306,6 +310,7 @@ register(
         cost=_no_cost,
         encoding=lambda a: Encoding("blockwise", a.data.dtype.bits),
         traits=_CONSTEXPR18,
+        ranges=SHIFT_SCALED,
         since="ios18",
         doc="""A constant dequantized per block: (data - offset) * scale, computed in fp32.
 
@@ -371,6 +376,7 @@ _sparse16 = register(
         cost=_no_cost,
         encoding=lambda a: Encoding("sparse", a.nonzero_data.dtype.bits),
         traits=_CONSTEXPR16,
+        ranges=with_zero("nonzero_data"),
         since="ios16",
         doc="""A constant stored as its non-zero values and a bit mask.
 

@@ -32,7 +32,7 @@ import numpy as np
 from anekit.errors import EvaluationError
 from anekit.mil.ops.common import FP, INT32, STRING, axis_index, numel, require
 from anekit.mil.ops.ranges import passes
-from anekit.mil.ops.ranges_math import dequantized, quantized
+from anekit.mil.ops.ranges_math import DEQUANTIZED, quantized
 from anekit.mil.ops.registry import Args, Cost, OpDef, Param, param, register
 from anekit.mil.ops.traits import CAST, ELEMENTWISE, QUANTIZE, UNARY
 from anekit.mil.types import DType, TensorType
@@ -290,7 +290,7 @@ register(
         ),
         cost=_per_element(2.0),  # subtract the zero point, multiply by the scale
         traits=frozenset({QUANTIZE}),
-        ranges=dequantized,
+        ranges=DEQUANTIZED,
         since="ios17",
         doc="""Dequantize 8-bit integers: (input - zero_point) * scale, computed in fp32.
 

@@ -309,10 +309,35 @@ def quantized(a: Any, bound: Bound) -> Interval | None:
     return (min(max(float(lo), info[0]), info[1]), min(max(float(hi), info[0]), info[1]))
 
 
-def dequantized(a: Any, bound: Bound) -> Interval | None:
-    """dequantize: (q - zero_point) * scale for every scale; q within its bound or its dtype."""
-    q = bound(a.input) or _ints(a.input.dtype.numpy)
-    zero = _values(a, "zero_point", 0.0)
-    shifted = (q[0] - zero.max(), q[1] - zero.min())
-    values = [v * s for v in shifted for s in _values(a, "scale", 1.0)]
-    return finite(min(values), max(values))
+def affine_of(data: str, zero: str, scale: str) -> RangeFn:
+    """``(data - zero) * scale`` (dequantize, constexpr_affine_dequantize,
+    constexpr_blockwise_shift_scale): the corners of the box of the three bounds; data of an
+    integer type without a bound is within that type's range, a missing zero is 0."""
+
+    def transfer(a: Any, bound: Bound) -> Interval | None:
+        q_value, z_value = getattr(a, data), getattr(a, zero)
+        q = bound(q_value)
+        if q is None and q_value.dtype.is_int:
+            q = _ints(q_value.dtype.numpy)
+        z = (0.0, 0.0) if z_value is None else bound(z_value)
+        s = bound(getattr(a, scale))
+        if q is None or z is None or s is None:
+            return None
+        return corners((q[0] - z[1], q[1] - z[0]), s, lambda v, w: v * w)
+
+    return transfer
+
+
+def with_zero(name: str) -> RangeFn:
+    """constexpr_sparse_to_dense: the values of ``name`` and zeros."""
+
+    def transfer(a: Any, bound: Bound) -> Interval | None:
+        v = bound(getattr(a, name))
+        return None if v is None else (min(v[0], 0.0), max(v[1], 0.0))
+
+    return transfer
+
+
+DEQUANTIZED = affine_of("input", "zero_point", "scale")
+AFFINE_DEQUANTIZED = affine_of("quantized_data", "zero_point", "scale")
+SHIFT_SCALED = affine_of("data", "offset", "scale")
