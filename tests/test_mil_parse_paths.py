@@ -395,11 +395,14 @@ FAST = [  # lines read whole
     '[name = string("y")];',
     '  tensor<fp16, [2]> y = sub(x = a.b, y = fp16(-0x1.8p+1))[name = tensor<string, []>("y")];',
     '  tensor<fp16, [2]> y = relu()[name = string("y")];',
+    '  tensor<fp16, [2]> y = add(x = a.b, y = c_1)[name = string("y")];',  # names only
 ]
 SLOW = [  # lines left to findall
     '  tensor<fp16, [2]> y = add(x = a, y = fp16(0x1p))[name = string("y")];',  # "0x1", "p"
     '  tensor<fp16, [2]> y = add(x = a, y = b, )[name = string("y")];',  # a trailing comma
     '  tensor<fp16, [2]> y = add(x = a,y = b)[name = string("y")];',
+    '  tensor<fp16, [2]> y = add(x = a,  y = b)[name = string("y")];',
+    '  tensor<fp16, [2]> y = add(x = a, y = b c)[name = string("y")];',
     '  tensor<fp16, [2]> y = add(x = a, y = t([1, x]))[name = string("y")];',  # "[" alone
     '  tensor<fp16, [2]> y = add(x = (a, b))[name = string("y")];',  # a tuple
     '  tensor<fp16, [2]> y = add(x = a, y = b)[name = string("y")]; // note',

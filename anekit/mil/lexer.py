@@ -61,6 +61,7 @@ _BODY = (
     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 )
 _ARG = re.compile(rf"({_NAME}) = (?:({_NAME})(?=[,)])|({_TYPE}|{_NAME})\(({_BODY})\))", re.ASCII)
+_NAME_ARGS = re.compile(rf"{_NAME} = {_NAME}(?:, {_NAME} = {_NAME})*", re.ASCII)
 _STATEMENT = re.compile(
     rf"\s*({_TYPE}) ({_NAME}) = ({_NAME})\((?P<args>[^()]*(?:\([^()]*\)[^()]*)*)\)"
     r'\[name = (?P<kind>string|tensor<string, \[\]>)\((?P<op_name>"\w+")\)\];\Z',
@@ -296,6 +297,9 @@ def statement_tokens(line: str, m: re.Match) -> list[str] | None:
     None if its arguments are not all of the shape ``_ARG`` reads."""
     toks = [m.group(1), m.group(2), "=", m.group(3), "("]
     pos, end = m.span("args")
+    if _NAME_ARGS.fullmatch(line, pos, end) is not None:  # names only: split at the blanks
+        toks += line[pos:end].replace(",", " ,").split()
+        pos = end
     match = _ARG.match
     while pos < end:
         a = match(line, pos, end + 1)  # the ")" after the arguments ends a name argument
