@@ -388,3 +388,36 @@ def test_the_one_step_float_reader_agrees_with_the_step_by_step_one(monkeypatch)
     monkeypatch.setattr(reader, "float_scalar", lambda *a: None)
     assert [outcome(t) for t in texts] == one_step
     assert 100 < sum(o[0] != "error" for o in one_step) < len(texts) - 100  # both kinds
+
+
+FAST = [  # lines read whole
+    "  tensor<fp16, [1, 8]> y = mul(x = x, y = tensor<fp16, [1, 8]>([0x1p-3, -1.5e2]))"
+    '[name = string("y")];',
+    '  tensor<fp16, [2]> y = sub(x = a.b, y = fp16(-0x1.8p+1))[name = tensor<string, []>("y")];',
+    '  tensor<fp16, [2]> y = relu()[name = string("y")];',
+]
+SLOW = [  # lines left to findall
+    '  tensor<fp16, [2]> y = add(x = a, y = fp16(0x1p))[name = string("y")];',  # "0x1", "p"
+    '  tensor<fp16, [2]> y = add(x = a, y = b, )[name = string("y")];',  # a trailing comma
+    '  tensor<fp16, [2]> y = add(x = a,y = b)[name = string("y")];',
+    '  tensor<fp16, [2]> y = add(x = a, y = t([1, x]))[name = string("y")];',  # "[" alone
+    '  tensor<fp16, [2]> y = add(x = (a, b))[name = string("y")];',  # a tuple
+    '  tensor<fp16, [2]> y = add(x = a, y = b)[name = string("y")]; // note',
+]
+
+
+@pytest.mark.parametrize("line", FAST + SLOW)
+def test_a_statement_line_is_tokenised_as_findall_tokenises_it(line: str) -> None:
+    """The whole-statement tokenizer gives findall's tokens, or leaves the line to findall."""
+    from anekit.mil import lexer
+
+    m = lexer._STATEMENT.match(line)
+    expected = lexer.TOKEN.findall(line)
+    got = None if m is None else lexer.statement_tokens(line, m)
+    assert got == (expected if line in FAST else None)
+    program = f"program(1.3)\n{{\n  func main<ios18>() {{\n{line}\n  }} -> (y);\n}}\n"
+    reader = parser._Parser(program, WeightSource(None), None)
+    while reader.toks[-1] is lexer.MORE:
+        reader._fill()
+    made = reader.toks[reader.line_starts[3] : reader.line_starts[4]]
+    assert made == [t for t in expected if not t.startswith("//")]

@@ -31,7 +31,8 @@ _CONST_LINE = re.compile(
     r"\s*(?P<type>tensor<[^>]*>|\w+) (?P<name>\w+) = const\(\)"
     r'\[name = (?:string|tensor<string, \[\]>)\("(?P<op_name>\w+)"\), val = (?P<literal>'
     r'(?P<blob_type>tensor<[^>]*>)\(BLOBFILE\(path = (?:string|tensor<string, \[\]>)\("(?P<path>[^"\\]*)"\), '
-    r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d{1,20})\)\)\)|.*)\];\s*\Z",
+    r"offset = (?:uint64|tensor<uint64, \[\]>)\((?P<offset>\d{1,20})\)\)\)"
+    r"|(?P<lit_type>tensor<[^<>()]*>|[a-z]\w*)\((?P<body>[^()]*)\)|.*)\];\s*\Z",
     re.ASCII,
 )
 _PLAIN_STRING = re.compile(r'"[^"\\]*"\Z')  # a string without escapes
@@ -441,7 +442,8 @@ class _Parser(LiteralReader):
         if declared is None or not (name.isidentifier() and name.isascii()):
             return False
         if path is None:
-            literal = self.literal_text(m.group("literal"))
+            parts = m.group("lit_type", "body")  # reader._ONE_TOKEN_LITERAL's groups
+            literal = self.literal_text(m.group("literal"), None if parts[0] is None else parts)
             if literal is None or (literal.type is not declared and literal.type != declared):
                 return False
         else:  # a weight: read as the declared type, spelt again by the literal

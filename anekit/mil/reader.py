@@ -76,13 +76,17 @@ _INT_RUN = re.compile(
 class LiteralReader(TokenReader):
     """A token reader that also reads types and literals."""
 
-    def literal_text(self, text: str) -> Value | None:
-        """The Value of a whole literal, or None to let the general path read it (and its errors)."""
+    def literal_text(self, text: str, parts: tuple[str, str] | None = None) -> Value | None:
+        """The Value of a whole literal, or None to let the general path read it (and its errors).
+
+        ``parts``: its type and body, if the caller matched it as ``TYPE(body)`` (as
+        ``standalone_literal`` would).
+        """
         if "BLOBFILE" in text:
             return self.blob_literal(text)
         value = _LITERALS.get(text)
         if value is None and len(text) <= CACHED_LITERAL_CHARS:
-            value = standalone_literal(text)
+            value = standalone_literal(text, parts)
             if value is not None:
                 remember_literal(text, value)
         return value
@@ -536,11 +540,16 @@ def _is_list(tok: str) -> bool:
     return len(tok) > 1 and tok[0] == "["
 
 
-def standalone_literal(text: str) -> Value | None:
-    """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal."""
-    m = _ONE_TOKEN_LITERAL.match(text)
-    if m is not None:  # TYPE(token), the common shape: read without tokenising it again
-        t, body = known_type(m.group(1)), m.group(2)
+def standalone_literal(text: str, parts: tuple[str, str] | None = None) -> Value | None:
+    """A literal (no BLOBFILE) read on its own; None if the text is not exactly one literal.
+
+    ``parts``: ``_ONE_TOKEN_LITERAL``'s groups of ``text``, if the caller matched them.
+    """
+    if parts is None:
+        m = _ONE_TOKEN_LITERAL.match(text)
+        parts = None if m is None else m.groups()
+    if parts is not None:  # TYPE(token), the common shape: read without tokenising it again
+        t, body = known_type(parts[0]), parts[1]
         if t is not None and t.is_static and body not in ("-", "+") and _one_token(body):
             try:
                 return _QUIET.one_token_literal(t, body, 0)

@@ -6,6 +6,14 @@ A block in README.md or docs/*.md::
     (whatever GENERATORS[NAME]() returns, written by tools/docs_check.py --write)
     <!-- /docs-check -->
 
+or, inside a sentence, a list item or a table cell, inline (no newline after the opening
+marker; the generator returns one line)::
+
+    retried once after <!-- docs-check: ane-load-retry -->100 ms<!-- /docs-check -->;
+
+A fact of the code (a limit, a delay, a shape) is generated from the constant that sets it
+(``code_facts.py``), so changing the constant without the doc fails ``make docs-check``.
+
 Each module of this package registers its generators with :func:`generates`; every
 generator computes its text from a measurement file or the package's published data, so
 ``make docs-check`` fails when a doc drifts from the data it quotes.

@@ -24,3 +24,33 @@ def bench_rating_m4() -> str:
         f"{pub['w8a8'] / pub['fp16']:.1f}x the fp16 one ({pub['fp16'] / rated:.0%}); the cost "
         f"model gives {pred['fp16']:.1f} / {pred['w8a8']:.1f}."
     )
+
+
+@generates("bench-settings")
+def bench_settings() -> str:
+    """The quick and full timing settings (``QUICK``, ``FULL`` in anekit/bench/measure.py)."""
+    from anekit.bench.measure import FULL, QUICK, Settings
+
+    def one(s: Settings) -> str:
+        warm = f"{s.warmup} warm-up" + ("s" if s.warmup != 1 else "")
+        return f"{warm}, {s.min_reps}..{s.max_reps} rounds, ~{s.budget_s:g} s"
+
+    return f"(quick: {one(QUICK)}; full: {one(FULL)})"
+
+
+@generates("bench-batch-below")
+def bench_batch_below() -> str:
+    """Calls shorter than this are timed in batches (``Settings.min_sample_s``)."""
+    from anekit.bench.measure import FULL, QUICK
+
+    if QUICK.min_sample_s != FULL.min_sample_s:
+        raise ValueError("docs/bench.md quotes one batching threshold for quick and full")
+    return f"{QUICK.min_sample_s * 1e3:g} ms"
+
+
+@generates("bench-noisy")
+def bench_noisy() -> str:
+    """The spread above which a timing is flagged NOISY (``NOISY_SPREAD``)."""
+    from anekit.bench.measure import NOISY_SPREAD
+
+    return f"{NOISY_SPREAD:g}x"

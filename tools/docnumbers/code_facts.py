@@ -69,3 +69,35 @@ def two_processes_matmul() -> str:
     from anekit.doctor.dist_rungs import SIDE
 
     return f"{SIDE} x {SIDE}"
+
+
+@generates("onnx-model-limit")
+def onnx_model_limit() -> str:
+    """The largest ONNX file ``from_onnx`` reads (protobuf's limit, docs/onnx.md)."""
+    from anekit.frontends.onnx.model import MODEL_LIMIT
+
+    return binary_size(MODEL_LIMIT)
+
+
+@generates("onnx-total-limit")
+def onnx_total_limit() -> str:
+    """The declared size of a whole ONNX model past which it is refused (docs/onnx.md)."""
+    from anekit.frontends.onnx.model import TOTAL_LIMIT
+
+    return binary_size(TOTAL_LIMIT)
+
+
+@generates("dist-timeout")
+def dist_timeout() -> str:
+    """``anekit train --dist-timeout``'s default (docs/training.md)."""
+    from anekit.cli.train import DEFAULT_TIMEOUT
+
+    return _seconds(DEFAULT_TIMEOUT)
+
+
+@generates("dist-join")
+def dist_join() -> str:
+    """The least time joining a distributed group waits for the other ranks."""
+    from anekit.train.distributed.engines import JOIN_SECONDS
+
+    return _seconds(JOIN_SECONDS)

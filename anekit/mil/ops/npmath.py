@@ -98,31 +98,45 @@ def erf32(x: np.ndarray) -> np.ndarray:
     A cache-sized chunk at a time with ``out=`` ufuncs (about 25 passes). erf(-0) = -0
     (P and Q keep one sign on [0, 16]), erf(+-inf) = +-1 (clamped to 4), NaN stays NaN.
     """
+    return _float32_chunks(x, _erf_chunk)
+
+
+def _float32_chunks(x: np.ndarray, kernel: Callable[..., None]) -> np.ndarray:
+    """Run ``kernel(xs, out, s1, s2, s3)`` over cache-sized float32 chunks of ``x``.
+
+    ``out`` is the chunk's slice of the result and ``s1..s3`` are scratch buffers of the
+    chunk's size, reused across chunks so a long tensor costs three chunks of memory.
+    """
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(x.shape, np.float32)
     xf, of = x.reshape(-1), out.reshape(-1)
     n = min(_CHUNK, xf.size)
-    c, c2, q = (np.empty(n, np.float32) for _ in range(3))
+    scratch = [np.empty(n, np.float32) for _ in range(3)]
     for i in range(0, xf.size, _CHUNK):
-        xs, p = xf[i : i + _CHUNK], of[i : i + _CHUNK]
-        m = xs.size
-        cc, x2, qq = c[:m], c2[:m], q[:m]
-        np.minimum(xs, _FOUR, out=cc)
-        np.maximum(cc, -_FOUR, out=cc)  # (np.clip's wrapper costs more than two passes)
-        np.square(cc, out=x2)
-        p.fill(_ERF_P32[0])
-        for k in _ERF_P32[1:]:
-            p *= x2
-            p += k
-        p *= cc
-        qq.fill(_ERF_Q32[0])
-        for k in _ERF_Q32[1:]:
-            qq *= x2
-            qq += k
-        p /= qq
-        np.minimum(p, _ONE, out=p)  # the fit may pass +-1 by an ulp near 4
-        np.maximum(p, -_ONE, out=p)
+        xs = xf[i : i + _CHUNK]
+        kernel(xs, of[i : i + _CHUNK], *(s[: xs.size] for s in scratch))
     return out
+
+
+def _erf_chunk(
+    xs: np.ndarray, p: np.ndarray, cc: np.ndarray, x2: np.ndarray, qq: np.ndarray
+) -> None:
+    """erf of one chunk ``xs`` into ``p``: the clamped rational fit in Horner form."""
+    np.minimum(xs, _FOUR, out=cc)
+    np.maximum(cc, -_FOUR, out=cc)  # (np.clip's wrapper costs more than two passes)
+    np.square(cc, out=x2)
+    p.fill(_ERF_P32[0])
+    for k in _ERF_P32[1:]:
+        p *= x2
+        p += k
+    p *= cc
+    qq.fill(_ERF_Q32[0])
+    for k in _ERF_Q32[1:]:
+        qq *= x2
+        qq += k
+    p /= qq
+    np.minimum(p, _ONE, out=p)  # the fit may pass +-1 by an ulp near 4
+    np.maximum(p, -_ONE, out=p)
 
 
 def real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -152,40 +166,37 @@ def gelu_exact(x: np.ndarray) -> np.ndarray:
     its matmuls that way). gelu(+inf) = inf, gelu(-inf) = NaN (0 x -inf), as
     0.5x(1 + erf(x/sqrt 2)).
     """
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty(x.shape, np.float32)
-    xf, of = x.reshape(-1), out.reshape(-1)
-    n = min(_CHUNK, xf.size)
-    z, t, p = (np.empty(n, np.float32) for _ in range(3))
-    for i in range(0, xf.size, _CHUNK):
-        xs, o = xf[i : i + _CHUNK], of[i : i + _CHUNK]
-        m = xs.size
-        zz, tt, pp = z[:m], t[:m], p[:m]
-        np.abs(xs, out=zz)
-        zz *= _RSQRT2  # z = |x| / sqrt 2
-        np.multiply(zz, _HALF, out=tt)
-        tt += _ONE
-        np.divide(_ONE, tt, out=tt)  # t = 1 / (1 + z/2)
-        pp.fill(_ERFC_FIT32[0])
-        for c in _ERFC_FIT32[1:]:
-            pp *= tt
-            pp += c
-        np.square(zz, out=zz)
-        pp -= zz
-        np.exp(pp, out=pp)
-        pp *= tt  # erfc(z)
-        pp *= _HALF  # Phi(-|x|)
-        np.subtract(_ONE, pp, out=o)  # Phi(|x|)
-        # Phi(x): Phi(-|x|) where the sign bit of x is set, else Phi(|x|), as bits
-        sign = zz.view(np.int32)
-        np.right_shift(xs.view(np.int32), 31, out=sign)  # all ones where negative
-        pu, ou = pp.view(np.int32), o.view(np.int32)
-        np.bitwise_and(pu, sign, out=pu)
-        np.invert(sign, out=sign)
-        np.bitwise_and(ou, sign, out=ou)
-        np.bitwise_or(ou, pu, out=ou)
-        o *= xs
-    return out
+    return _float32_chunks(x, _gelu_chunk)
+
+
+def _gelu_chunk(
+    xs: np.ndarray, o: np.ndarray, zz: np.ndarray, tt: np.ndarray, pp: np.ndarray
+) -> None:
+    """GELU of one chunk ``xs`` into ``o``: Phi from the erfc fit, chosen by sign bit."""
+    np.abs(xs, out=zz)
+    zz *= _RSQRT2  # z = |x| / sqrt 2
+    np.multiply(zz, _HALF, out=tt)
+    tt += _ONE
+    np.divide(_ONE, tt, out=tt)  # t = 1 / (1 + z/2)
+    pp.fill(_ERFC_FIT32[0])
+    for c in _ERFC_FIT32[1:]:
+        pp *= tt
+        pp += c
+    np.square(zz, out=zz)
+    pp -= zz
+    np.exp(pp, out=pp)
+    pp *= tt  # erfc(z)
+    pp *= _HALF  # Phi(-|x|)
+    np.subtract(_ONE, pp, out=o)  # Phi(|x|)
+    # Phi(x): Phi(-|x|) where the sign bit of x is set, else Phi(|x|), as bits
+    sign = zz.view(np.int32)
+    np.right_shift(xs.view(np.int32), 31, out=sign)  # all ones where negative
+    pu, ou = pp.view(np.int32), o.view(np.int32)
+    np.bitwise_and(pu, sign, out=pu)
+    np.invert(sign, out=sign)
+    np.bitwise_and(ou, sign, out=ou)
+    np.bitwise_or(ou, pu, out=ou)
+    o *= xs
 
 
 GELU_MODES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
