@@ -279,3 +279,14 @@ def test_linears_of_decompressed_weights_are_bounded(numerics):
     ) * a.const("scale").astype(np.float64)[:, None]
     lo, hi = propagate(program.main, {"x": (-1.0, 1.0)}).by_name[op.outputs[0].name]
     assert lo <= want.min() and want.max() <= hi
+
+
+def test_a_lut_weight_is_bounded_by_its_table():
+    b = mil.Builder()
+    x = b.input("x", (2, 8), "fp16")
+    lut = np.linspace(-3, 2, 256).astype(np.float16).reshape(1, 1, 256, 1)
+    indices = (np.arange(48).reshape(6, 8) * 5).astype(np.uint8)
+    w = b.add_op("constexpr_lut_to_dense", {"indices": indices, "lut": lut})
+    b.output(b.add_op("linear", {"x": x, "weight": w}), "y")
+    bounds = propagate(b.build().main, {"x": (-1.0, 1.0)}).by_name
+    assert bounds[w.name] == (-3.0, 2.0) and bounds["y"] == (-24.0, 24.0)
