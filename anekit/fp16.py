@@ -256,6 +256,9 @@ HALF_QUANTUM = np.uint32(0x1000)  # half of fp16's quantum on float32's mantissa
 KEEP_BITS = np.uint32(0xFFFFE000)  # the sign, exponent and 10 mantissa bits fp16 keeps
 OVERFLOW_BITS = np.uint32(0x477FF000)  # 65520: the smallest magnitude that rounds to inf
 MIN_NORMAL_BITS = np.uint32(0x38800000)  # 2**-14, fp16's smallest normal
+# 2**-14 - 2**-25: the smallest magnitude that rounds to fp16's smallest normal (a tie goes
+# up under both tie rules); below it a value would be stored as a subnormal, i.e. flushed
+FLUSH_BELOW_BITS = np.uint32(0x387FE000)
 _SUBNORMAL_SCALE = 2.0**24  # fp16 subnormals are multiples of 2**-24
 
 

@@ -426,10 +426,7 @@ class BlobFile:
             # aligned): cheaper than a np.frombuffer per record
             whole = self._views.get(record.dtype)
             if whole is None:
-                itemsize = record.dtype.itemsize
-                whole = self._views[record.dtype] = np.frombuffer(
-                    data, dtype=record.dtype, count=len(data) // itemsize
-                )
+                whole = self._whole(record.dtype)
             start = record.data_offset // record.dtype.itemsize
             return whole[start : start + record.size // record.dtype.itemsize]
         if record.bits is not None:
@@ -441,9 +438,14 @@ class BlobFile:
             count=record.size // record.dtype.itemsize,
             offset=record.data_offset,
         )
-        if not copy and _NATIVE_IS_LITTLE and isinstance(data, bytes):
-            return stored  # the stored dtype is the native one: a view
-        return stored.astype(record.dtype)
+        return stored.astype(record.dtype)  # a copy, or the native order (views returned above)
+
+    def _whole(self, dtype: np.dtype) -> np.ndarray:
+        """The whole file seen as ``dtype``, made once per dtype (see array)."""
+        whole = self._views[dtype] = np.frombuffer(
+            self.data, dtype=dtype, count=len(self.data) // dtype.itemsize
+        )
+        return whole
 
     def tensor(
         self,
@@ -473,9 +475,7 @@ class BlobFile:
             if record.size // itemsize == numel:
                 whole = self._views.get(stored)
                 if whole is None:
-                    whole = self._views[stored] = np.frombuffer(
-                        self.data, dtype=stored, count=len(self.data) // itemsize
-                    )
+                    whole = self._whole(stored)
                 start = record.data_offset // itemsize
                 array = whole[start : start + numel]
                 return array if len(shape) == 1 else array.reshape(shape)

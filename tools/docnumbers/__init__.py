@@ -21,8 +21,13 @@ generator computes its text from a measurement file or the package's published d
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
+ROOT = Path(__file__).resolve().parents[2]
 Generator = Callable[[], str]
 GENERATORS: dict[str, Generator] = {}
 
@@ -45,3 +50,14 @@ def binary_size(n: int) -> str:
         if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift} {unit}"
     return f"{n} bytes"
+
+
+def benchmark(stem: str) -> ModuleType:
+    """``benchmarks/STEM.py`` as a module (benchmarks/ is not a package), loaded once."""
+    name = f"{stem}_benchmark"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{stem}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

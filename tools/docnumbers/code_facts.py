@@ -2,10 +2,13 @@
 the constants that set them: `after <!-- docs-check: ane-load-retry -->100 ms<!-- /docs-check -->`.
 
 Each generator imports its constant, so changing the constant without the doc fails
-``make docs-check``.
+``make docs-check``. To add one: a row of ``FACTS``.
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
 
 from tools.docnumbers import binary_size, generates
 
@@ -15,89 +18,48 @@ def _seconds(value: float) -> str:
     return f"{value * 1000:g} ms" if value < 0.3 else f"{value:g} s"
 
 
-@generates("ane-load-retry")
-def ane_load_retry() -> str:
-    """The pause before the one retry of a failed ``loadWithQoS:`` (docs/ane.md)."""
-    from anekit.backends.ane.kernel import LOAD_RETRY_DELAY_S
-
-    return _seconds(LOAD_RETRY_DELAY_S)
+def _square(side: int) -> str:
+    """``64`` -> "64 x 64"."""
+    return f"{side} x {side}"
 
 
-@generates("mil-max-bytes")
-def mil_max_bytes() -> str:
-    """The largest MIL text file (or standard input) ``mil.load_path`` reads (docs/mil.md)."""
-    from anekit.mil.loading import MAX_MIL_BYTES
-
-    return binary_size(MAX_MIL_BYTES)
-
-
-@generates("serve-max-body")
-def serve_max_body() -> str:
-    """The largest request body ``anekit serve`` takes before answering 413 (docs/serve.md)."""
-    from anekit.llm.serve.app import MAX_BODY_BYTES
-
-    return binary_size(MAX_BODY_BYTES)
-
-
-@generates("probe-chain-wait")
-def probe_chain_wait() -> str:
-    """How long the chaining probe waits for the second program's output (docs/probe.md)."""
-    from anekit.probe.dispatch import CHAIN_POLL_S
-
-    return _seconds(CHAIN_POLL_S)
-
-
-@generates("probe-fence-early")
-def probe_fence_early() -> str:
-    """How long the fence probe lets the ANE (wrongly) run before the GPU signals."""
-    from anekit.probe.events import WAIT_BEFORE_SIGNAL_S
-
-    return _seconds(WAIT_BEFORE_SIGNAL_S)
+# (block name, "module:CONSTANT", how its value reads in the docs); what each quotes
+FACTS: list[tuple[str, str, Callable[..., str]]] = [
+    # the pause before the one retry of a failed ``loadWithQoS:`` (docs/ane.md)
+    ("ane-load-retry", "anekit.backends.ane.kernel:LOAD_RETRY_DELAY_S", _seconds),
+    # the largest MIL text file (or standard input) ``mil.load_path`` reads (docs/mil.md)
+    ("mil-max-bytes", "anekit.mil.loading:MAX_MIL_BYTES", binary_size),
+    # the largest request body ``anekit serve`` takes before answering 413 (docs/serve.md)
+    ("serve-max-body", "anekit.llm.serve.app:MAX_BODY_BYTES", binary_size),
+    # how long the chaining probe waits for the second program's output (docs/probe.md)
+    ("probe-chain-wait", "anekit.probe.dispatch:CHAIN_POLL_S", _seconds),
+    # how long the fence probe lets the ANE (wrongly) run before the GPU signals
+    ("probe-fence-early", "anekit.probe.events:WAIT_BEFORE_SIGNAL_S", _seconds),
+    # how long the fence probe waits for the ANE's signal back (option ``signal_timeout_s``)
+    ("probe-fence-timeout", "anekit.probe.events:SIGNAL_TIMEOUT_S", _seconds),
+    # the matmul the ``two_processes`` doctor rung evaluates (docs/training.md)
+    ("two-processes-matmul", "anekit.doctor.dist_rungs:SIDE", _square),
+    # the largest ONNX file ``from_onnx`` reads (protobuf's limit, docs/onnx.md)
+    ("onnx-model-limit", "anekit.frontends.onnx.model:MODEL_LIMIT", binary_size),
+    # the declared size of a whole ONNX model past which it is refused (docs/onnx.md)
+    ("onnx-total-limit", "anekit.frontends.onnx.model:TOTAL_LIMIT", binary_size),
+    # ``anekit train --dist-timeout``'s default (docs/training.md)
+    ("dist-timeout", "anekit.cli.train:DEFAULT_TIMEOUT", _seconds),
+    # the least time joining a distributed group waits for the other ranks
+    ("dist-join", "anekit.train.distributed.engines:JOIN_SECONDS", _seconds),
+]
 
 
-@generates("probe-fence-timeout")
-def probe_fence_timeout() -> str:
-    """How long the fence probe waits for the ANE's signal back (option ``signal_timeout_s``)."""
-    from anekit.probe.events import SIGNAL_TIMEOUT_S
+def _fact(where: str, fmt: Callable[..., str]) -> Callable[[], str]:
+    """A generator that imports ``module:CONSTANT`` when called and formats its value."""
+    module, constant = where.split(":")
 
-    return _seconds(SIGNAL_TIMEOUT_S)
+    def generate() -> str:
+        return fmt(getattr(importlib.import_module(module), constant))
 
-
-@generates("two-processes-matmul")
-def two_processes_matmul() -> str:
-    """The matmul the ``two_processes`` doctor rung evaluates (docs/training.md)."""
-    from anekit.doctor.dist_rungs import SIDE
-
-    return f"{SIDE} x {SIDE}"
+    generate.__doc__ = f"``{constant}`` of ``{module}``."
+    return generate
 
 
-@generates("onnx-model-limit")
-def onnx_model_limit() -> str:
-    """The largest ONNX file ``from_onnx`` reads (protobuf's limit, docs/onnx.md)."""
-    from anekit.frontends.onnx.model import MODEL_LIMIT
-
-    return binary_size(MODEL_LIMIT)
-
-
-@generates("onnx-total-limit")
-def onnx_total_limit() -> str:
-    """The declared size of a whole ONNX model past which it is refused (docs/onnx.md)."""
-    from anekit.frontends.onnx.model import TOTAL_LIMIT
-
-    return binary_size(TOTAL_LIMIT)
-
-
-@generates("dist-timeout")
-def dist_timeout() -> str:
-    """``anekit train --dist-timeout``'s default (docs/training.md)."""
-    from anekit.cli.train import DEFAULT_TIMEOUT
-
-    return _seconds(DEFAULT_TIMEOUT)
-
-
-@generates("dist-join")
-def dist_join() -> str:
-    """The least time joining a distributed group waits for the other ranks."""
-    from anekit.train.distributed.engines import JOIN_SECONDS
-
-    return _seconds(JOIN_SECONDS)
+for _name, _where, _fmt in FACTS:
+    generates(_name)(_fact(_where, _fmt))

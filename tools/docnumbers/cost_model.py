@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anekit.hw import cost
-from tools.docnumbers import generates
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _benchmark() -> Any:
-    """``benchmarks/cost_model.py`` as a module (benchmarks/ is not a package)."""
-    name = "cost_model_benchmark"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "cost_model.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+from tools.docnumbers import benchmark, generates
 
 
 @generates("cost-model-summary")
 def cost_model_summary() -> str:
     """The floors per generation, the ratio summary before and after, and the LOSO spread."""
-    bench = _benchmark()
+    bench = benchmark("cost_model")
     entries = bench.load_entries()
     floors = bench.family_floors(entries)
     lines = ["| generation | path | floor (ms) |", "|---|---|---|"]
@@ -90,7 +74,7 @@ def llm_decode_table() -> str:
 @generates("cost-model-section7")
 def cost_model_section7() -> str:
     """Every section-7 (calibration) entry: published, predicted, ratio; and the summary."""
-    bench = _benchmark()
+    bench = benchmark("cost_model")
     rows = [r for r in bench.evaluate(bench.load_entries()) if r["split"] == "calibration"]
     lines = ["| entry | path | published | predicted | predicted / published |",
              "|---|---|---|---|---|"]  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.docnumbers import generates
+from tools.docnumbers import benchmark, generates
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "llm.json"
 
@@ -25,7 +25,7 @@ def llm_reference_speed() -> str:
     speed, step, sets = r["speed_ms"], r["step_ms"], r["buffer_sets_ms"]
     ours, theirs = step["anekit"], step["transformers"]
     lo, hi = sorted(ours, key=int)
-    prefill_tokens = 128
+    prefill_tokens = benchmark("llm").PROMPT  # the prompt the figures were measured on
     rows = [
         "| | anekit.llm reference | transformers fp32 | anekit speed / transformers |",
         "|---|---|---|---|",

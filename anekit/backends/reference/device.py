@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from anekit.fp16 import (
+    FLUSH_BELOW_BITS,
     HALF_QUANTUM,
     INF_BITS,
     KEEP_BITS,
@@ -30,15 +31,12 @@ from anekit.mil.ops.registry import Numerics
 
 SATURATED, FLUSHED, REPLACED = 0, 1, 2
 CHUNK = 1 << 15  # elements per pass: the chunk and its scratch stay in the L2 cache
-# 2**-14 - 2**-25: the smallest magnitude that rounds to fp16's smallest normal (a tie goes
-# up under both tie rules), so anything below it is stored as a subnormal, i.e. flushed
-FLUSH_BELOW = np.uint32(0x387FE000)
 _NEG_INF_BITS = np.uint32(0xFF800000)
 _EVEN_BIAS = np.uint32(0xFFF)
 _SUBNORMAL_SCALE = np.float64(2.0**24)
 _ONE, _ZERO = np.uint32(1), np.uint32(0)
 _MIN_NORMAL_LESS_ONE = MIN_NORMAL_BITS - _ONE  # compared with magnitudes minus one
-_FLUSH_BELOW_LESS_ONE = FLUSH_BELOW - _ONE
+_FLUSH_BELOW_LESS_ONE = FLUSH_BELOW_BITS - _ONE
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,7 @@ class DeviceRounder:
             np.bitwise_and(u, MAGNITUDE, out=m)
         small = up = None
         if st.flush:  # N12: what would be stored as a subnormal becomes a signed zero
-            np.greater_equal(m, FLUSH_BELOW, out=b)  # kept
+            np.greater_equal(m, FLUSH_BELOW_BITS, out=b)  # kept
             flushed = np.count_nonzero(m) - np.count_nonzero(b)  # zeros stay zeros: no event
             if flushed:
                 counts[FLUSHED] += flushed

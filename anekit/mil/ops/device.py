@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from anekit.fp16 import (
+    FLUSH_BELOW_BITS,
     HALF_QUANTUM,
     INF_BITS,
     KEEP_BITS,
@@ -103,9 +104,6 @@ LOGSUMEXP_UNSHIFTED = Numerics(hook=_unshifted_sum, reads="logsumexp_shift")
 PRODUCT_CHUNK = 1 << 18  # products a precise matmul holds at once (1 MiB of float32)
 STORE_CHUNK = 1 << 16  # products stored per pass: they and the masks stay in the L2 cache
 _SMALLEST_NORMAL = np.float32(2.0**-14)
-# 2**-14 - 2**-25: the smallest magnitude that rounds to fp16's smallest normal (a tie goes up
-# under both tie rules); below it a value would be stored as a subnormal, i.e. flushed
-_FLUSH_BELOW = np.uint32(0x387FE000)
 
 
 def store_products(p: np.ndarray, profile: Any) -> tuple[int, int]:
@@ -138,8 +136,8 @@ def _store_away_flushed(u: np.ndarray) -> int:
     m = np.bitwise_and(u, MAGNITUDE)
     finite = m < INF_BITS
     over = (m >= OVERFLOW_BITS) & finite
-    small = m < _FLUSH_BELOW
-    edge = (m >= _FLUSH_BELOW) & (m < MIN_NORMAL_BITS)  # rounds up to the smallest normal
+    small = m < FLUSH_BELOW_BITS
+    edge = (m >= FLUSH_BELOW_BITS) & (m < MIN_NORMAL_BITS)  # rounds up to the smallest normal
     sign = np.bitwise_and(u, SIGN_BIT)
     np.add(u, HALF_QUANTUM, out=u, where=finite)  # half a quantum away from zero, then cut
     np.bitwise_and(u, KEEP_BITS, out=u, where=finite)
