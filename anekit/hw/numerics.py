@@ -250,11 +250,6 @@ def families() -> dict[str, NumericsProfile]:
     return dict(_families())
 
 
-def family_of(chip: str | Chip) -> str:
-    """The numerics family of a chip ("m4" -> "A16"), from its generation fact."""
-    return _chip_profile(get_chip(chip)).family
-
-
 @functools.cache
 def _data() -> dict[str, Any]:
     text = resources.files("anekit.hw").joinpath("data/numerics.json").read_text("utf-8")
