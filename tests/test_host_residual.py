@@ -129,6 +129,8 @@ def test_an_unknown_residual_mode_is_refused(trigger) -> None:
     directory, _ = trigger
     with pytest.raises(UsageError, match="residual must be one of"):
         llm.load(directory, backend="reference", residual="fp32", residual_scale=1.0)
+    with pytest.raises(UsageError, match="residual must be one of"):  # before anything is read
+        llm.load(directory / "missing", residual="fp32")
 
 
 def test_generate_takes_residual_and_strict(trigger, capsys) -> None:

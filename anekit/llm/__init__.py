@@ -110,8 +110,10 @@ def load(
             (``anekit.llm.guard``). Non-finite or saturated streams and garbage logits
             always raise.
     """
+    from anekit.llm.host_residual import check_residual
     from anekit.llm.model import DEFAULT_CHUNK
 
+    check_residual(residual)  # before the calibration and the weights are read
     p = Path(path)
     options = {
         "backend": backend,

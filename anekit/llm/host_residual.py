@@ -34,13 +34,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["HOST_LIMIT", "RESIDUAL_MODES", "host_scale", "overflow"]
+from anekit.errors import UsageError
+
+__all__ = ["HOST_LIMIT", "RESIDUAL_MODES", "check_residual", "host_scale", "overflow"]
 
 # the stream's peak as a program reads it: plus a projection's output (at most 32752, N1)
 # it stays inside fp16 in the program's add
 HOST_LIMIT = 16384.0
 RESIDUAL_MODES = ("auto", "fp16", "host")
 _SMALLEST = 2.0**-24  # fp16's smallest step: a non-finite stream gets it (inf stays inf)
+
+
+def check_residual(residual: str) -> str:
+    """``residual`` if it is one of :data:`RESIDUAL_MODES`; UsageError otherwise."""
+    if residual not in RESIDUAL_MODES:
+        raise UsageError(f"residual must be one of {RESIDUAL_MODES}, found {residual!r}")
+    return residual
 
 
 def host_scale(stream: np.ndarray, alpha: float) -> float:

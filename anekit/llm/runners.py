@@ -59,13 +59,12 @@ import numpy as np
 
 from anekit import backends, fp16
 from anekit.backends import Buffer, BufferSet, Kernel
-from anekit.errors import UsageError
 from anekit.hw.chips import get_chip
 from anekit.llm import kernels as K
 from anekit.llm.compressed import plan_segments
 from anekit.llm.config import LlmConfig
 from anekit.llm.guard import FP16_SATURATION
-from anekit.llm.host_residual import RESIDUAL_MODES, host_scale, overflow
+from anekit.llm.host_residual import check_residual, host_scale, overflow
 from anekit.llm.segmented import CompiledIn, SegmentKey
 from anekit.llm.source import Parts, TensorSource, fill, head_name, layer_parts
 from anekit.mil.program import Program
@@ -153,9 +152,7 @@ class Runner(ABC):
         saturation: float = FP16_SATURATION,
     ) -> None:
         self.config, self.backend, self.chip = config, backend, chip
-        if residual not in RESIDUAL_MODES:
-            raise UsageError(f"residual must be one of {RESIDUAL_MODES}, found {residual!r}")
-        self.residual, self.saturation = residual, saturation
+        self.residual, self.saturation = check_residual(residual), saturation
         self.host = residual == "host"  # the stream between programs is float32 on the host
         self.host_reason: str | None = "residual='host'" if self.host else None
         self.head_cliffs: Any = None  # the head's cliff events of its last run (or None)

@@ -398,8 +398,6 @@ class _Parser(LiteralReader):
             found = registry.get(tok, opset)
         except MilTypeError as e:
             raise self.type_error(e, index) from None
-        if len(_OPDEFS) < _OPDEF_ENTRIES:
-            _OPDEFS[(tok, opset)] = found
         return found
 
     def attributes(
@@ -511,5 +509,4 @@ def _const_def(opset: str) -> registry.OpDef:
     return registry.get("const", opset)
 
 
-_OPDEFS: dict[tuple[str, str], registry.OpDef] = {}  # (op name, opset) -> its OpDef
-_OPDEF_ENTRIES = 4096  # bounded: registered ops only, in the opsets there are
+_OPDEFS = registry.RESOLVED  # (op name, opset) -> its OpDef, as registry.get found it

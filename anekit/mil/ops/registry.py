@@ -308,6 +308,10 @@ class Args:
 
 
 _REGISTRY: dict[str, list[OpDef]] = {}
+# (name, opset) -> the declaration get() found, so a reader may look one up without a call (the
+# parser, per statement); emptied by register, bounded (a program may spell any opset)
+RESOLVED: dict[tuple[str, str], OpDef] = {}
+_RESOLVED_ENTRIES = 4096
 
 
 def register(opdef: OpDef) -> OpDef:
@@ -325,17 +329,23 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op {opdef.name!r} is already registered for {opdef.since}")
     versions.append(opdef)
     versions.sort(key=lambda d: OPSETS.index(d.since))
+    RESOLVED.clear()
     return opdef
 
 
 def get(name: str, opset: str = OPSETS[-1]) -> OpDef:
     """Return the declaration of ``name`` in force for ``opset``; MilTypeError names what is wrong."""
+    found = RESOLVED.get((name, opset))
+    if found is not None:
+        return found
     versions = _REGISTRY.get(name)
     if not versions:
         raise MilTypeError(f"unknown op {name!r}", op=name)
     level = OPSETS.index(opset) if opset in OPSETS else len(OPSETS) - 1
     for opdef in reversed(versions):
         if OPSETS.index(opdef.since) <= level:
+            if len(RESOLVED) < _RESOLVED_ENTRIES:
+                RESOLVED[(name, opset)] = opdef
             return opdef
     raise MilTypeError(
         f"needs opset {versions[0].since} or later; this function is {opset}", op=name
