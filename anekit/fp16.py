@@ -248,6 +248,9 @@ def _magic_round(x: np.ndarray, m: np.ndarray) -> None:
     np.copysign(x, m, out=x)  # x - M gives +0 where x rounds to -0
 
 
+FP16_MAX = 65504.0  # the largest finite fp16
+SMALLEST_NORMAL = 2.0**-14  # fp16's smallest normal: below it a chip profile flushes to 0 (N12)
+
 # float32 bit patterns of the fp16 storage model (magnitudes, sign cleared)
 SIGN_BIT = np.uint32(0x80000000)
 MAGNITUDE = np.uint32(0x7FFFFFFF)

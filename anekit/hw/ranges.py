@@ -18,9 +18,6 @@ from anekit.errors import UsageError
 from anekit.mil.ops.ranges import Interval, const_bound
 from anekit.mil.program import Function, Value
 
-FP16_MAX = 65504.0  # the largest finite fp16
-SMALLEST_NORMAL = 2.0**-14  # below it the engine flushes to 0 (N12)
-
 
 @dataclass
 class Ranges:

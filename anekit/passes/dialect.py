@@ -16,6 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from anekit.errors import MilTypeError
+from anekit.fp16 import FP16_MAX
 from anekit.hw import Chip
 from anekit.hw.rules.base import in_dialect, legacy_chip, within_dialect
 from anekit.mil.program import Operation, Program, Value
@@ -23,7 +24,6 @@ from anekit.mil.rewrite import Rebuild, rebuild
 from anekit.mil.types import DType
 
 _TINY = np.float16(2.0**-24)  # the smallest positive fp16
-_FP16_MAX = 65504.0
 
 
 def legacy_dialect(program: Program, chip: Chip) -> Program:
@@ -56,7 +56,7 @@ def _fp16_parameters(rb: Rebuild, op: Operation) -> bool:
     params = {k: rb.get(v) for k, v in op.inputs.items()}
     for k, v in wide.items():
         arr = np.asarray(v.const, np.float32)
-        if not np.isfinite(arr).all() or np.abs(arr).max(initial=0) > _FP16_MAX:
+        if not np.isfinite(arr).all() or np.abs(arr).max(initial=0) > FP16_MAX:
             return False  # not representable: the op is left for the checker to name
         narrow = arr.astype(np.float16)
         narrow[(arr > 0) & (narrow == 0)] = _TINY

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from anekit.fp16 import FP16_MAX, SMALLEST_NORMAL
 from anekit.hw.kinds import Severity
-from anekit.hw.ranges import FP16_MAX, SMALLEST_NORMAL, Ranges
+from anekit.hw.ranges import Ranges
 from anekit.hw.rules.base import Context, Finding
 from anekit.mil.ops.ranges import Interval, magnitude
 from anekit.mil.ops.registry import received

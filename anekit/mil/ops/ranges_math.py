@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from anekit.fp16 import SMALLEST_NORMAL
 from anekit.mil.ops.ranges import (
     Bound,
     Interval,
@@ -34,7 +35,6 @@ from anekit.mil.ops.ranges import (
     reduced,
 )
 
-SMALLEST_NORMAL = 2.0**-14  # below it a chip profile stores a signed zero (N12)
 HALF_ULP = 2.0**-11  # fp16's relative rounding error
 
 
