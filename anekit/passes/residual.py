@@ -257,7 +257,6 @@ def find_stream(fn: Function) -> Stream:
         stream.unsound = "no RMSNorm or LayerNorm reads a residual stream"
         return stream
     readers = {id(op) for n in stream.norms for op in (n.out, *n.inner[:1])}
-    outputs = {id(v) for v in fn.outputs}
     todo = [n.x for n in stream.norms]
     while todo and stream.unsound is None:
         v = todo.pop()
@@ -288,8 +287,6 @@ def find_stream(fn: Function) -> Stream:
                     f"{c.op_type} {c.name!r} reads the residual stream {v.name!r} and is not "
                     "scale invariant"
                 )
-        if id(v) in outputs and stream.unsound is None:
-            pass  # scaled back at the output
     return stream
 
 
