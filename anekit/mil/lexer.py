@@ -28,17 +28,23 @@ NUMBER = (  # one spelling per number, so a list of them cannot backtrack more t
     r"[-+]?(?:0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)(?:[pP][-+]?\d+)?"
     r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
 )
+# The tokens the statement pattern below spells too (one spelling, so it splits as TOKEN does).
+_LIST = rf"\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]"  # a whole list of numbers: one token
+_TYPE = r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
+_NAME = r"[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
+_HEX = r"[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
+_DECIMAL = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 # Alternatives are tried in order, so the common tokens come first (punctuation, then names);
 # where two could match at one place the order decides, and it is kept: a list of numbers
 # before "[", a tensor type before a name, a hex number before a decimal, both before "->".
 _ALTERNATIVES = (
     r"[(){}\],;=<>]"  # punctuation but "[": half of all tokens
-    rf"|\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]|\["  # a whole list of numbers (one token), or "["
-    r"|tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"  # a whole tensor type, parsed once and cached
-    r"|[A-Za-z_@][\w.@/-]*"  # identifier, keyword, type
+    rf"|{_LIST}|\["  # a list of numbers, or a lone "["
+    rf"|{_TYPE}"
+    rf"|{_NAME}"
     r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"?'  # string; unterminated, it runs to the end of the line
-    r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"  # hex float / hex int
-    r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"  # decimal
+    rf"|{_HEX}"
+    rf"|{_DECIMAL}"
     r"|->"
     r"|(?://|#).*"  # comment to end of line
     r"|\S"  # any other single character (punctuation, or an error)
@@ -53,13 +59,7 @@ _SPACED = re.compile(rf"(\s*)({_ALTERNATIVES})", re.ASCII)  # the blanks too: fo
 # and its tokens built from the groups, 2x faster than finding them one by one. Each group is
 # spelt as the token pattern spells its token and is ended by a character no token of its
 # kind holds, so the tokens are exactly ``TOKEN.findall``'s; any other line is split by it.
-_TYPE = r"tensor<\s*\w+\s*,\s*\[[\w\s,.+-]*\]\s*>"
-_NAME = r"[A-Za-z_@][\w.@/-]*"
-_BODY = (
-    rf"\[\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*\]"
-    r"|[-+]?0[xX][0-9a-fA-F]*\.?[0-9a-fA-F]*(?:[pP][-+]?\d+)?"
-    r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-)
+_BODY = f"{_LIST}|{_HEX}|{_DECIMAL}"
 _ARG = re.compile(rf"({_NAME}) = (?:({_NAME})(?=[,)])|({_TYPE}|{_NAME})\(({_BODY})\))", re.ASCII)
 _NAME_ARGS = re.compile(rf"{_NAME} = {_NAME}(?:, {_NAME} = {_NAME})*", re.ASCII)
 _STATEMENT = re.compile(
