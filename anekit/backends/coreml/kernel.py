@@ -21,7 +21,7 @@ import numpy as np
 from anekit import config
 from anekit.backends.base import Kernel
 from anekit.backends.placement import OpPlacement, Placement
-from anekit.errors import CompileError, EvaluationError
+from anekit.errors import CompileError, EvaluationError, UsageError
 from anekit.mil.program import Program
 
 # MLComputePlan's device classes (coremltools.models.compute_device) -> a Placement device.
@@ -113,7 +113,7 @@ class CoreMLKernel(Kernel):
         from anekit.passes.coreml import coremltools
 
         if compute_units not in COMPUTE_UNITS:
-            raise ValueError(
+            raise UsageError(
                 f"compute_units must be one of {COMPUTE_UNITS}, found {compute_units!r}"
             )
         super().__init__(program)
