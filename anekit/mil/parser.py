@@ -8,7 +8,6 @@ import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +193,7 @@ class _Parser(LiteralReader):
         self.expect(")")
         self.expect("{")
         ops: list[Operation] = []
-        fast, const_line, const = self.fast, self.const_line, _const_def(opset)
+        fast, const_line, const = self.fast, self.const_line, registry.get("const", opset)
         while True:
             entry = fast.pop(self.i, None)  # a whole-line const, read when it was tokenised
             if entry is not None:
@@ -221,7 +220,7 @@ class _Parser(LiteralReader):
         start = self.i
         entry = self.fast.pop(start, None)
         if entry is not None:
-            return self.const_line(entry, _const_def(opset))
+            return self.const_line(entry, registry.get("const", opset))
         toks = self.toks
         if toks[-1] is MORE and len(toks) - start < _STATEMENT_TOKENS:
             self._fill()  # the statement's tokens, in all but a very long statement
@@ -502,11 +501,6 @@ class _Parser(LiteralReader):
         self.env[v.name] = v
 
     # -- types and literals ----------------------------------------------------------------
-
-
-@cache
-def _const_def(opset: str) -> registry.OpDef:
-    return registry.get("const", opset)
 
 
 _OPDEFS = registry.RESOLVED  # (op name, opset) -> its OpDef, as registry.get found it
