@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from anekit.errors import GarbageValues
+from anekit.fp16 import FP16_MAX
 
 __all__ = ["FP16_SATURATION", "GarbageWarning", "check_cliffs", "check_step", "saturation_of"]
 
@@ -39,7 +40,7 @@ class GarbageWarning(RuntimeWarning):
     """The golden model saturated or replaced values in a step (:func:`check_cliffs`, not strict)."""
 
 
-FP16_SATURATION = 65504.0  # fp16's largest finite value: a stored value there has overflowed
+FP16_SATURATION = FP16_MAX  # fp16's largest finite value: a stored value there has overflowed
 
 
 def saturation_of(numerics: str) -> float:

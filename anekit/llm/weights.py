@@ -26,13 +26,13 @@ import numpy as np
 
 from anekit.errors import ModelError, os_reason
 from anekit.files import map_readonly, model_file, open_regular, parse_json, read_json
+from anekit.fp16 import FP16_MAX
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 << 20  # the format's own limit (safetensors' MAX_HEADER_SIZE)
 MAX_SHARD_BYTES = 1 << 42  # 4 TiB: above any real shard, below what a sparse file can claim
 _DTYPES = {"F16": np.float16, "BF16": np.uint16, "F32": np.float32}  # bf16 read as its bits
-FP16_MAX = 65504.0
 
 
 class SafetensorsFile:
